@@ -1,0 +1,219 @@
+"""Multi-head scaled dot-product attention with an optional key/value cache.
+
+Dimension names: B batch, T query length, S key length, L cache length, H heads,
+D model width, K key width per head (d_k), V value width per head (d_v).
+"""
+
+import math
+
+import keras
+from keras import ops
+
+
+def split_heads(x, num_heads):
+    """`[B, T, H * K]` -> `[B, H, T, K]` by reshape + transpose (no per-head loop)."""
+    batch, length = ops.shape(x)[0], ops.shape(x)[1]
+    x = ops.reshape(x, (batch, length, num_heads, -1))  # [B, T, H, K]
+    return ops.transpose(x, (0, 2, 1, 3))  # [B, H, T, K]
+
+
+def merge_heads(x):
+    """`[B, H, T, K]` -> `[B, T, H * K]`, the inverse of `split_heads`."""
+    batch, num_heads, length, width = (ops.shape(x)[i] for i in range(4))
+    x = ops.transpose(x, (0, 2, 1, 3))  # [B, T, H, K]
+    return ops.reshape(x, (batch, length, num_heads * width))  # [B, T, H * K]
+
+
+def large_negative(dtype):
+    """A finite stand-in for -inf that is safe in float16 (whose minimum is -65504)."""
+    return -1e9 if keras.backend.standardize_dtype(dtype) in ("float32", "float64") else -3e4
+
+
+@keras.saving.register_keras_serializable(package="transformer")
+class MultiHeadAttention(keras.layers.Layer):
+    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V over H heads, projected by W^O.
+
+    Q, K and V are dense projections of the query, key and value inputs; heads are split
+    by reshape + transpose, attended in one batched matmul, merged back and projected.
+
+    Key/value cache, for step-by-step decoding. A cache is a dict
+    `{"key": [B, H, L, K], "value": [B, H, L, V]}` of fixed size:
+    - self-attention: pass `cache` and `cache_index`; the new positions' keys and values
+      are written into the cache at `cache_index` (shapes never change, so it runs under
+      `tf.function` / `tf.while_loop`), and the query attends over the whole cache, whose
+      not-yet-written slots the caller hides with `causal_mask(..., offset=cache_index)`.
+    - cross-attention: pass `cache` from `precompute_key_value(memory)` and no
+      `cache_index`; the encoder output is projected once per sentence, not once per step.
+
+    Args:
+        num_heads: H.
+        key_dim: K, width of each query/key head.
+        value_dim: V, width of each value head; defaults to `key_dim`.
+        dropout: dropout rate on the attention weights.
+        use_bias: whether the four projections have biases.
+        output_dim: width of the output; defaults to the query's width D.
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        key_dim,
+        value_dim=None,
+        dropout=0.0,
+        use_bias=True,
+        output_dim=None,
+        kernel_initializer="glorot_uniform",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if num_heads < 1 or key_dim < 1:
+            raise ValueError(
+                f"num_heads and key_dim must be positive, got num_heads={num_heads}, "
+                f"key_dim={key_dim}"
+            )
+        self.num_heads = num_heads
+        self.key_dim = key_dim
+        self.value_dim = value_dim or key_dim
+        self.dropout = dropout
+        self.use_bias = use_bias
+        self.output_dim = output_dim
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+
+    def build(self, query_shape, value_shape, key_shape=None):
+        key_shape = value_shape if key_shape is None else key_shape
+
+        def dense(units, name):
+            return keras.layers.Dense(
+                units,
+                use_bias=self.use_bias,
+                # A fresh copy per projection, so no two kernels share an initializer state.
+                kernel_initializer=keras.initializers.get(
+                    keras.initializers.serialize(self.kernel_initializer)
+                ),
+                dtype=self.dtype_policy,
+                name=name,
+            )
+
+        self.query_dense = dense(self.num_heads * self.key_dim, "query")
+        self.query_dense.build(query_shape)
+        self.key_dense = dense(self.num_heads * self.key_dim, "key")
+        self.key_dense.build(key_shape)
+        self.value_dense = dense(self.num_heads * self.value_dim, "value")
+        self.value_dense.build(value_shape)
+        self.output_dense = dense(self.output_dim or query_shape[-1], "attention_output")
+        self.output_dense.build((*query_shape[:-1], self.num_heads * self.value_dim))
+        self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+
+    def precompute_key_value(self, key, value=None):
+        """Projects keys and values once, for a cross-attention cache.
+
+        Args:
+            key: `[B, S, D]`, usually the encoder output.
+            value: `[B, S, D]`; defaults to `key`.
+
+        Returns:
+            `{"key": [B, H, S, K], "value": [B, H, S, V]}`.
+        """
+        value = key if value is None else value
+        return {
+            "key": split_heads(self.key_dense(key), self.num_heads),
+            "value": split_heads(self.value_dense(value), self.num_heads),
+        }
+
+    def empty_cache(self, batch_size, max_length, dtype=None):
+        """A zero self-attention cache: `{"key": [B, H, L, K], "value": [B, H, L, V]}`."""
+        dtype = dtype or self.compute_dtype
+        return {
+            "key": ops.zeros((batch_size, self.num_heads, max_length, self.key_dim), dtype),
+            "value": ops.zeros((batch_size, self.num_heads, max_length, self.value_dim), dtype),
+        }
+
+    def call(
+        self,
+        query,
+        value,
+        key=None,
+        attention_mask=None,
+        cache=None,
+        cache_index=None,
+        return_attention_scores=False,
+        training=None,
+    ):
+        """Attends from `query` to `key`/`value`.
+
+        Args:
+            query: `[B, T, D]`.
+            value: `[B, S, D]`; ignored when a cross-attention cache is given.
+            key: `[B, S, D]`; defaults to `value`.
+            attention_mask: bool, broadcastable to `[B, T, S]` (or `[B, T, L]` with a
+                cache); True = may attend. See `layers/masks.py`.
+            cache: a key/value cache dict (see the class docstring), or None.
+            cache_index: int scalar; where to write this call's keys and values in a
+                self-attention cache.
+            return_attention_scores: also return the attention weights `[B, H, T, S]`.
+
+        Returns:
+            `output [B, T, D]`, followed by the attention weights if asked for, followed
+            by the updated cache if one was given.
+        """
+        query_heads = split_heads(self.query_dense(query), self.num_heads)  # [B, H, T, K]
+        if cache is not None and cache_index is None:
+            # Cross-attention: keys and values were projected once by precompute_key_value.
+            key_heads, value_heads = cache["key"], cache["value"]
+        else:
+            key = value if key is None else key
+            key_heads = split_heads(self.key_dense(key), self.num_heads)  # [B, H, S, K]
+            value_heads = split_heads(self.value_dense(value), self.num_heads)  # [B, H, S, V]
+            if cache is not None:
+                # Self-attention decoding: write the new positions at cache_index, then
+                # attend over the whole fixed-size cache.
+                start = [0, 0, cache_index, 0]
+                key_heads = ops.slice_update(cache["key"], start, key_heads)  # [B, H, L, K]
+                value_heads = ops.slice_update(cache["value"], start, value_heads)
+                cache = {"key": key_heads, "value": value_heads}
+
+        # Scaling the queries before the matmul is cheaper than scaling the scores.
+        query_heads = query_heads * ops.cast(1.0 / math.sqrt(self.key_dim), query_heads.dtype)
+        scores = ops.einsum("bhtk,bhsk->bhts", query_heads, key_heads)  # [B, H, T, S]
+        # Softmax in float32 even under mixed precision: it is where half precision hurts.
+        scores = ops.cast(scores, "float32")
+        if attention_mask is not None:
+            mask = ops.expand_dims(ops.cast(attention_mask, "bool"), axis=1)  # [B, 1, T, S]
+            scores = ops.where(mask, scores, large_negative("float32"))
+        weights = ops.softmax(scores, axis=-1)  # [B, H, T, S]
+        weights = ops.cast(weights, self.compute_dtype)
+        attended = ops.einsum(
+            "bhts,bhsv->bhtv", self.dropout_layer(weights, training=training), value_heads
+        )  # [B, H, T, V]
+        output = self.output_dense(merge_heads(attended))  # [B, T, D]
+
+        results = (output,)
+        if return_attention_scores:
+            results += (weights,)
+        if cache is not None:
+            results += (cache,)
+        return results[0] if len(results) == 1 else results
+
+    def compute_output_spec(self, query, value, key=None, attention_mask=None, **kwargs):
+        # Only the functional graph needs this, and it never passes a cache.
+        output_shape = (*query.shape[:-1], self.output_dim or query.shape[-1])
+        output = keras.KerasTensor(output_shape, dtype=self.compute_dtype)
+        if kwargs.get("return_attention_scores"):
+            weights_shape = (query.shape[0], self.num_heads, query.shape[1], value.shape[1])
+            return output, keras.KerasTensor(weights_shape, dtype=self.compute_dtype)
+        return output
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "key_dim": self.key_dim,
+                "value_dim": self.value_dim,
+                "dropout": self.dropout,
+                "use_bias": self.use_bias,
+                "output_dim": self.output_dim,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            }
+        )
+        return config

@@ -1,0 +1,107 @@
+"""Our multi-head attention against keras.layers.MultiHeadAttention, and its cache."""
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from layers.masks import causal_mask, padding_mask
+from layers.multi_head_attention import MultiHeadAttention, merge_heads, split_heads
+
+B, T, S, D, H, K = 2, 3, 5, 16, 4, 8
+
+
+def _pair_with_same_weights():
+    """Our layer and Keras's, built on the same shapes and holding the same weights."""
+    ours = MultiHeadAttention(num_heads=H, key_dim=K)
+    ours.build((B, T, D), (B, S, D))
+    reference = keras.layers.MultiHeadAttention(num_heads=H, key_dim=K)
+    reference.build((B, T, D), (B, S, D))
+    # Keras keeps per-head kernels [D, H, K] and [H, K, D]; ours are the same numbers
+    # flattened to [D, H * K] and [H * K, D], heads split by reshape.
+    for ours_dense, theirs in [
+        (ours.query_dense, reference._query_dense),
+        (ours.key_dense, reference._key_dense),
+        (ours.value_dense, reference._value_dense),
+        (ours.output_dense, reference._output_dense),
+    ]:
+        kernel, bias = (np.asarray(w) for w in theirs.weights)
+        ours_dense.kernel.assign(kernel.reshape(ours_dense.kernel.shape))
+        ours_dense.bias.assign(bias.reshape(ours_dense.bias.shape))
+    return ours, reference
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_equals_keras_multi_head_attention_with_the_same_weights(masked):
+    ours, reference = _pair_with_same_weights()
+    rng = np.random.default_rng(0)
+    query = rng.normal(size=(B, T, D)).astype("float32")
+    value = rng.normal(size=(B, S, D)).astype("float32")
+    mask = None
+    if masked:
+        keys_real = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype="int32")
+        mask = np.broadcast_to(np.asarray(padding_mask(keys_real)), (B, T, S))
+        mask = mask & np.array([[1, 0, 1, 1, 1], [1, 1, 1, 1, 1], [1, 1, 1, 0, 1]], bool)
+    out, weights = ours(query, value, attention_mask=mask, return_attention_scores=True)
+    ref_out, ref_weights = reference(query, value, attention_mask=mask, return_attention_scores=True)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(ref_out), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(weights), np.asarray(ref_weights), atol=1e-6)
+
+
+def test_attention_weights_on_padded_keys_are_exactly_zero():
+    layer = MultiHeadAttention(num_heads=H, key_dim=K)
+    ids = np.array([[4, 5, 0, 0, 0], [4, 5, 6, 7, 0]], dtype="int32")
+    x = np.random.default_rng(1).normal(size=(B, S, D)).astype("float32") * 30.0
+    _, weights = layer(x, x, attention_mask=padding_mask(ids), return_attention_scores=True)
+    weights = np.asarray(weights)  # [B, H, S, S]
+    assert np.all(weights[0, :, :, 2:] == 0.0)
+    assert np.all(weights[1, :, :, 4:] == 0.0)
+    np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-6)
+
+
+def test_split_then_merge_heads_is_the_identity():
+    x = np.random.default_rng(2).normal(size=(B, T, H * K)).astype("float32")
+    heads = split_heads(x, H)
+    assert tuple(heads.shape) == (B, H, T, K)
+    # Head h holds features h*K .. (h+1)*K - 1 of each position.
+    np.testing.assert_array_equal(np.asarray(heads)[:, 1], x[:, :, K : 2 * K])
+    np.testing.assert_array_equal(np.asarray(merge_heads(heads)), x)
+
+
+def test_cached_self_attention_equals_masked_full_attention():
+    layer = MultiHeadAttention(num_heads=H, key_dim=K)
+    x = np.random.default_rng(3).normal(size=(B, T, D)).astype("float32")
+    full = np.asarray(layer(x, x, attention_mask=causal_mask(T)))
+    cache = layer.empty_cache(B, max_length=T + 2)
+    for step in range(T):
+        out, cache = layer(
+            x[:, step : step + 1],
+            x[:, step : step + 1],
+            attention_mask=causal_mask(1, T + 2, offset=step),
+            cache=cache,
+            cache_index=step,
+        )
+        np.testing.assert_allclose(np.asarray(out)[:, 0], full[:, step], atol=1e-5)
+    assert tuple(cache["key"].shape) == (B, H, T + 2, K)
+
+
+def test_cross_attention_cache_equals_attending_to_the_memory():
+    layer = MultiHeadAttention(num_heads=H, key_dim=K)
+    rng = np.random.default_rng(4)
+    query, memory = rng.normal(size=(B, T, D)).astype("float32"), rng.normal(size=(B, S, D)).astype("float32")
+    expected = np.asarray(layer(query, memory))
+    out, _ = layer(query, memory, cache=layer.precompute_key_value(memory))
+    np.testing.assert_allclose(np.asarray(out), expected, atol=1e-6)
+
+
+def test_rejects_non_positive_sizes():
+    with pytest.raises(ValueError, match="num_heads=0"):
+        MultiHeadAttention(num_heads=0, key_dim=8)
+
+
+def test_softmax_stays_float32_under_mixed_precision():
+    layer = MultiHeadAttention(num_heads=H, key_dim=K, dtype="mixed_bfloat16")
+    x = np.ones((1, 2, D), "float32")
+    out, weights = layer(x, x, return_attention_scores=True)
+    assert ops.dtype(out) == "bfloat16"
+    np.testing.assert_allclose(np.asarray(ops.cast(weights, "float32")).sum(-1), 1.0, atol=1e-2)
