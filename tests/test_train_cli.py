@@ -1,0 +1,29 @@
+"""`python train.py ... --dry-run` as a user runs it, in a fresh process."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_train(*args):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    return subprocess.run(
+        [sys.executable, "train.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_dry_run_prints_the_base_configuration_and_parameter_count():
+    result = run_train("--size", "base", "--vocab-size", "37000", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "  d_model: 512" in result.stdout
+    # 63.1M against the paper's 65M: embeddings 18.9M, encoder 18.9M, decoder 25.2M.
+    assert "parameters: 63082496" in result.stdout.splitlines()
+
+
+def test_dry_run_with_a_bad_override_names_the_value_and_fails():
+    result = run_train("--num-heads", "3", "--dry-run")
+    assert result.returncode != 0
+    assert "d_model=128 is not divisible by num_heads=3" in result.stderr
