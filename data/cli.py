@@ -1,0 +1,58 @@
+"""Command-line flags for data, shared by train.py and every other script that reads data.
+
+    parser = argparse.ArgumentParser()
+    add_data_arguments(parser)
+    args = parser.parse_args()
+    config = data_config_from_args(args)   # raises DataError on impossible values
+"""
+
+import argparse
+
+from data.config import DEFAULT_MAX_LENGTH, DEFAULT_VOCAB_SIZE, DataConfig
+
+
+def add_data_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds --dataset, --source-lang, --target-lang, --vocab-size, --batch-tokens, --max-length."""
+    group = parser.add_argument_group("data")
+    group.add_argument(
+        "--dataset",
+        default="multi30k",
+        help="'multi30k' (bundled, default), a TensorFlow Datasets translation builder "
+        "such as 'wmt14_translate/de-en' or 'ted_hrlr_translate/pt_to_en', or "
+        "'files:TRAIN_SRC,TRAIN_TGT[,VALID_SRC,VALID_TGT]' (UTF-8, one sentence per "
+        "line, .gz accepted)",
+    )
+    group.add_argument("--source-lang", default="en", help="source language code (default: en)")
+    group.add_argument("--target-lang", default="de", help="target language code (default: de)")
+    group.add_argument(
+        "--vocab-size",
+        type=int,
+        default=DEFAULT_VOCAB_SIZE,
+        help=f"shared subword vocabulary size (default: {DEFAULT_VOCAB_SIZE}, for Multi30k)",
+    )
+    group.add_argument(
+        "--batch-tokens",
+        type=int,
+        default=None,
+        help="source (and target) tokens per batch across all replicas, padding "
+        "included (default: chosen per model size)",
+    )
+    group.add_argument(
+        "--max-length",
+        type=int,
+        default=DEFAULT_MAX_LENGTH,
+        help="longest source or target sequence in ids, start/end included; longer "
+        f"pairs are dropped and counted (default: {DEFAULT_MAX_LENGTH})",
+    )
+
+
+def data_config_from_args(args: argparse.Namespace) -> DataConfig:
+    """The `DataConfig` for parsed flags; raises `DataError` on impossible values."""
+    return DataConfig(
+        dataset=args.dataset,
+        source_lang=args.source_lang,
+        target_lang=args.target_lang,
+        vocab_size=args.vocab_size,
+        batch_tokens=args.batch_tokens,
+        max_length=args.max_length,
+    )

@@ -1,0 +1,54 @@
+"""`DataConfig`: what to read and how to cut it into batches.
+
+One frozen dataclass, built from the command line by `data.cli.data_config_from_args`
+or directly in code and tests. Variants are copies: `dataclasses.replace(config, ...)`.
+"""
+
+import dataclasses
+from typing import Optional
+
+from data.errors import DataError
+
+# A shared BPE vocabulary of 8k pieces suits Multi30k (29k training pairs); see the
+# measurements in data/tokenizer.py. WMT-sized corpora want ~32k-37k.
+DEFAULT_VOCAB_SIZE = 8000
+# Longer than any Multi30k sentence (longest: 50 source / 56 target ids); on WMT it drops
+# the rare very long lines, whose batches would hold only a few rows.
+DEFAULT_MAX_LENGTH = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """Where the parallel text comes from and how it is tokenized and batched."""
+
+    # "multi30k" (bundled), a TensorFlow Datasets name such as "wmt14_translate/de-en"
+    # (optionally prefixed "tfds:"), or "files:TRAIN_SRC,TRAIN_TGT[,VALID_SRC,VALID_TGT]".
+    dataset: str = "multi30k"
+    # Language codes; for TFDS they are the keys of the example's feature dict.
+    source_lang: str = "en"
+    target_lang: str = "de"
+    # Pieces in the shared source+target subword vocabulary, reserved ids included.
+    vocab_size: int = DEFAULT_VOCAB_SIZE
+    # Source (and target) tokens per batch across all replicas, padding included.
+    # None means "per model size": the caller resolves it before `prepare_data`.
+    batch_tokens: Optional[int] = None
+    # Longest source or target row, in ids, markers included (source ends with the end
+    # id; target has start and end). Longer pairs are dropped and counted.
+    max_length: int = DEFAULT_MAX_LENGTH
+
+    def __post_init__(self):
+        if self.source_lang == self.target_lang:
+            raise DataError(
+                f"source and target language are both {self.source_lang!r}; "
+                "choose two different languages"
+            )
+        if self.vocab_size < 300:
+            # 4 reserved ids + 256 byte pieces + the corpus's characters.
+            raise DataError(f"vocab_size must be at least 300, got {self.vocab_size}")
+        if self.max_length < 4:
+            raise DataError(f"max_length must be at least 4, got {self.max_length}")
+        if self.batch_tokens is not None and self.batch_tokens < self.max_length:
+            raise DataError(
+                f"batch_tokens {self.batch_tokens} cannot hold one row of max_length "
+                f"{self.max_length}"
+            )

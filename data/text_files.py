@@ -1,0 +1,62 @@
+"""Reading line-aligned parallel text files (plain UTF-8 or gzip), with errors that say where.
+
+Bytes are decoded line by line, so a bad byte is reported with its line number instead
+of as an offset into the whole file.
+"""
+
+import gzip
+import os
+import zlib
+from typing import List
+
+from data.errors import DataError
+
+
+def read_lines(path: str) -> List[str]:
+    """The lines of a UTF-8 text file, line endings removed; `.gz` files are decompressed.
+
+    Only b"\\n" ends a line (a stray "\\r" or U+2028 inside a sentence does not split it).
+
+    Raises:
+        DataError: the file is missing, is not valid gzip, or a line is not UTF-8.
+    """
+    if not os.path.isfile(path):
+        raise DataError(f"file not found: {path}")
+    opener = gzip.open if path.endswith(".gz") else open
+    lines = []
+    try:
+        with opener(path, "rb") as file:
+            for number, raw in enumerate(file, start=1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    raise DataError(
+                        f"{path}, line {number}: not valid UTF-8 (byte "
+                        f"0x{raw[error.start]:02x} at byte offset {error.start} of the line)"
+                    ) from None
+                if number == 1:
+                    line = line.removeprefix("\ufeff")  # A byte-order mark is not text.
+                lines.append(line.rstrip("\r\n"))
+    except (gzip.BadGzipFile, EOFError, zlib.error) as error:
+        raise DataError(f"{path}: not a valid gzip file ({error})") from None
+    return lines
+
+
+def read_parallel_lines(source_path: str, target_path: str):
+    """Both files' lines, checked to be line-aligned (line N translates line N).
+
+    Returns:
+        (source_lines, target_lines), lists of equal length.
+
+    Raises:
+        DataError: as `read_lines`, or the two files have different line counts.
+    """
+    source = read_lines(source_path)
+    target = read_lines(target_path)
+    if len(source) != len(target):
+        raise DataError(
+            f"parallel files differ in length: {source_path} has {len(source)} lines "
+            f"but {target_path} has {len(target)}; line N of one must translate line N "
+            "of the other"
+        )
+    return source, target
