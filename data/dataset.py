@@ -1,0 +1,154 @@
+"""`prepare_data`: the one call that turns a `DataConfig` into ready-to-batch data.
+
+    data = prepare_data(config, model_dir, num_replicas=strategy.num_replicas_in_sync)
+    for epoch in range(epochs):
+        for source, target in data.train_batches(epoch, seed=seed):   # int32 [B, L] each
+            ...
+    data.eval_batches("validation")                # same batching, fixed order
+    data.text["validation"].source / .target       # raw strings for BLEU
+
+Everything that can be wrong with the input (files, languages, budget) raises
+`DataError` here, before training starts. Reading order:
+  1. read the splits, drop and count pairs with an empty side   (data.corpora)
+  2. load the vocabulary from model_dir, or train it on train    (data.tokenizer)
+  3. tokenize every split once, drop and count over-long pairs   (data.pipeline)
+  4. plan batches per epoch from the lengths                     (data.buckets)
+"""
+
+import dataclasses
+import itertools
+from typing import Dict, Iterator, List, Optional, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from data.buckets import BatchPlan, BucketScheme
+from data.config import DataConfig
+from data.corpora import ParallelText, load_corpus
+from data.errors import DataError
+from data.pipeline import TokenizedPairs, make_batches, tokenize_pairs
+from data.tokenizer import SubwordTokenizer, load_or_train
+
+# The vocabulary is trained on at most this many sentences (source and target lines
+# together), evenly spaced through train: enough for a 37k BPE, and it keeps WMT-sized
+# corpora (9M lines) within the trainer's memory.
+MAX_VOCAB_TRAINING_SENTENCES = 2_000_000
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitCounts:
+    """What happened to one split's pairs."""
+
+    read: int  # Pairs in the source files / dataset.
+    dropped_empty: int  # Either side empty or whitespace-only.
+    dropped_too_long: int  # Either side longer than max_length ids.
+
+    @property
+    def kept(self) -> int:
+        return self.read - self.dropped_empty - self.dropped_too_long
+
+
+@dataclasses.dataclass(frozen=True)
+class PreparedData:
+    """Tokenizer, raw text and token ids of every split, and the batching scheme."""
+
+    config: DataConfig
+    tokenizer: SubwordTokenizer
+    # Every non-empty pair per split ("train", "validation", maybe "test"), over-long
+    # ones included (so BLEU covers the whole set; their count is in `counts`).
+    text: Dict[str, ParallelText]
+    # The pairs that fit max_length, as ids: what the batches hold.
+    tokens: Dict[str, TokenizedPairs]
+    counts: Dict[str, SplitCounts]
+    scheme: BucketScheme
+    # How validation was made when the source has none ("held out N pairs of train").
+    validation_note: Optional[str] = None
+
+    def train_plan(self, epoch: int, seed: int = 0) -> BatchPlan:
+        """Epoch `epoch`'s batches; the same for the same (seed, epoch)."""
+        rng = np.random.default_rng([seed, epoch])
+        return self.scheme.plan(*self.tokens["train"].lengths(), rng=rng)
+
+    def train_batches(self, epoch: int, seed: int = 0, skip: int = 0) -> tf.data.Dataset:
+        """One epoch of shuffled training batches: (source, target), int32 [B, L] each.
+
+        Args:
+            epoch: selects the shuffle; another epoch gives another order.
+            seed: the run's seed.
+            skip: batches already trained on in this epoch (resuming mid-epoch).
+        """
+        return make_batches(self.tokens["train"], self.train_plan(epoch, seed), skip=skip)
+
+    def eval_plan(self, split: str = "validation") -> BatchPlan:
+        """A split's batches in a fixed order (buckets ascending, pairs in file order)."""
+        return self.scheme.plan(*self._split_tokens(split).lengths(), rng=None)
+
+    def eval_batches(self, split: str = "validation") -> tf.data.Dataset:
+        """A split's batches, unshuffled, batched like training."""
+        return make_batches(self._split_tokens(split), self.eval_plan(split))
+
+    def batch_shapes(self) -> List[Tuple[int, int]]:
+        """Every (rows, length) a batch of source or target ids can have."""
+        return self.scheme.declared_shapes()
+
+    def _split_tokens(self, split):
+        if split not in self.tokens:
+            raise DataError(f"no split {split!r}; this dataset has {', '.join(self.tokens)}")
+        return self.tokens[split]
+
+
+def prepare_data(config: DataConfig, model_dir: str, num_replicas: int = 1) -> PreparedData:
+    """Reads, checks, tokenizes and counts every split of `config.dataset`.
+
+    Args:
+        config: with `batch_tokens` resolved (not None).
+        model_dir: where the vocabulary file is read from, or written to if missing.
+        num_replicas: replicas sharing each batch; batch rows are a multiple of it.
+
+    Raises:
+        DataError: any bad input or setting, naming the bad file, line or value.
+    """
+    if config.batch_tokens is None:
+        raise DataError(
+            "batch_tokens is None: resolve it for the model size first, e.g. "
+            "dataclasses.replace(config, batch_tokens=4096)"
+        )
+    # Checked before the (possibly slow) reading and tokenizing.
+    scheme = BucketScheme.for_budget(config.batch_tokens, config.max_length, num_replicas)
+    corpus = load_corpus(config.dataset, config.source_lang, config.target_lang)
+    train = corpus.splits["train"]
+    tokenizer = load_or_train(model_dir, lambda: _vocab_training_text(train), config.vocab_size)
+
+    tokens, counts = {}, {}
+    for split, text in corpus.splits.items():
+        pairs = tokenize_pairs(tokenizer, text)
+        source_lengths, target_lengths = pairs.lengths()
+        fits = (source_lengths <= config.max_length) & (target_lengths <= config.max_length)
+        tokens[split] = pairs.select(fits)
+        counts[split] = SplitCounts(
+            read=corpus.read[split],
+            dropped_empty=corpus.dropped_empty[split],
+            dropped_too_long=int((~fits).sum()),
+        )
+    if len(tokens["train"]) == 0:
+        raise DataError(
+            f"no training pair fits max_length {config.max_length} "
+            f"({counts['train'].dropped_too_long} too long)"
+        )
+    return PreparedData(
+        config=config,
+        tokenizer=tokenizer,
+        text=corpus.splits,
+        tokens=tokens,
+        counts=counts,
+        scheme=scheme,
+        validation_note=corpus.validation_note,
+    )
+
+
+def _vocab_training_text(train: ParallelText) -> Iterator[str]:
+    """Source then target lines of train, evenly thinned to the trainer's cap."""
+    lines = itertools.chain(train.source, train.target)
+    total = 2 * len(train)
+    step = max(1, -(-total // MAX_VOCAB_TRAINING_SENTENCES))
+    return itertools.islice(lines, 0, None, step)

@@ -1,0 +1,106 @@
+"""Token ids for a split, and the `tf.data` pipeline that turns a `BatchPlan` into batches.
+
+Each pair becomes
+    source ids = tokens + [end]
+    target ids = [start] + tokens + [end]      (the trainer shifts it into decoder
+                                                input and labels)
+int32, 0 = padding. A batch is the tuple (source [B, L], target [B, L]) with the shape
+the plan gives it.
+
+Tokenization runs once per split, up front, with the in-graph tokenizer mapped over
+chunks in parallel; the ids stay in memory as two RaggedTensors. Every epoch only
+gathers and pads rows, so no epoch re-tokenizes (the first included), and skipping k
+batches to resume mid-epoch costs nothing: the plan is indices, not data.
+"""
+
+import dataclasses
+from typing import Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from data.buckets import BatchPlan
+from data.corpora import ParallelText
+from data.tokenizer import END_ID, START_ID, SubwordTokenizer
+
+_TOKENIZE_CHUNK = 4096  # Sentences per tokenizer call; big enough to amortize op overhead.
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizedPairs:
+    """A split's id sequences, markers included."""
+
+    source: tf.RaggedTensor  # int32 [N, None]: tokens + [end]
+    target: tf.RaggedTensor  # int32 [N, None]: [start] + tokens + [end]
+
+    def __len__(self) -> int:
+        return int(self.source.nrows())
+
+    def lengths(self) -> Tuple[np.ndarray, np.ndarray]:
+        """(source lengths, target lengths), int64 [N] each, markers included."""
+        return self.source.row_lengths().numpy(), self.target.row_lengths().numpy()
+
+    def select(self, keep: np.ndarray) -> "TokenizedPairs":
+        """The pairs where `keep` (bool [N]) is true."""
+        indices = np.flatnonzero(keep)
+        return TokenizedPairs(tf.gather(self.source, indices), tf.gather(self.target, indices))
+
+
+def tokenize_pairs(tokenizer: SubwordTokenizer, text: ParallelText) -> TokenizedPairs:
+    """Tokenizes both sides of every pair and adds the start/end markers."""
+    return TokenizedPairs(
+        source=_tokenize_all(tokenizer, text.source, add_start=False),
+        target=_tokenize_all(tokenizer, text.target, add_start=True),
+    )
+
+
+def _tokenize_all(tokenizer, sentences, add_start) -> tf.RaggedTensor:
+    """int32 [N, None]: each sentence's ids + [end], with [start] first if add_start."""
+
+    def tokenize(chunk):  # string [C] -> int32 [C, None]
+        column = tf.ones([tf.shape(chunk)[0], 1], tf.int32)  # [C, 1]
+        parts = [tokenizer.tokenize(chunk), column * END_ID]
+        if add_start:
+            parts.insert(0, column * START_ID)
+        return tf.concat(parts, axis=1)
+
+    chunks = (
+        tf.data.Dataset.from_tensor_slices(tf.constant(sentences, tf.string))
+        .batch(_TOKENIZE_CHUNK)
+        .map(tokenize, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    )
+    parts = list(chunks)
+    if not parts:
+        return tf.RaggedTensor.from_row_lengths(tf.zeros([0], tf.int32), tf.zeros([0], tf.int64))
+    return tf.concat(parts, axis=0)
+
+
+def make_batches(pairs: TokenizedPairs, plan: BatchPlan, skip: int = 0) -> tf.data.Dataset:
+    """The plan's batches as a dataset of (source int32 [B, L], target int32 [B, L]).
+
+    Args:
+        pairs: the split's ids.
+        plan: which pairs form each batch and its padded shape.
+        skip: batches to leave out at the start (resuming mid-epoch).
+    """
+    if plan.indices:
+        flat = np.concatenate(plan.indices)
+    else:
+        flat = np.zeros([0], np.int64)
+    row_lengths = np.asarray([len(batch) for batch in plan.indices], np.int64)
+    indices = tf.RaggedTensor.from_row_lengths(flat, row_lengths)  # int64 [num_batches, None]
+    source_ids, target_ids = pairs.source, pairs.target
+
+    def assemble(batch_indices, rows, length):
+        shape = tf.stack([rows, length])
+        # Rows past len(batch_indices) come out as all padding (0).
+        source = tf.gather(source_ids, batch_indices).to_tensor(shape=shape)  # [B, L]
+        target = tf.gather(target_ids, batch_indices).to_tensor(shape=shape)  # [B, L]
+        return source, target
+
+    return (
+        tf.data.Dataset.from_tensor_slices((indices, plan.rows, plan.lengths))
+        .skip(skip)
+        .map(assemble, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        .prefetch(tf.data.AUTOTUNE)
+    )

@@ -1,0 +1,163 @@
+"""Tests for reading data: Multi30k, files:, TFDS (mocked), the CLI, and every bad input."""
+
+import argparse
+import dataclasses
+import gzip
+
+import pytest
+
+from data.cli import add_data_arguments, data_config_from_args
+from data.config import DataConfig
+from data.corpora import load_corpus
+from data.dataset import prepare_data
+from data.errors import DataError
+from data.text_files import read_lines
+
+
+def _write(path, lines, gz=False):
+    data = "".join(line + "\n" for line in lines).encode("utf-8")
+    if gz:
+        data = gzip.compress(data)
+    path.write_bytes(data)
+    return str(path)
+
+
+def test_multi30k_en_de_and_reverse_directions():
+    en_de = load_corpus("multi30k", "en", "de")
+    assert {split: len(text) for split, text in en_de.splits.items()} == {
+        "train": 29000,
+        "validation": 1014,
+        "test": 1000,
+    }
+    assert en_de.splits["validation"].source[0] == "A group of men are loading cotton onto a truck"
+    assert en_de.splits["validation"].target[0].startswith("Eine Gruppe von Männern")
+    de_en = load_corpus("multi30k", "de", "en")
+    assert de_en.splits["validation"].source[0] == en_de.splits["validation"].target[0]
+    fr_en = load_corpus("multi30k", "fr", "en")
+    assert fr_en.splits["test"].target == en_de.splits["test"].source
+
+
+def test_multi30k_unknown_language_is_named():
+    with pytest.raises(DataError, match="'cs'"):
+        load_corpus("multi30k", "en", "cs")
+
+
+def test_same_source_and_target_language_is_rejected():
+    with pytest.raises(DataError, match="'en'"):
+        DataConfig(source_lang="en", target_lang="en")
+
+
+def test_files_with_empty_lines_counted_and_validation_held_out(tmp_path):
+    source = [f"sentence {i}" for i in range(300)] + ["", "   ", "lonely"]
+    target = [f"Satz {i}" for i in range(300)] + ["Satz", "Satz", " \t "]
+    spec = f"files:{_write(tmp_path / 's.txt', source)},{_write(tmp_path / 't.txt.gz', target, gz=True)}"
+    corpus = load_corpus(spec, "en", "de")
+    assert corpus.read["train"] == 300  # 303 lines, 3 held out as validation.
+    assert corpus.dropped_empty["train"] == 3
+    assert len(corpus.splits["train"]) + len(corpus.splits["validation"]) == 300
+    assert len(corpus.splits["validation"]) == 3  # 1% of train.
+    assert corpus.validation_note == "held out 3 pairs of train"
+    # Held-out pairs left train, and pairs stay aligned.
+    assert not set(corpus.splits["validation"].source) & set(corpus.splits["train"].source)
+    for text in corpus.splits.values():
+        assert [s.split()[1] for s in text.source] == [t.split()[1] for t in text.target]
+
+
+def test_files_with_validation_files(tmp_path):
+    paths = [
+        _write(tmp_path / "train.en", ["a b", "c d"]),
+        _write(tmp_path / "train.de", ["A B", "C D"]),
+        _write(tmp_path / "valid.en.gz", ["e f"], gz=True),
+        _write(tmp_path / "valid.de", ["E F"]),
+    ]
+    corpus = load_corpus("files:" + ",".join(paths), "en", "de")
+    assert corpus.splits["train"].source == ["a b", "c d"]
+    assert corpus.splits["validation"].target == ["E F"]
+    assert corpus.validation_note is None
+
+
+def test_line_count_mismatch_names_both_files_and_counts(tmp_path):
+    spec = f"files:{_write(tmp_path / 'a.en', ['x'] * 5)},{_write(tmp_path / 'b.de', ['y'] * 4)}"
+    with pytest.raises(DataError, match=r"a\.en has 5 lines but .*b\.de has 4"):
+        load_corpus(spec, "en", "de")
+
+
+def test_missing_file_is_named(tmp_path):
+    spec = f"files:{_write(tmp_path / 'a.en', ['x'])},{tmp_path / 'missing.de'}"
+    with pytest.raises(DataError, match="file not found: .*missing.de"):
+        load_corpus(spec, "en", "de")
+
+
+def test_non_utf8_names_file_and_line(tmp_path):
+    path = tmp_path / "latin1.de"
+    path.write_bytes("gut\nschön\n".encode("latin-1"))
+    with pytest.raises(DataError, match=r"latin1\.de, line 2: not valid UTF-8 \(byte 0xf6"):
+        read_lines(str(path))
+
+
+def test_corrupt_gzip_is_named(tmp_path):
+    path = tmp_path / "broken.en.gz"
+    path.write_bytes(b"not gzip at all")
+    with pytest.raises(DataError, match=r"broken\.en\.gz: not a valid gzip file"):
+        read_lines(str(path))
+
+
+def test_bad_files_spec_is_named():
+    with pytest.raises(DataError, match="'files:only_one.txt'"):
+        load_corpus("files:only_one.txt", "en", "de")
+
+
+def test_unknown_dataset_is_named():
+    with pytest.raises(DataError, match="unknown dataset 'multi31k'"):
+        load_corpus("multi31k", "en", "de")
+
+
+def test_tfds_unknown_language_lists_the_keys():
+    # Checked from the builder's code, before any download.
+    with pytest.raises(DataError, match="no language 'fr'.*keys en, pt"):
+        load_corpus("ted_hrlr_translate/pt_to_en", "fr", "en")
+
+
+def test_tfds_translation_builder_under_mock_data(tmp_path):
+    tfds = pytest.importorskip("tensorflow_datasets")
+    config = DataConfig(
+        dataset="ted_hrlr_translate/pt_to_en",
+        source_lang="pt",
+        target_lang="en",
+        vocab_size=300,
+        batch_tokens=512,
+        max_length=64,
+    )
+    with tfds.testing.mock_data(num_examples=40, policy=tfds.testing.MockPolicy.USE_CODE):
+        data = prepare_data(config, str(tmp_path))
+    assert set(data.text) == {"train", "validation", "test"}
+    assert data.counts["train"].read == 40
+    ids = data.tokenizer.tokenize([data.text["train"].source[0]]).to_list()[0]
+    decoded = data.tokenizer.detokenize([ids]).numpy()[0].decode("utf-8")
+    assert decoded == " ".join(data.text["train"].source[0].split())
+    batches = list(data.train_batches(epoch=0))
+    assert sum(int((source[:, 0] != 0).numpy().sum()) for source, _ in batches) == data.counts["train"].kept
+
+
+def test_cli_defaults_and_overrides():
+    parser = argparse.ArgumentParser()
+    add_data_arguments(parser)
+    config = data_config_from_args(parser.parse_args([]))
+    assert config == DataConfig()
+    assert (config.dataset, config.source_lang, config.target_lang) == ("multi30k", "en", "de")
+    assert config.batch_tokens is None
+    args = parser.parse_args(
+        ["--dataset", "wmt14_translate/de-en", "--source-lang", "de", "--target-lang", "en",
+         "--vocab-size", "37000", "--batch-tokens", "25000", "--max-length", "128"]
+    )
+    assert data_config_from_args(args) == DataConfig(
+        dataset="wmt14_translate/de-en", source_lang="de", target_lang="en",
+        vocab_size=37000, batch_tokens=25000, max_length=128,
+    )
+
+
+def test_prepare_data_needs_resolved_batch_tokens(tmp_path):
+    with pytest.raises(DataError, match="batch_tokens is None"):
+        prepare_data(DataConfig(), str(tmp_path))
+    with pytest.raises(DataError, match="batch_tokens 200 cannot hold"):
+        dataclasses.replace(DataConfig(), batch_tokens=200)

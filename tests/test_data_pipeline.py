@@ -1,0 +1,164 @@
+"""Tests for batching: every pair once, token budget, declared shapes, order, efficiency."""
+
+import collections
+import dataclasses
+import gzip
+import os
+
+import numpy as np
+import pytest
+
+from data.buckets import BucketScheme, length_boundaries
+from data.config import DataConfig
+from data.dataset import prepare_data
+from data.errors import DataError
+from data.summary import format_summary, padding_efficiency, summarize
+from data.tokenizer import END_ID, START_ID
+
+MULTI30K_DIR = os.path.join(os.path.dirname(__file__), os.pardir, "data", "multi30k")
+
+
+def _write_subset(tmp_path, name, lines=1500):
+    """The first `lines` lines of a Multi30k train file, as a plain text file."""
+    with gzip.open(os.path.join(MULTI30K_DIR, name), "rt", encoding="utf-8") as file:
+        text = [line for _, line in zip(range(lines), file)]
+    path = tmp_path / name.removesuffix(".gz")
+    path.write_text("".join(text), encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """1500 Multi30k pairs through the files: path, vocabulary 800, 1024 tokens a batch."""
+    directory = tmp_path_factory.mktemp("small")
+    spec = f"files:{_write_subset(directory, 'train.en.gz')},{_write_subset(directory, 'train.de.gz')}"
+    config = DataConfig(dataset=spec, vocab_size=800, batch_tokens=1024, max_length=64)
+    return prepare_data(config, str(directory / "model"))
+
+
+@pytest.fixture(scope="module")
+def multi30k(tmp_path_factory):
+    """Full Multi30k en-de with the default vocabulary."""
+    config = DataConfig(batch_tokens=4096)
+    return prepare_data(config, str(tmp_path_factory.mktemp("multi30k")))
+
+
+def _rows(batches):
+    """Every non-padding (source, target) row of the batches, padding stripped."""
+    rows = []
+    for source, target in batches:
+        for source_row, target_row in zip(source.numpy(), target.numpy()):
+            if source_row[0] != 0:
+                rows.append((tuple(source_row[source_row != 0]), tuple(target_row[target_row != 0])))
+    return rows
+
+
+def _expected(pairs):
+    return collections.Counter(zip(map(tuple, pairs.source.to_list()), map(tuple, pairs.target.to_list())))
+
+
+def test_every_pair_exactly_once_per_epoch(small):
+    for epoch in (0, 1):
+        assert collections.Counter(_rows(small.train_batches(epoch))) == _expected(small.tokens["train"])
+    assert collections.Counter(_rows(small.eval_batches())) == _expected(small.tokens["validation"])
+
+
+def test_markers(small):
+    source, target = next(iter(small.train_batches(0)))
+    source, target = source.numpy(), target.numpy()
+    real = source[:, 0] != 0
+    assert (target[real, 0] == START_ID).all()
+    assert START_ID not in source
+    last = (source[real] != 0).sum(axis=1) - 1
+    assert (source[real][np.arange(len(last)), last] == END_ID).all()
+
+
+def test_budget_and_declared_shapes(small):
+    declared = set(small.batch_shapes())
+    for source, target in small.train_batches(0):
+        assert source.dtype == target.dtype == "int32"
+        assert source.shape == target.shape
+        rows, length = source.shape
+        assert (rows, length) in declared
+        assert rows * length <= small.config.batch_tokens
+
+
+def test_rows_are_a_multiple_of_the_replica_count():
+    scheme = BucketScheme.for_budget(batch_tokens=4096, max_length=256, num_replicas=4)
+    assert all(rows % 4 == 0 and rows * length <= 4096 for rows, length in scheme.declared_shapes())
+    lengths = np.arange(3, 60)
+    plan = scheme.plan(lengths, lengths + 1, rng=np.random.default_rng(0))
+    assert all(rows % 4 == 0 for rows in plan.rows)
+    assert sorted(np.concatenate(plan.indices).tolist()) == list(range(len(lengths)))
+
+
+def test_budget_too_small_for_the_replicas_is_named():
+    with pytest.raises(DataError, match="batch_tokens 1000 is too small for 8 replica"):
+        BucketScheme.for_budget(batch_tokens=1000, max_length=256, num_replicas=8)
+
+
+def test_length_boundaries():
+    boundaries = length_boundaries(256)
+    assert boundaries[:3] == (4, 5, 6) and boundaries[-1] == 256
+    assert all(b - a == 1 for a, b in zip(boundaries, boundaries[1:]) if b <= 24)
+    assert len(boundaries) < 50
+
+
+def test_order_is_deterministic_per_seed_and_epoch(small):
+    def first_rows(**kwargs):
+        return [tuple(source.numpy()[0]) for source, _ in small.train_batches(**kwargs)]
+
+    epoch0 = first_rows(epoch=0, seed=5)
+    assert epoch0 == first_rows(epoch=0, seed=5)
+    assert epoch0 != first_rows(epoch=1, seed=5)
+    assert epoch0 != first_rows(epoch=0, seed=6)
+    assert first_rows(epoch=0, seed=5, skip=3) == epoch0[3:]
+
+
+def test_eval_order_is_fixed(small):
+    first = [source.numpy().tolist() for source, _ in small.eval_batches()]
+    assert first == [source.numpy().tolist() for source, _ in small.eval_batches()]
+
+
+def test_too_long_pairs_are_dropped_and_counted(tmp_path):
+    long_line = " ".join(["word"] * 200)
+    source = [f"a short line {i}" for i in range(200)] + [long_line, "short"]
+    target = [f"eine kurze Zeile {i}" for i in range(200)] + ["kurz", long_line]
+    (tmp_path / "s").write_text("\n".join(source) + "\n", encoding="utf-8")
+    (tmp_path / "t").write_text("\n".join(target) + "\n", encoding="utf-8")
+    config = DataConfig(
+        dataset=f"files:{tmp_path / 's'},{tmp_path / 't'}", vocab_size=300, batch_tokens=512, max_length=32
+    )
+    data = prepare_data(config, str(tmp_path / "model"))
+    # 202 pairs; 2 evenly spaced ones (the first and the last) are held out as validation.
+    assert sum(counts.dropped_too_long for counts in data.counts.values()) == 2
+    assert sum(counts.read for counts in data.counts.values()) == 202
+    for split, counts in data.counts.items():
+        assert counts.kept == len(data.tokens[split])
+        assert counts.read == len(data.text[split])  # Raw text keeps them, for BLEU.
+    lengths = np.concatenate(data.tokens["train"].lengths())
+    assert lengths.max() <= 32
+
+
+def test_summary(small):
+    summary = summarize(small)
+    assert summary["splits"]["train"]["kept"] == len(small.tokens["train"])
+    assert summary["vocab_size"] == small.tokenizer.vocab_size == 800
+    assert summary["train_batches_per_epoch"] == sum(1 for _ in small.train_batches(0))
+    text = "\n".join(format_summary(summary))
+    assert "padding efficiency" in text and "held out 15 pairs of train" in text
+
+
+@pytest.mark.parametrize("batch_tokens", [4096, 25000])
+def test_padding_efficiency_on_multi30k(multi30k, batch_tokens):
+    data = multi30k
+    if batch_tokens != data.config.batch_tokens:
+        # Same vocabulary and tokens, another budget.
+        data = dataclasses.replace(data, scheme=BucketScheme.for_budget(batch_tokens, data.config.max_length))
+    real = total = 0
+    for source, target in data.train_batches(epoch=0):
+        source, target = source.numpy(), target.numpy()
+        real += int((source != 0).sum() + (target != 0).sum())
+        total += source.size + target.size
+    assert real / total >= 0.90
+    assert real / total == pytest.approx(padding_efficiency(data.tokens["train"], data.train_plan(0)))
