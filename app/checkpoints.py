@@ -1,0 +1,153 @@
+"""Checkpoints: the newest K, the best by validation BLEU, the data position, averaging.
+
+Layout of a model directory:
+
+    DIR/checkpoints/ckpt-N.*     weights, optimizer state and training progress (newest K)
+    DIR/checkpoints/checkpoint   the index naming the newest complete checkpoint
+    DIR/best/ckpt-N.*            the weights of the best evaluation so far
+    DIR/best/best.json           its step and score
+
+Atomicity: TensorFlow writes a checkpoint's data files first (under temporary names,
+merged into place) and rewrites the index file last, by writing a temporary file and
+renaming it. A crash while saving therefore leaves the index pointing at the previous,
+complete checkpoint, which is what restoring reads.
+
+Weights are tracked by their Keras paths (`encoder_layer_0/self_attention/query/kernel`),
+so export and averaging restore the weights alone, without building an optimizer.
+"""
+
+import json
+import os
+import tempfile
+
+import numpy as np
+import tensorflow as tf
+
+
+class Progress(tf.Module):
+    """Where training is: optimizer steps, and the position in the data."""
+
+    def __init__(self):
+        super().__init__(name="progress")
+        self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+        self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+        # Batches of the current epoch already trained on (micro-batches, not steps).
+        self.batch_in_epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="batch_in_epoch")
+
+    def advance(self, batches):
+        self.step.assign_add(1)
+        self.batch_in_epoch.assign_add(batches)
+
+    def next_epoch(self):
+        self.epoch.assign_add(1)
+        self.batch_in_epoch.assign(0)
+
+
+def named_weights(model):
+    """`{keras path: variable}` for every weight of the model."""
+    return {variable.path: variable for variable in model.weights}
+
+
+class CheckpointTracker:
+    """Saves and restores one training run's checkpoints."""
+
+    def __init__(self, model_dir, model, optimizer, progress, keep=5, chief=True):
+        self.model_dir = model_dir
+        self.chief = chief
+        weights = named_weights(model)
+        checkpoint = tf.train.Checkpoint(weights=weights, optimizer=optimizer, progress=progress)
+        # Under MultiWorkerMirroredStrategy every worker takes part in a save; only the
+        # chief's lands in the model directory.
+        directory = os.path.join(model_dir, "checkpoints") if chief else tempfile.mkdtemp()
+        self.manager = tf.train.CheckpointManager(checkpoint, directory, max_to_keep=keep)
+        best_directory = os.path.join(model_dir, "best") if chief else tempfile.mkdtemp()
+        self.best_manager = tf.train.CheckpointManager(
+            tf.train.Checkpoint(weights=weights), best_directory, max_to_keep=1
+        )
+        self._best_record = os.path.join(best_directory, "best.json")
+        self.best_score = _read_json(self._best_record, {}).get("score")
+
+    def latest(self):
+        return self.manager.latest_checkpoint
+
+    def restore_latest(self):
+        """Restores the newest checkpoint, if any; returns its path or None."""
+        path = self.manager.latest_checkpoint
+        if path:
+            self.manager.checkpoint.restore(path).assert_existing_objects_matched()
+        return path
+
+    def save(self, step):
+        """Saves a checkpoint numbered by the step, unless one for this step exists."""
+        latest = self.manager.latest_checkpoint
+        if latest and latest.endswith(f"-{step}"):
+            return latest
+        return self.manager.save(checkpoint_number=step)
+
+    def offer_best(self, evaluation, step):
+        """Keeps these weights if their score beats the best so far; returns whether it did.
+
+        The score is validation BLEU, or minus the validation loss when BLEU was not computed.
+        """
+        score = evaluation["bleu"] if "bleu" in evaluation else -evaluation["valid_loss"]
+        if self.best_score is not None and score <= self.best_score:
+            return False
+        self.best_score = score
+        path = self.best_manager.save(checkpoint_number=step)
+        if self.chief:
+            _write_json_atomically(self._best_record, {"step": step, "score": score, "checkpoint": path, **evaluation})
+        return True
+
+    def best_path(self):
+        return self.best_manager.latest_checkpoint
+
+
+def checkpoint_paths(model_dir):
+    """The model directory's kept checkpoints, oldest first."""
+    state = tf.train.get_checkpoint_state(os.path.join(model_dir, "checkpoints"))
+    return list(state.all_model_checkpoint_paths) if state else []
+
+
+def best_checkpoint(model_dir):
+    return tf.train.latest_checkpoint(os.path.join(model_dir, "best"))
+
+
+def restore_weights(model, path):
+    """Loads the weights of checkpoint `path` into `model` (optimizer state is ignored)."""
+    status = tf.train.Checkpoint(weights=named_weights(model)).restore(path)
+    status.expect_partial().assert_existing_objects_matched()
+
+
+def average_checkpoints(model, paths):
+    """Sets `model`'s weights to the element-wise mean of the checkpoints `paths`.
+
+    The paper averaged the last 5 (base) or 20 (big) checkpoints, written 10 minutes apart.
+    """
+    if not paths:
+        raise ValueError("no checkpoints to average")
+    weights = named_weights(model)
+    totals = {name: np.zeros(v.shape, dtype=np.float64) for name, v in weights.items()}
+    for path in paths:
+        restore_weights(model, path)
+        for name, variable in weights.items():
+            totals[name] += np.asarray(variable.numpy(), dtype=np.float64)
+    for name, variable in weights.items():
+        variable.assign((totals[name] / len(paths)).astype(variable.dtype))
+    return model
+
+
+def _read_json(path, default):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return default
+
+
+def _write_json_atomically(path, payload):
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(payload, f, indent=2)
+    os.replace(temporary, path)

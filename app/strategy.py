@@ -1,0 +1,69 @@
+"""Which `tf.distribute` strategy trains the model.
+
+    auto          MirroredStrategy over every visible GPU; the default strategy without GPUs
+    mirrored      MirroredStrategy over every visible GPU, or over --cpu-replicas CPUs
+    multi-worker  MultiWorkerMirroredStrategy, cluster from the TF_CONFIG variable
+
+`--cpu-replicas N` splits the CPU into N logical devices and mirrors over them, so the
+multi-replica code path runs, and is tested, on a machine without GPUs.
+"""
+
+import json
+import os
+
+import tensorflow as tf
+
+STRATEGIES = ("auto", "mirrored", "multi-worker")
+
+
+def make_strategy(kind="auto", cpu_replicas=None):
+    """Creates the strategy. Must run before TensorFlow touches any device."""
+    if kind not in STRATEGIES:
+        raise ValueError(f"unknown strategy {kind!r}; expected one of {STRATEGIES}")
+    if cpu_replicas is not None and cpu_replicas < 1:
+        raise ValueError(f"--cpu-replicas must be at least 1, got {cpu_replicas}")
+    gpus = tf.config.list_physical_devices("GPU")
+    if cpu_replicas:
+        _split_cpu(cpu_replicas)
+
+    if kind == "multi-worker":
+        if "TF_CONFIG" not in os.environ:
+            raise ValueError("--strategy multi-worker needs the TF_CONFIG environment variable")
+        try:
+            json.loads(os.environ["TF_CONFIG"])
+        except json.JSONDecodeError as error:
+            raise ValueError(f"TF_CONFIG is not valid JSON ({error}): {os.environ['TF_CONFIG']!r}")
+        options = tf.distribute.experimental.CommunicationOptions(
+            implementation=tf.distribute.experimental.CommunicationImplementation.AUTO
+        )
+        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+
+    if cpu_replicas and not gpus:
+        return tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(cpu_replicas)])
+    if gpus:
+        return tf.distribute.MirroredStrategy()  # every visible GPU, even just one
+    if kind == "mirrored":
+        return tf.distribute.MirroredStrategy(["/cpu:0"])
+    return tf.distribute.get_strategy()
+
+
+def _split_cpu(count):
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    try:
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * count)
+    except RuntimeError:
+        # Devices are already initialized (a second call in one process): keep what exists,
+        # provided it is enough.
+        have = len(tf.config.list_logical_devices("CPU"))
+        if have < count:
+            raise ValueError(f"--cpu-replicas {count} asked after TensorFlow started with {have} CPU devices")
+
+
+def is_chief(strategy):
+    """True on the worker that writes checkpoints, logs and the model directory."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not getattr(resolver, "cluster_spec", None) or not resolver.cluster_spec().as_dict():
+        return True
+    return resolver.task_type in (None, "chief") or (
+        resolver.task_type == "worker" and resolver.task_id == 0 and "chief" not in resolver.cluster_spec().as_dict()
+    )

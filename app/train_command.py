@@ -1,0 +1,208 @@
+"""`python train.py`: flags, defaults per size, the model directory, and the run itself.
+
+The model directory holds everything export and evaluation need:
+
+    DIR/settings.json    the model, data and training configurations
+    DIR/subwords.model   the subword vocabulary (written by the data pipeline)
+    DIR/checkpoints/     the newest checkpoints;  DIR/best/  the best by BLEU
+    DIR/metrics.jsonl    progress and evaluations, one JSON object a line
+    DIR/train/           TensorBoard logs
+"""
+
+import dataclasses
+import json
+import os
+import re
+import sys
+import tempfile
+
+from app.training import PRECISIONS, TrainConfig
+
+# What a size trains with when the command line does not say: token budget per batch
+# (all replicas together) and length of training.
+SIZE_DEFAULTS = {
+    # Multi30k on a laptop CPU: see the README's results for what it reaches.
+    "tiny": dict(batch_tokens=4096, epochs=None, train_steps=6000),
+    "small": dict(batch_tokens=6144, epochs=None, train_steps=8000),
+    # The paper: ~25,000 source + 25,000 target tokens per batch, 100k / 300k steps.
+    "base": dict(batch_tokens=25000, epochs=None, train_steps=100_000),
+    "big": dict(batch_tokens=25000, epochs=None, train_steps=300_000),
+}
+
+
+def add_training_arguments(parser):
+    from app.strategy import STRATEGIES
+
+    group = parser.add_argument_group("training")
+    group.add_argument("--model-dir", help="where checkpoints, settings and logs go (default: runs/<size>-<data>-<src>-<tgt>)")
+    group.add_argument("--train-steps", type=int, help="total optimizer updates (default: per size)")
+    group.add_argument("--epochs", type=int, help="passes over the training data")
+    group.add_argument("--accumulate", type=int, default=1, help="micro-batches per update (gradient accumulation)")
+    group.add_argument("--warmup-steps", type=int, help="warmup steps (default: 4000, or 8%% of a shorter run)")
+    group.add_argument("--learning-rate-scale", type=float, default=1.0, help="multiplier on the paper's schedule")
+    group.add_argument("--precision", choices=PRECISIONS, default="float32")
+    group.add_argument("--jit", action="store_true", help="compile forward and backward passes with XLA")
+    group.add_argument("--log-every", type=int, default=50, help="steps between metrics records")
+    group.add_argument("--eval-every", type=int, default=1000, help="steps between evaluations (0: only at the end)")
+    group.add_argument("--eval-sentences", type=int, help="validation sentences decoded for BLEU (default: all)")
+    group.add_argument("--no-bleu", action="store_true", help="evaluate validation loss only")
+    group.add_argument("--checkpoint-every", type=int, default=1000, help="steps between checkpoints")
+    group.add_argument("--checkpoint-minutes", type=float, help="also checkpoint every this many minutes")
+    group.add_argument("--keep-checkpoints", type=int, default=5, help="newest checkpoints kept")
+    group.add_argument("--patience", type=int, help="stop after this many evaluations without a better BLEU")
+    group.add_argument("--seed", type=int, default=1)
+    group.add_argument("--strategy", choices=STRATEGIES, default="auto", help="tf.distribute strategy")
+    group.add_argument("--cpu-replicas", type=int, help="split the CPU into N mirrored devices")
+
+
+def default_model_dir(args):
+    dataset = re.sub(r"[^A-Za-z0-9_.-]+", "_", args.dataset.split(",")[0].replace("files:", "files-"))
+    return os.path.join("runs", f"{args.size}-{dataset}-{args.source_lang}-{args.target_lang}")
+
+
+def train_config_from_args(args):
+    defaults = SIZE_DEFAULTS[args.size]
+    train_steps, epochs = args.train_steps, args.epochs
+    if train_steps is None and epochs is None:
+        train_steps, epochs = defaults["train_steps"], defaults["epochs"]
+    return TrainConfig(
+        train_steps=train_steps,
+        epochs=epochs,
+        accumulate=args.accumulate,
+        warmup_steps=args.warmup_steps,
+        learning_rate_scale=args.learning_rate_scale,
+        precision=args.precision,
+        jit=args.jit,
+        log_every=args.log_every,
+        eval_every=args.eval_every,
+        eval_sentences=args.eval_sentences,
+        checkpoint_every=args.checkpoint_every,
+        checkpoint_minutes=args.checkpoint_minutes,
+        keep_checkpoints=args.keep_checkpoints,
+        patience=args.patience,
+        seed=args.seed,
+    )
+
+
+def save_settings(model_dir, model_config, data_config, train_config):
+    """Writes settings.json atomically; refuses to resume a run with another model or data."""
+    path = os.path.join(model_dir, "settings.json")
+    settings = {
+        "model": model_config.to_dict(),
+        "data": dataclasses.asdict(data_config),
+        "train": dataclasses.asdict(train_config),
+    }
+    if os.path.exists(path):
+        with open(path) as f:
+            previous = json.load(f)
+        for section in ("model", "data"):
+            changed = {
+                k: (previous[section].get(k), v)
+                for k, v in settings[section].items()
+                if previous[section].get(k) != v
+            }
+            if changed:
+                details = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in sorted(changed.items()))
+                raise ValueError(
+                    f"{model_dir} holds a run with another {section} configuration ({details}); "
+                    "use another --model-dir"
+                )
+    fd, temporary = tempfile.mkstemp(dir=model_dir, prefix=".settings-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(settings, f, indent=2)
+    os.replace(temporary, path)
+
+
+def load_settings(model_dir):
+    """`(model_config, data_config, train_settings dict)` of a model directory."""
+    from app.config import ModelConfig
+    from data.config import DataConfig
+
+    path = os.path.join(model_dir, "settings.json")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{model_dir} is not a model directory: no settings.json in it")
+    with open(path) as f:
+        settings = json.load(f)
+    return ModelConfig.from_dict(settings["model"]), DataConfig(**settings["data"]), settings["train"]
+
+
+def run(args):
+    """Runs `python train.py` for parsed flags; returns the process exit code."""
+    # Strategy first: splitting the CPU must happen before TensorFlow touches a device.
+    from app.strategy import make_strategy
+
+    try:
+        strategy = make_strategy(args.strategy, args.cpu_replicas)
+    except ValueError as error:
+        return _fail(error)
+
+    from app.cli import model_config_from_args
+    from app.model import build_transformer
+    from data.cli import data_config_from_args
+    from data.dataset import prepare_data
+    from data.errors import DataError
+    from data.summary import format_summary, summarize
+    from data.tokenizer import MODEL_FILENAME
+
+    if args.batch_tokens is None:
+        args.batch_tokens = SIZE_DEFAULTS[args.size]["batch_tokens"]
+    model_dir = args.model_dir or default_model_dir(args)
+    try:
+        data_config = data_config_from_args(args)
+        train_config = train_config_from_args(args)
+        requested = model_config_from_args(args, vocab_size=args.vocab_size)
+    except ValueError as error:
+        return _fail(error)
+
+    if args.dry_run:
+        print(f"model size: {args.size}" + (f", Table 3 variant {args.variant}" if args.variant else ""))
+        for field, value in requested.to_dict().items():
+            print(f"  {field}: {value}")
+        print(f"parameters: {build_transformer(requested).count_params()}")
+        print(f"replicas: {strategy.num_replicas_in_sync}")
+        # A dry run leaves no trace: the vocabulary goes to a scratch directory unless
+        # the model directory already has one.
+        vocab_dir = model_dir if os.path.exists(os.path.join(model_dir, MODEL_FILENAME)) else tempfile.mkdtemp()
+        try:
+            data = prepare_data(data_config, vocab_dir, num_replicas=strategy.num_replicas_in_sync)
+        except DataError as error:
+            return _fail(error)
+        for line in format_summary(summarize(data)):
+            print(line)
+        return 0
+
+    os.makedirs(model_dir, exist_ok=True)
+    try:
+        data = prepare_data(data_config, model_dir, num_replicas=strategy.num_replicas_in_sync)
+        # The model's vocabulary is the tokenizer's real one, which can be smaller than asked.
+        model_config = dataclasses.replace(requested, vocab_size=data.tokenizer.vocab_size)
+        save_settings(model_dir, model_config, data_config, train_config)
+    except (DataError, ValueError) as error:
+        return _fail(error)
+    for line in format_summary(summarize(data)):
+        print(line)
+
+    from app.evaluation import make_bleu_evaluator
+    from app.training import NonFiniteLoss, train
+
+    evaluate_fn = None
+    if not args.no_bleu:
+        validation = data.text["validation"]
+        evaluate_fn = make_bleu_evaluator(
+            data.tokenizer, list(validation.source), list(validation.target), train_config.eval_sentences
+        )
+    print(f"training {args.size} in {model_dir} on {strategy.num_replicas_in_sync} replica(s)")
+    try:
+        result = train(model_config, data, train_config, model_dir, strategy, evaluate_fn)
+    except NonFiniteLoss as error:
+        return _fail(error)
+    except KeyboardInterrupt:
+        return 130
+    print(f"done: step {result['step']}, model in {model_dir}")
+    print(f"next: python export.py --model-dir {model_dir}")
+    return 0
+
+
+def _fail(error):
+    print(f"error: {error}", file=sys.stderr)
+    return 1

@@ -1,0 +1,418 @@
+"""Training: the paper's recipe as a custom loop under a `tf.distribute` strategy.
+
+    python train.py                                  # tiny, Multi30k en->de, this CPU
+    python train.py --size base                      # every visible GPU, the paper's model
+    python train.py --cpu-replicas 8                 # 8 mirrored CPU replicas
+
+`train()` orchestrates; the pieces are pure where they can be: the distributed step
+(`make_train_step`), the checkpoint bookkeeping (`app.checkpoints`), evaluation
+(`app.evaluation`). A custom loop rather than `model.fit`, because the loss must be
+normalized by the non-padding target tokens of the whole global batch (every replica,
+every accumulated micro-batch), so that 1 replica and 8 give the same update.
+"""
+
+import dataclasses
+import json
+import math
+import os
+import signal
+import time
+from typing import Optional
+
+import keras
+import tensorflow as tf
+
+from app import checkpoints
+from app.config import ModelConfig
+from app.losses import summed_loss
+from app.model import Transformer, build_transformer
+from app.schedule import WarmupInverseSqrt
+from app.strategy import is_chief
+
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+
+
+# ---------------------------------------------------------------------------------------
+# Configuration.
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """How to train; the model and the data have their own configurations."""
+
+    # Optimizer updates to train for, in total across resumptions (None: use epochs).
+    train_steps: Optional[int] = None
+    # Passes over the training data (None: use train_steps; both: whichever ends first).
+    epochs: Optional[int] = None
+    # Micro-batches per optimizer update, to reach large token budgets on few devices.
+    accumulate: int = 1
+    # Linear warmup steps; None: the paper's 4000, shortened to 8% of a shorter run.
+    warmup_steps: Optional[int] = None
+    # Multiplier on the paper's learning-rate schedule.
+    learning_rate_scale: float = 1.0
+    # Adam, as in the paper.
+    adam_beta_1: float = 0.9
+    adam_beta_2: float = 0.98
+    adam_epsilon: float = 1e-9
+    # "float32", "mixed_float16" (with dynamic loss scaling) or "mixed_bfloat16".
+    precision: str = "float32"
+    # Compile the forward and backward pass with XLA.
+    jit: bool = False
+    # Steps between progress records in metrics.jsonl and TensorBoard.
+    log_every: int = 50
+    # Steps between evaluations (validation loss and BLEU); None or 0: only at the end.
+    eval_every: Optional[int] = 1000
+    # Sentences of the validation set decoded for BLEU (None: all).
+    eval_sentences: Optional[int] = None
+    # Checkpoint every this many steps, and/or every this many minutes.
+    checkpoint_every: Optional[int] = 1000
+    checkpoint_minutes: Optional[float] = None
+    # Checkpoints kept (the newest K); averaging needs at least as many.
+    keep_checkpoints: int = 5
+    # Stop after this many evaluations without a better BLEU (None: never).
+    patience: Optional[int] = None
+    # Seed for weights and data order.
+    seed: int = 1
+
+    def __post_init__(self):
+        if self.train_steps is None and self.epochs is None:
+            raise ValueError("give --train-steps or --epochs (or both)")
+        for name in ("train_steps", "epochs", "warmup_steps", "checkpoint_every", "patience"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"{name} must not be negative, got {value}")
+        if self.accumulate < 1:
+            raise ValueError(f"accumulate must be at least 1, got {self.accumulate}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision={self.precision!r}, expected one of {PRECISIONS}")
+        if self.keep_checkpoints < 1:
+            raise ValueError(f"keep_checkpoints must be at least 1, got {self.keep_checkpoints}")
+
+    def resolved_warmup(self, total_steps):
+        if self.warmup_steps is not None:
+            return max(1, self.warmup_steps)
+        if total_steps:
+            return max(1, min(4000, round(0.08 * total_steps)))
+        return 4000
+
+
+def make_optimizer(model_config: ModelConfig, config: TrainConfig, total_steps):
+    """Adam(0.9, 0.98, 1e-9) on the warmup / inverse-square-root schedule."""
+    schedule = WarmupInverseSqrt(
+        model_config.d_model, config.resolved_warmup(total_steps), config.learning_rate_scale
+    )
+    optimizer = keras.optimizers.Adam(
+        schedule, beta_1=config.adam_beta_1, beta_2=config.adam_beta_2, epsilon=config.adam_epsilon
+    )
+    if config.precision == "mixed_float16":
+        # float16 gradients underflow without scaling; bfloat16 has float32's range.
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    return optimizer
+
+
+# ---------------------------------------------------------------------------------------
+# The distributed step.
+
+
+def make_train_step(model, optimizer, strategy, label_smoothing, accumulate=1, jit=False):
+    """Returns `step(micro_batches) -> (loss_sum, target_tokens)`, both global.
+
+    `micro_batches` is a tuple of `accumulate` distributed `(source [B, S], target [B, T])`
+    batches. Each replica computes the gradient of its summed token losses divided by the
+    number of non-padding target tokens in the whole global batch; the optimizer sums
+    gradients over replicas, so the update is that of the global mean token loss,
+    however the batch was split.
+    """
+    variables = model.trainable_variables
+    scale_loss = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+
+    def loss_and_grads(source, target, global_tokens):
+        with tf.GradientTape() as tape:
+            logits = model([source, target[:, :-1]], training=True)  # [B, T-1, V]
+            loss_sum, _ = summed_loss(target[:, 1:], logits, label_smoothing)
+            normalized = loss_sum / global_tokens
+            if scale_loss:
+                normalized = optimizer.scale_loss(normalized)
+        grads = tape.gradient(normalized, variables)
+        return loss_sum, grads
+
+    if jit:
+        loss_and_grads = tf.function(loss_and_grads, jit_compile=True, reduce_retracing=True)
+
+    def replica_step(micro_batches):
+        context = tf.distribute.get_replica_context()
+        local_tokens = tf.add_n([_target_tokens(target) for _, target in micro_batches])
+        global_tokens = context.all_reduce(tf.distribute.ReduceOp.SUM, local_tokens)
+        # A step whose batches are all padding (possible on one worker at an epoch's end)
+        # contributes nothing rather than dividing by zero.
+        global_tokens = tf.maximum(global_tokens, 1.0)
+        total_loss, total_grads = 0.0, None
+        for source, target in micro_batches:
+            loss_sum, grads = loss_and_grads(source, target, global_tokens)
+            grads = [tf.convert_to_tensor(g) for g in grads]  # embeddings give IndexedSlices
+            total_grads = grads if total_grads is None else [a + b for a, b in zip(total_grads, grads)]
+            total_loss += loss_sum
+        optimizer.apply_gradients(zip(total_grads, variables))
+        return total_loss, local_tokens
+
+    # Batches come in a bounded set of bucket shapes; reduce_retracing lets one trace with
+    # unknown dimensions serve them all instead of tracing once per shape.
+    @tf.function(reduce_retracing=True)
+    def step(micro_batches):
+        loss_sum, tokens = strategy.run(replica_step, args=(micro_batches,))
+        return (
+            strategy.reduce(tf.distribute.ReduceOp.SUM, loss_sum, axis=None),
+            strategy.reduce(tf.distribute.ReduceOp.SUM, tokens, axis=None),
+        )
+
+    return step
+
+
+def _target_tokens(target):
+    """Non-padding label tokens of a `[B, T]` target batch (the start token is no label)."""
+    return tf.reduce_sum(tf.cast(target[:, 1:] != 0, tf.float32))
+
+
+def make_eval_step(model, strategy, label_smoothing):
+    """Returns `step(batch) -> (loss_sum, target_tokens)` on a distributed batch."""
+
+    def replica_step(batch):
+        source, target = batch
+        logits = model([source, target[:, :-1]], training=False)
+        return summed_loss(target[:, 1:], logits, label_smoothing)
+
+    @tf.function(reduce_retracing=True)
+    def step(batch):
+        loss_sum, tokens = strategy.run(replica_step, args=(batch,))
+        return (
+            strategy.reduce(tf.distribute.ReduceOp.SUM, loss_sum, axis=None),
+            strategy.reduce(tf.distribute.ReduceOp.SUM, tokens, axis=None),
+        )
+
+    return step
+
+
+# ---------------------------------------------------------------------------------------
+# The orchestrator.
+
+
+class NonFiniteLoss(RuntimeError):
+    pass
+
+
+def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate_fn=None, log=print):
+    """Trains until `config.train_steps` optimizer updates or `config.epochs` epochs.
+
+    Resumes from the newest checkpoint in `model_dir` (weights, optimizer, step and the
+    position in the data), so running the same command again continues where it stopped
+    and ends at the same total step count.
+
+    Args:
+        model_config: the model's configuration (its vocab_size matches the tokenizer).
+        data: a `data.dataset.PreparedData`.
+        config: a `TrainConfig`.
+        model_dir: where settings, checkpoints, metrics and TensorBoard logs go.
+        strategy: a `tf.distribute.Strategy`.
+        evaluate_fn: `evaluate_fn(transformer) -> dict` with at least "bleu"; None skips BLEU.
+
+    Returns:
+        A dict: final step, last loss, best BLEU and the checkpoint paths.
+    """
+    chief = is_chief(strategy)
+    keras.config.set_dtype_policy(config.precision)
+    keras.utils.set_random_seed(config.seed)
+
+    steps_per_epoch = len(data.train_plan(0, config.seed)) // config.accumulate
+    if steps_per_epoch < 1:
+        raise ValueError(
+            f"the training data makes {len(data.train_plan(0, config.seed))} batches per epoch, "
+            f"fewer than --accumulate {config.accumulate}"
+        )
+    total_steps = _total_steps(config, steps_per_epoch)
+
+    with strategy.scope():
+        model = build_transformer(model_config)
+        optimizer = make_optimizer(model_config, config, total_steps)
+        optimizer.build(model.trainable_variables)
+    progress = checkpoints.Progress()
+    tracker = checkpoints.CheckpointTracker(
+        model_dir, model, optimizer, progress, keep=config.keep_checkpoints, chief=chief
+    )
+    restored = tracker.restore_latest()
+    if restored:
+        log(f"resumed from {restored} at step {int(progress.step)} (epoch {int(progress.epoch)}, batch {int(progress.batch_in_epoch)})")
+
+    train_step = make_train_step(
+        model, optimizer, strategy, model_config.label_smoothing, config.accumulate, config.jit
+    )
+    eval_step = make_eval_step(model, strategy, model_config.label_smoothing)
+    writer = tf.summary.create_file_writer(os.path.join(model_dir, "train")) if chief else None
+    metrics_path = os.path.join(model_dir, "metrics.jsonl")
+    transformer = Transformer(model, model_config)
+
+    def record(entry):
+        if not chief:
+            return
+        with open(metrics_path, "a") as f:
+            f.write(json.dumps(entry) + "\n")
+        with writer.as_default(step=entry["step"]):
+            for key, value in entry.items():
+                if key != "step" and isinstance(value, (int, float)):
+                    tf.summary.scalar(key, value)
+
+    def evaluate(step):
+        loss_sum, tokens = 0.0, 0.0
+        for batch in strategy.experimental_distribute_dataset(data.eval_batches("validation")):
+            batch_loss, batch_tokens = eval_step(batch)
+            loss_sum += float(batch_loss)
+            tokens += float(batch_tokens)
+        entry = {"step": step, "valid_loss": loss_sum / max(tokens, 1.0)}
+        if evaluate_fn is not None:
+            entry.update(evaluate_fn(transformer))
+        record(entry)
+        return entry
+
+    progbar = keras.utils.Progbar(total_steps, stateful_metrics=["loss", "lr", "tok/s"]) if chief else None
+    step = int(progress.step)
+    last_loss = None
+    window_tokens, window_start = 0.0, time.time()
+    last_checkpoint_time = time.time()
+    evaluations_without_gain = 0
+    interrupted = _InterruptFlag()
+
+    def learning_rate():
+        inner = optimizer.inner_optimizer if hasattr(optimizer, "inner_optimizer") else optimizer
+        return float(inner.learning_rate)
+
+    try:
+        with interrupted:
+            while step < total_steps:
+                epoch = int(progress.epoch)
+                skip = int(progress.batch_in_epoch)
+                batches = strategy.experimental_distribute_dataset(
+                    data.train_batches(epoch, seed=config.seed, skip=skip)
+                )
+                iterator = iter(batches)
+                while step < total_steps:
+                    micro_batches = _take(iterator, config.accumulate)
+                    if micro_batches is None:
+                        break  # end of epoch
+                    loss_sum, tokens = train_step(micro_batches)
+                    loss_sum, tokens = float(loss_sum), float(tokens)
+                    last_loss = loss_sum / max(tokens, 1.0)
+                    if not math.isfinite(last_loss):
+                        raise NonFiniteLoss(
+                            f"the loss became {last_loss} at step {step + 1}; training stopped. "
+                            f"The newest good checkpoint is {tracker.latest() or '(none yet)'}; "
+                            "try a lower --learning-rate-scale, a longer warmup, or float32"
+                        )
+                    step += 1
+                    progress.advance(config.accumulate)
+                    window_tokens += tokens
+                    if progbar:
+                        elapsed = max(time.time() - window_start, 1e-9)
+                        progbar.update(step, [("loss", last_loss), ("lr", learning_rate()), ("tok/s", window_tokens / elapsed)])
+                    if step % config.log_every == 0 or step == total_steps:
+                        elapsed = max(time.time() - window_start, 1e-9)
+                        record({"step": step, "loss": last_loss, "learning_rate": learning_rate(),
+                                "tokens_per_second": window_tokens / elapsed, "epoch": epoch})
+                        window_tokens, window_start = 0.0, time.time()
+                    if _due(step, config.checkpoint_every) or _minutes_since(last_checkpoint_time) >= (config.checkpoint_minutes or math.inf):
+                        tracker.save(step)
+                        last_checkpoint_time = time.time()
+                    if _due(step, config.eval_every) and step < total_steps:
+                        entry = evaluate(step)
+                        log(_format_eval(entry))
+                        if tracker.offer_best(entry, step):
+                            evaluations_without_gain = 0
+                        else:
+                            evaluations_without_gain += 1
+                        if config.patience and evaluations_without_gain >= config.patience:
+                            log(f"early stopping: no better BLEU in {config.patience} evaluations")
+                            total_steps = step
+                    if interrupted.raised:
+                        raise KeyboardInterrupt
+                else:
+                    break
+                progress.next_epoch()
+    except KeyboardInterrupt:
+        path = tracker.save(step)
+        log(f"\ninterrupted at step {step}; saved {path}. Run the same command to resume.")
+        raise
+    except NonFiniteLoss:
+        raise
+
+    final_checkpoint = tracker.save(step)
+    entry = evaluate(step)
+    log(_format_eval(entry))
+    tracker.offer_best(entry, step)
+    return {
+        "step": step,
+        "loss": last_loss,
+        "checkpoint": final_checkpoint,
+        "best_checkpoint": tracker.best_path(),
+        "evaluation": entry,
+    }
+
+
+def _total_steps(config, steps_per_epoch):
+    limits = []
+    if config.train_steps is not None:
+        limits.append(config.train_steps)
+    if config.epochs is not None:
+        limits.append(config.epochs * steps_per_epoch)
+    return min(limits)
+
+
+def _take(iterator, count):
+    """The next `count` distributed batches as a tuple, or None at the end of the data."""
+    batches = []
+    for _ in range(count):
+        try:
+            batches.append(next(iterator))
+        except StopIteration:
+            return None
+    return tuple(batches)
+
+
+def _due(step, every):
+    return bool(every) and step % every == 0
+
+
+def _minutes_since(moment):
+    return (time.time() - moment) / 60.0
+
+
+def _format_eval(entry):
+    parts = [f"step {entry['step']}: validation loss {entry['valid_loss']:.4f}"]
+    if "bleu" in entry:
+        parts.append(f"BLEU {entry['bleu']:.2f} ({entry.get('bleu_signature', '')})")
+    return ", ".join(parts)
+
+
+class _InterruptFlag:
+    """Turns Ctrl-C into a flag checked between steps, so a step is never cut in half.
+
+    A second Ctrl-C interrupts at once.
+    """
+
+    def __init__(self):
+        self.raised = False
+        self._previous = None
+
+    def _handler(self, signum, frame):
+        if self.raised:
+            raise KeyboardInterrupt
+        self.raised = True
+
+    def __enter__(self):
+        try:
+            self._previous = signal.signal(signal.SIGINT, self._handler)
+        except ValueError:  # not the main thread: leave Ctrl-C as it is
+            self._previous = None
+        return self
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+        return False
