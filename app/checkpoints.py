@@ -114,7 +114,8 @@ def best_checkpoint(model_dir):
 
 def restore_weights(model, path):
     """Loads the weights of checkpoint `path` into `model` (optimizer state is ignored)."""
-    status = tf.train.Checkpoint(weights=named_weights(model)).restore(path)
+    # read(), not restore(): it ignores the save counter, which weights-only use needs not.
+    status = tf.train.Checkpoint(weights=named_weights(model)).read(path)
     status.expect_partial().assert_existing_objects_matched()
 
 

@@ -1,0 +1,232 @@
+"""Training: schedule, loss, accumulation, resuming, NaN stops, Ctrl-C, averaging."""
+
+import gzip
+import json
+import math
+import os
+import signal
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from app import checkpoints
+from app.config import ModelConfig
+from app.losses import smoothed_cross_entropy, summed_loss
+from app.model import build_transformer
+from app.schedule import WarmupInverseSqrt
+from app.training import NonFiniteLoss, TrainConfig, make_train_step, train
+from data.config import DataConfig
+from data.dataset import prepare_data
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ---------------------------------------------------------------------------------------
+# Pure pieces.
+
+
+@pytest.mark.parametrize("step", [1, 100, 3999, 4000, 4001, 100_000])
+def test_schedule_equals_the_papers_formula(step):
+    schedule = WarmupInverseSqrt(d_model=512, warmup_steps=4000)
+    expected = 512**-0.5 * min(step**-0.5, step * 4000**-1.5)
+    # Keras passes the 0-based iteration count; the paper's step counts from 1.
+    assert float(schedule(step - 1)) == pytest.approx(expected, rel=1e-6)
+
+
+def test_label_smoothed_loss_equals_a_hand_computation_and_ignores_padding():
+    logits = np.array([[[2.0, 0.0, 1.0, 0.0], [0.0, 3.0, 0.0, 1.0], [5.0, 5.0, 5.0, 5.0]]], "float32")
+    labels = np.array([[2, 1, 0]], "int32")  # the last position is padding
+    epsilon = 0.1
+    loss, weights = smoothed_cross_entropy(labels, logits, epsilon)
+
+    def by_hand(row, label):
+        log_probs = row - math.log(sum(math.exp(x) for x in row))
+        target = [epsilon / 3] * 4
+        target[label] = 1 - epsilon
+        return -sum(t * lp for t, lp in zip(target, log_probs))
+
+    expected = [by_hand(logits[0, 0], 2), by_hand(logits[0, 1], 1), 0.0]
+    np.testing.assert_allclose(np.asarray(loss)[0], expected, rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(weights), [[1.0, 1.0, 0.0]])
+    total, tokens = summed_loss(labels, logits, epsilon)
+    assert float(total) == pytest.approx(sum(expected), rel=1e-6)
+    assert float(tokens) == 2.0
+
+
+def test_accumulated_micro_batches_give_the_gradient_of_their_combined_token_mean():
+    config = ModelConfig.from_size("tiny", vocab_size=30, num_layers=1, d_model=16, d_ff=32, num_heads=2, dropout=0.0)
+    model = build_transformer(config)
+    rng = np.random.default_rng(0)
+    first = (rng.integers(3, 30, (2, 5)).astype("int32"), rng.integers(3, 30, (2, 6)).astype("int32"))
+    second = (rng.integers(3, 30, (4, 3)).astype("int32"), rng.integers(3, 30, (4, 4)).astype("int32"))
+    second[1][:, -1] = 0  # some padding in the targets
+
+    with tf.GradientTape() as tape:
+        losses = [summed_loss(t[:, 1:], model([s, t[:, :-1]], training=True), 0.1) for s, t in (first, second)]
+        reference = (losses[0][0] + losses[1][0]) / (losses[0][1] + losses[1][1])
+    grads = tape.gradient(reference, model.trainable_variables)
+    expected = [np.asarray(v) - np.asarray(tf.convert_to_tensor(g)) for v, g in zip(model.trainable_variables, grads)]
+
+    optimizer = keras.optimizers.SGD(learning_rate=1.0)
+    step = make_train_step(model, optimizer, tf.distribute.get_strategy(), 0.1, accumulate=2)
+    loss_sum, tokens = step((first, second))
+    assert float(tokens) == float(losses[0][1] + losses[1][1])
+    assert float(loss_sum) == pytest.approx(float(losses[0][0] + losses[1][0]), rel=1e-5)
+    for variable, want in zip(model.trainable_variables, expected):
+        np.testing.assert_allclose(np.asarray(variable), want, atol=1e-6)
+
+
+def test_averaging_checkpoints_gives_the_mean_of_their_weights(tmp_path):
+    model = build_transformer(ModelConfig.from_size("tiny", vocab_size=20, num_layers=1, d_model=8, d_ff=16, num_heads=2))
+    weights = checkpoints.named_weights(model)
+    saver = tf.train.Checkpoint(weights=weights)
+    paths = []
+    for value in (1.0, 2.0, 6.0):
+        for variable in weights.values():
+            variable.assign(np.full(variable.shape, value, "float32"))
+        paths.append(saver.write(str(tmp_path / f"ckpt-{int(value)}")))
+    for variable in weights.values():
+        variable.assign(np.zeros(variable.shape, "float32"))
+    checkpoints.average_checkpoints(model, paths)
+    for variable in model.weights:
+        np.testing.assert_allclose(np.asarray(variable), 3.0)
+
+
+def test_train_config_rejects_bad_values():
+    with pytest.raises(ValueError, match="give --train-steps or --epochs"):
+        TrainConfig()
+    with pytest.raises(ValueError, match="accumulate must be at least 1, got 0"):
+        TrainConfig(train_steps=1, accumulate=0)
+    with pytest.raises(ValueError, match="precision='float8'"):
+        TrainConfig(train_steps=1, precision="float8")
+
+
+def test_warmup_is_the_papers_unless_the_run_is_short():
+    assert TrainConfig(train_steps=100_000).resolved_warmup(100_000) == 4000
+    assert TrainConfig(train_steps=1000).resolved_warmup(1000) == 80
+    assert TrainConfig(train_steps=1000, warmup_steps=10).resolved_warmup(1000) == 10
+
+
+# ---------------------------------------------------------------------------------------
+# Whole runs on a small slice of Multi30k.
+
+
+@pytest.fixture(scope="module")
+def small_corpus(tmp_path_factory):
+    """300 training and 40 validation pairs of Multi30k en-de, as plain files."""
+    directory = tmp_path_factory.mktemp("corpus")
+    paths = []
+    for split, count in (("train", 300), ("val", 40)):
+        for lang in ("en", "de"):
+            with gzip.open(ROOT / "data" / "multi30k" / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
+                lines = [next(f) for _ in range(count)]
+            path = directory / f"{split}.{lang}"
+            path.write_text("".join(lines), encoding="utf-8")
+            paths.append(str(path))
+    return paths
+
+
+@pytest.fixture(scope="module")
+def small_data(small_corpus, tmp_path_factory):
+    config = DataConfig(dataset="files:" + ",".join(small_corpus), vocab_size=400, batch_tokens=512, max_length=64)
+    return prepare_data(config, str(tmp_path_factory.mktemp("vocab")))
+
+
+def small_model_config(data):
+    return ModelConfig.from_size(
+        "tiny", vocab_size=data.tokenizer.vocab_size, num_layers=1, d_model=32, d_ff=64, num_heads=2,
+        max_length=64, dropout=0.0,
+    )
+
+
+def run_training(data, model_dir, evaluate_fn=None, **overrides):
+    fields = dict(train_steps=6, warmup_steps=2, eval_every=0, checkpoint_every=3, log_every=1, seed=3)
+    fields.update(overrides)
+    return train(
+        small_model_config(data), data, TrainConfig(**fields), str(model_dir),
+        tf.distribute.get_strategy(), evaluate_fn, log=lambda *_: None,
+    )
+
+
+def checkpoint_weights(path):
+    reader = tf.train.load_checkpoint(path)
+    names = [n for n in reader.get_variable_to_shape_map() if n.startswith("weights/")]
+    return {n: reader.get_tensor(n) for n in names}
+
+
+def test_a_few_steps_lower_the_loss(small_data, tmp_path):
+    result = run_training(small_data, tmp_path, train_steps=30, learning_rate_scale=2.0)
+    records = [r for r in map(json.loads, open(tmp_path / "metrics.jsonl")) if "loss" in r]
+    first, last = np.mean([r["loss"] for r in records[:3]]), np.mean([r["loss"] for r in records[-3:]])
+    assert last < first - 0.5, (first, last)
+    assert result["step"] == 30
+    assert all(r["tokens_per_second"] > 0 for r in records)
+
+
+def test_resuming_after_a_crash_matches_an_uninterrupted_run(small_data, tmp_path):
+    uninterrupted = run_training(small_data, tmp_path / "straight", eval_every=4)
+
+    def crash(transformer):
+        raise RuntimeError("simulated crash")
+
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run_training(small_data, tmp_path / "resumed", evaluate_fn=crash, eval_every=4)
+    # The crash came at step 4; the newest checkpoint is step 3's.
+    assert checkpoints.checkpoint_paths(tmp_path / "resumed")[-1].endswith("ckpt-3")
+    resumed = run_training(small_data, tmp_path / "resumed", eval_every=4)
+
+    assert resumed["step"] == uninterrupted["step"] == 6
+    expected, actual = checkpoint_weights(uninterrupted["checkpoint"]), checkpoint_weights(resumed["checkpoint"])
+    assert expected.keys() == actual.keys() and expected
+    for name in expected:
+        np.testing.assert_allclose(actual[name], expected[name], atol=1e-6, err_msg=name)
+
+
+def test_a_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint(small_data, tmp_path):
+    def poison(transformer):
+        kernel = transformer.encoder_layers[0].feed_forward.inner_dense.kernel
+        kernel.assign(np.full(kernel.shape, np.nan, "float32"))
+        return {}
+
+    with pytest.raises(NonFiniteLoss, match=r"the loss became nan at step 3.*ckpt-2"):
+        run_training(small_data, tmp_path, evaluate_fn=poison, eval_every=2, checkpoint_every=2)
+    newest = checkpoints.checkpoint_paths(tmp_path)[-1]
+    assert newest.endswith("ckpt-2")
+    assert all(np.isfinite(w).all() for w in checkpoint_weights(newest).values())
+
+
+def test_ctrl_c_saves_a_checkpoint_before_exiting(small_data, tmp_path):
+    def press_ctrl_c(transformer):
+        os.kill(os.getpid(), signal.SIGINT)
+        return {}
+
+    with pytest.raises(KeyboardInterrupt):
+        run_training(small_data, tmp_path, evaluate_fn=press_ctrl_c, eval_every=2, checkpoint_every=100)
+    assert checkpoints.checkpoint_paths(tmp_path)[-1].endswith("ckpt-2")
+
+
+def test_the_best_checkpoint_follows_the_score(small_data, tmp_path):
+    # Evaluations at steps 2, 4 and 6, and the final one at step 7.
+    scores = iter([5.0, 9.0, 7.0, 8.0])
+    result = run_training(
+        small_data, tmp_path, evaluate_fn=lambda t: {"bleu": next(scores)}, eval_every=2, train_steps=7
+    )
+    best = json.load(open(tmp_path / "best" / "best.json"))
+    assert (best["step"], best["score"]) == (4, 9.0)
+    assert result["best_checkpoint"].endswith("ckpt-4")
+    np.testing.assert_array_equal(
+        sorted(checkpoint_weights(result["best_checkpoint"])), sorted(checkpoint_weights(result["checkpoint"]))
+    )
+
+
+def test_resuming_with_another_model_configuration_is_refused(tmp_path):
+    from app.train_command import save_settings
+
+    data_config = DataConfig(batch_tokens=512)
+    train_config = TrainConfig(train_steps=1)
+    save_settings(str(tmp_path), ModelConfig.from_size("tiny"), data_config, train_config)
+    with pytest.raises(ValueError, match=r"another model configuration \(d_model: 128 -> 256, key_dim: 32 -> 64, value_dim: 32 -> 64\); use another --model-dir"):
+        save_settings(str(tmp_path), ModelConfig.from_size("tiny", d_model=256), data_config, train_config)
