@@ -315,11 +315,14 @@ def test_runs_inside_tf_function_with_dynamic_batch_and_request_time_alpha():
 
 
 def test_max_length_one_leaves_empty_slots_as_padding():
-    # Only one hypothesis, [end], exists: the other slot is all padding, scored NEG.
+    # Only one hypothesis, [end], exists for the first sentence: its other slot is all
+    # padding, scored NEG, also while the loop runs on for the second sentence (whose
+    # masked continuations must never count as finished hypotheses).
     fn = random_fn(9)
-    ids, scores = beam_search(fn, start_ids(1), random_cache(1, 9), 9, max_lengths=[1], beam_size=2)
-    np.testing.assert_array_equal(ids, [[[END], [PAD]]])
+    ids, scores = beam_search(fn, start_ids(2), random_cache(2, 9), 9, max_lengths=[1, 4], beam_size=2)
+    np.testing.assert_array_equal(ids[0], [[END, 0, 0, 0], [PAD, 0, 0, 0]])
     assert scores[0, 0] > NEG / 2 and scores[0, 1] == NEG
+    assert_well_formed(ids[1:].numpy(), scores[1:].numpy())
 
 
 def test_length_penalty_is_gnmt():

@@ -1,0 +1,139 @@
+"""Beam search on a tiny random Transformer: greedy agreement, cached scores equal a full
+forward pass, batching changes nothing, tf.function and SavedModel."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from app.beam_search import length_penalty
+from app.config import ModelConfig
+from app.decoding import DecodingConfig, make_symbols_to_logits, translate_ids
+from app.greedy import greedy_decode
+from app.model import Transformer, build_transformer
+
+END = 2
+# Three sentences of different lengths (0 = padding).
+SOURCE_IDS = np.array(
+    [[5, 6, 7, 8, 9, 10, 2], [11, 12, 2, 0, 0, 0, 0], [13, 14, 15, 16, 2, 0, 0]], np.int32
+)
+EXTRA = 8  # max_extra_length: short outputs keep the tests fast
+
+
+@pytest.fixture(scope="module")
+def transformer():
+    keras.utils.set_random_seed(1234)
+    config = ModelConfig.from_size(
+        "tiny", vocab_size=40, num_layers=2, d_model=16, d_ff=32, num_heads=2, max_length=64
+    )
+    model = build_transformer(config)
+    return Transformer(model, config), model
+
+
+def output_length(row):
+    """Tokens up to and including the end token."""
+    return list(row).index(END) + 1
+
+
+def test_beam_size_one_equals_greedy_decode(transformer):
+    transformer, _ = transformer
+    # alpha = 0: with a length penalty, a beam of 1 may keep looking for a longer
+    # hypothesis that scores better than the greedy one.
+    ids, _ = translate_ids(transformer, SOURCE_IDS, beam_size=1, alpha=0.0, max_extra_length=EXTRA)
+    greedy = greedy_decode(transformer, SOURCE_IDS, max_extra_length=EXTRA)
+    assert ids.shape == (3, 1, 7 + EXTRA)
+    np.testing.assert_array_equal(ids[:, 0], greedy)
+
+
+def test_scores_equal_a_full_forward_pass(transformer):
+    transformer, model = transformer
+    ids, scores = translate_ids(transformer, SOURCE_IDS, beam_size=3, alpha=0.6, max_extra_length=EXTRA)
+    assert ids.shape == (3, 3, 7 + EXTRA) and scores.shape == (3, 3)
+    for sentence in range(3):
+        for beam in range(3):
+            tokens = ids[sentence, beam].numpy()
+            length = output_length(tokens)
+            hypothesis = tokens[:length]
+            decoder_input = np.concatenate([[1], hypothesis[:-1]])[None, :]  # [1, T]
+            logits = model([SOURCE_IDS[sentence : sentence + 1], decoder_input])  # [1, T, V]
+            log_probs = tf.nn.log_softmax(logits[0]).numpy()  # [T, V]
+            total = log_probs[np.arange(length), hypothesis].sum()
+            expected = total / length_penalty(length, 0.6).numpy()
+            np.testing.assert_allclose(scores[sentence, beam], expected, rtol=1e-4, atol=1e-4)
+        assert np.all(np.diff(scores[sentence]) <= 0)
+
+
+def test_batching_does_not_change_results(transformer):
+    transformer, _ = transformer
+    ids, scores = translate_ids(transformer, SOURCE_IDS, beam_size=2, max_extra_length=EXTRA)
+    for sentence, source in enumerate(SOURCE_IDS):
+        source = source[source != 0][None, :]  # [1, S], no padding
+        alone_ids, alone_scores = translate_ids(transformer, source, beam_size=2, max_extra_length=EXTRA)
+        width = source.shape[1] + EXTRA
+        np.testing.assert_array_equal(alone_ids[0], ids[sentence, :, :width])
+        assert np.all(ids[sentence, :, width:] == 0)
+        np.testing.assert_allclose(alone_scores[0], scores[sentence], rtol=1e-5, atol=1e-5)
+
+
+def test_runs_under_tf_function_and_from_a_saved_model(transformer, tmp_path):
+    transformer, model = transformer
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    def translate(source_ids):
+        return translate_ids(transformer, source_ids, beam_size=2, max_extra_length=EXTRA)
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None, None], tf.int32),
+            tf.TensorSpec([], tf.float32),
+            tf.TensorSpec([], tf.int32),
+        ]
+    )
+    def translate_with_options(source_ids, alpha, max_extra_length):
+        return translate_ids(transformer, source_ids, 2, alpha, max_extra_length)
+
+    # The serving path: the traced function saved to a SavedModel and loaded back.
+    module = tf.Module()
+    module.model, module.translate = model, translate
+    tf.saved_model.save(module, str(tmp_path))
+    loaded = tf.saved_model.load(str(tmp_path))
+
+    eager_ids, eager_scores = translate_ids(transformer, SOURCE_IDS, beam_size=2, max_extra_length=EXTRA)
+    for ids, scores in (
+        translate(SOURCE_IDS),
+        translate_with_options(SOURCE_IDS, tf.constant(0.6), tf.constant(EXTRA)),
+        loaded.translate(tf.constant(SOURCE_IDS)),
+    ):
+        np.testing.assert_array_equal(ids, eager_ids)
+        np.testing.assert_allclose(scores, eager_scores, rtol=1e-5, atol=1e-5)
+    # Another batch size and length with the same traced function.
+    ids, _ = translate(SOURCE_IDS[1:, :5])
+    assert ids.shape == (2, 2, 5 + EXTRA)
+    ids, _ = translate_with_options(SOURCE_IDS[1:, :5], tf.constant(0.0), tf.constant(3))
+    assert ids.shape == (2, 2, 5 + 3)
+
+
+def test_max_length_never_exceeds_the_models_positions():
+    config = ModelConfig.from_size(
+        "tiny", vocab_size=40, num_layers=1, d_model=8, d_ff=8, num_heads=2, max_length=10
+    )
+    transformer = Transformer(build_transformer(config), config)
+    ids, _ = translate_ids(transformer, SOURCE_IDS[:1], beam_size=1, max_extra_length=100)
+    assert ids.shape == (1, 1, 10)
+
+
+def test_symbols_to_logits_feeds_only_the_newest_token(transformer):
+    transformer, _ = transformer
+    memory, memory_mask = transformer.encode(SOURCE_IDS[:1], training=False)
+    cache = transformer.init_cache(memory, memory_mask, 4)
+    ids = tf.constant([[1, 7, 0, 0, 0]])
+    fn = make_symbols_to_logits(transformer)
+    logits, _ = fn(ids, tf.constant(0), cache)
+    expected, _ = transformer.decode_step(tf.constant([1]), tf.constant(0), cache)
+    np.testing.assert_array_equal(logits, expected)
+
+
+def test_decoding_config_checks_its_fields():
+    assert DecodingConfig() == DecodingConfig(beam_size=4, alpha=0.6, max_extra_length=50)
+    with pytest.raises(ValueError, match="beam_size"):
+        DecodingConfig(beam_size=0)
