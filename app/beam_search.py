@@ -26,8 +26,9 @@ The search (Flax `examples/wmt` decode.py, with fairseq's rule for what may fini
 - A sentence is done once no live beam can beat its worst finished hypothesis: the best
   a live beam can still reach is its log-prob (log-probs only fall) divided by the
   largest penalty it may still get, at its shortest or longest possible length (the
-  penalty is monotonic in the length for any alpha). Once done, nothing can enter its
-  pool, so the loop may run on for the rest of the batch without changing its result.
+  penalty is monotonic in the length for any alpha), or once it has no real live beam
+  left (all were forced to end). Once done, nothing can enter its pool, so the loop
+  may run on for the rest of the batch without changing its result.
   The loop ends when every sentence is done, or after L steps.
 - A hypothesis that reaches its sentence's `max_lengths` must end: every other token is
   masked. Padding and the start token are never outputs.
@@ -168,8 +169,8 @@ def beam_search(
     """
     if not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size must be a positive Python int, got {beam_size!r}")
-    if not isinstance(vocab_size, int) or vocab_size < 1:
-        raise ValueError(f"vocab_size must be a positive Python int, got {vocab_size!r}")
+    if not isinstance(vocab_size, int) or vocab_size < 2:
+        raise ValueError(f"vocab_size must be a Python int >= 2, got {vocab_size!r}")
     k = beam_size
     initial_ids = tf.convert_to_tensor(initial_ids, tf.int32)  # [B]
     batch_size = shape_list(initial_ids)[0]
@@ -225,14 +226,11 @@ def beam_search(
         new_scores = topk_log_probs[:, :k] / length_penalty(step + 1, alpha)  # [B, K]
         new_scores = tf.where(new_flags, new_scores, NEG)  # [B, K]
         # The old pool comes first, so on a tie it stays (top_k is stable).
+        pool_scores = tf.concat([state.finished_scores, new_scores], axis=1)  # [B, 2K]
+        pool_ids = tf.concat([state.finished_ids, topk_ids[:, :k]], axis=1)  # [B, 2K, L + 1]
+        pool_flags = tf.concat([state.finished_flags, new_flags], axis=1)  # [B, 2K]
         finished_scores, finished_ids, finished_flags = gather_topk_beams(
-            (
-                tf.concat([state.finished_scores, new_scores], axis=1),  # [B, 2K]
-                tf.concat([state.finished_ids, topk_ids[:, :k]], axis=1),  # [B, 2K, L + 1]
-                tf.concat([state.finished_flags, new_flags], axis=1),  # [B, 2K]
-            ),
-            tf.concat([state.finished_scores, new_scores], axis=1),
-            k,
+            (pool_scores, pool_ids, pool_flags), pool_scores, k
         )  # [B, K], [B, K, L + 1], [B, K]
 
         return (
