@@ -75,6 +75,7 @@ def test_batching_does_not_change_results(transformer):
         np.testing.assert_allclose(alone_scores[0], scores[sentence], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow  # traces the decoder twice and saves it: about half of this file's time
 def test_runs_under_tf_function_and_from_a_saved_model(transformer, tmp_path):
     transformer, model = transformer
 
