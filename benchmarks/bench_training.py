@@ -1,0 +1,103 @@
+"""Training speed and loss curves under each precision and with XLA, side by side.
+
+    python benchmarks/bench_training.py                       # tiny, 60 timed steps each
+    python benchmarks/bench_training.py --size small --steps 40
+
+Every setting trains the same model from the same initial weights on the same Multi30k
+batches, each in a fresh process (the precision policy is process-wide). Printed: non-
+padding target tokens per second after the first (tracing/compiling) steps, the ratio to
+float32, and the loss curve's largest gap to float32's.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SETTINGS = {
+    "float32": dict(precision="float32", jit=False),
+    "mixed_bfloat16": dict(precision="mixed_bfloat16", jit=False),
+    "mixed_float16": dict(precision="mixed_float16", jit=False),
+    "float32+xla": dict(precision="float32", jit=True),
+    "mixed_bfloat16+xla": dict(precision="mixed_bfloat16", jit=True),
+}
+
+def run_one(args):
+    """Trains one setting and prints a JSON line (runs in its own process)."""
+    sys.path.insert(0, ROOT)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from app.config import ModelConfig
+    from app.model import build_transformer
+    from app.training import TrainConfig, make_optimizer, make_train_step
+    from data.config import DataConfig
+    from data.dataset import prepare_data
+
+    setting = SETTINGS[args.setting]
+    data = prepare_data(DataConfig(batch_tokens=args.batch_tokens), args.vocab_dir)
+    config = ModelConfig.from_size(args.size, vocab_size=data.tokenizer.vocab_size, dropout=0.0)
+    keras.config.set_dtype_policy(setting["precision"])
+    keras.utils.set_random_seed(0)
+    model = build_transformer(config)
+    # A realistic early-training learning rate, the same for every setting.
+    train_config = TrainConfig(
+        train_steps=args.warmup + args.steps, warmup_steps=400, precision=setting["precision"], jit=setting["jit"]
+    )
+    optimizer = make_optimizer(config, train_config, args.warmup + args.steps)
+    optimizer.build(model.trainable_variables)
+    step = make_train_step(model, optimizer, tf.distribute.get_strategy(), config.label_smoothing, jit=setting["jit"])
+
+    batches = list(data.train_batches(epoch=0, seed=0).take(args.warmup + args.steps))
+    losses, tokens, started = [], 0.0, None
+    for index, batch in enumerate(batches):
+        if index == args.warmup:
+            started = time.perf_counter()
+        loss_sum, batch_tokens = step((batch,))
+        losses.append(float(loss_sum) / float(batch_tokens))
+        if index >= args.warmup:
+            tokens += float(batch_tokens)
+    elapsed = time.perf_counter() - started
+    print(json.dumps({"setting": args.setting, "tokens_per_second": tokens / elapsed, "losses": losses}))
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", default="tiny")
+    parser.add_argument("--steps", type=int, default=60, help="timed steps per setting")
+    parser.add_argument("--warmup", type=int, default=60, help="untimed steps first (tracing, XLA compiles)")
+    parser.add_argument("--batch-tokens", type=int, default=4096)
+    parser.add_argument("--settings", default=",".join(SETTINGS))
+    parser.add_argument("--setting", help=argparse.SUPPRESS)
+    parser.add_argument("--vocab-dir", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.setting:
+        return run_one(args)
+
+    vocab_dir = tempfile.mkdtemp()
+    results = {}
+    for name in args.settings.split(","):
+        command = [sys.executable, __file__, "--setting", name, "--vocab-dir", vocab_dir, "--size", args.size,
+                   "--steps", str(args.steps), "--warmup", str(args.warmup), "--batch-tokens", str(args.batch_tokens)]
+        output = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+        if output.returncode != 0:
+            print(f"{name}: failed\n{output.stderr[-2000:]}")
+            continue
+        results[name] = json.loads(output.stdout.strip().splitlines()[-1])
+
+    reference = results.get("float32")
+    print(f"{args.size}, {args.batch_tokens} tokens per batch, {args.steps} timed steps after {args.warmup}")
+    print(f"{'setting':<22}{'target tok/s':>14}{'vs float32':>12}{'max |loss - float32 loss|':>28}{'final loss':>12}")
+    for name, result in results.items():
+        ratio = result["tokens_per_second"] / reference["tokens_per_second"] if reference else float("nan")
+        gap = max(abs(a - b) for a, b in zip(result["losses"], reference["losses"])) if reference else float("nan")
+        print(f"{name:<22}{result['tokens_per_second']:>14,.0f}{ratio:>12.2f}{gap:>28.4f}{result['losses'][-1]:>12.4f}")
+
+if __name__ == "__main__":
+    main()
