@@ -18,7 +18,9 @@ so export and averaging restore the weights alone, without building an optimizer
 
 import json
 import os
+import shutil
 import tempfile
+import weakref
 
 import numpy as np
 import tensorflow as tf
@@ -56,33 +58,43 @@ class CheckpointTracker:
         self.chief = chief
         weights = named_weights(model)
         checkpoint = tf.train.Checkpoint(weights=weights, optimizer=optimizer, progress=progress)
-        # Under MultiWorkerMirroredStrategy every worker takes part in a save; only the
-        # chief's lands in the model directory.
-        directory = os.path.join(model_dir, "checkpoints") if chief else tempfile.mkdtemp()
+        # Under MultiWorkerMirroredStrategy every worker takes part in a save (TensorFlow's
+        # rule: a save may need collective reads); only the chief's lands in the model
+        # directory, the others write to scratch directories, removed by close() or, at
+        # the latest, when the tracker is garbage collected or the process exits.
+        self._scratch = [] if chief else [tempfile.mkdtemp(prefix="ckpt-worker-") for _ in range(2)]
+        self._cleanup = weakref.finalize(self, _remove_directories, self._scratch)
+        directory = os.path.join(model_dir, "checkpoints") if chief else self._scratch[0]
         self.manager = tf.train.CheckpointManager(checkpoint, directory, max_to_keep=keep)
-        best_directory = os.path.join(model_dir, "best") if chief else tempfile.mkdtemp()
+        best_directory = os.path.join(model_dir, "best") if chief else self._scratch[1]
         self.best_manager = tf.train.CheckpointManager(
             tf.train.Checkpoint(weights=weights), best_directory, max_to_keep=1
         )
         self._best_record = os.path.join(best_directory, "best.json")
-        self.best_score = _read_json(self._best_record, {}).get("score")
+        # Every worker reads the chief's records, so that all resume from the same
+        # checkpoint and best score and take the same save decisions (a worker with an
+        # empty scratch directory would otherwise start again from step 0).
+        self._chief_checkpoints = os.path.join(model_dir, "checkpoints")
+        self.best_score = _read_json(os.path.join(model_dir, "best", "best.json"), {}).get("score")
+        self._latest = None  # The newest checkpoint of this run, restored or saved.
 
     def latest(self):
-        return self.manager.latest_checkpoint
+        return self._latest
 
     def restore_latest(self):
         """Restores the newest checkpoint, if any; returns its path or None."""
-        path = self.manager.latest_checkpoint
+        path = tf.train.latest_checkpoint(self._chief_checkpoints)
         if path:
             self.manager.checkpoint.restore(path).assert_existing_objects_matched()
+            self._latest = path
         return path
 
     def save(self, step):
         """Saves a checkpoint numbered by the step, unless one for this step exists."""
-        latest = self.manager.latest_checkpoint
-        if latest and latest.endswith(f"-{step}"):
-            return latest
-        return self.manager.save(checkpoint_number=step)
+        if self._latest and self._latest.endswith(f"-{step}"):
+            return self._latest
+        self._latest = self.manager.save(checkpoint_number=step)
+        return self._latest
 
     def offer_best(self, evaluation, step):
         """Keeps these weights if their score beats the best so far; returns whether it did.
@@ -100,6 +112,10 @@ class CheckpointTracker:
 
     def best_path(self):
         return self.best_manager.latest_checkpoint
+
+    def close(self):
+        """Removes a non-chief worker's scratch checkpoints (the chief has none)."""
+        self._cleanup()
 
 
 def checkpoint_paths(model_dir):
@@ -135,6 +151,11 @@ def average_checkpoints(model, paths):
     for name, variable in weights.items():
         variable.assign((totals[name] / len(paths)).astype(variable.dtype))
     return model
+
+
+def _remove_directories(directories):
+    for directory in directories:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _read_json(path, default):
