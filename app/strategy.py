@@ -67,3 +67,31 @@ def is_chief(strategy):
     return resolver.task_type in (None, "chief") or (
         resolver.task_type == "worker" and resolver.task_id == 0 and "chief" not in resolver.cluster_spec().as_dict()
     )
+
+
+def check_same_on_all_workers(strategy, values):
+    """Raises ValueError unless every worker passed the same `{name: int}`.
+
+    Under MultiWorkerMirroredStrategy each worker is its own process. One that resumed
+    from another checkpoint (a model directory not shared by all workers) or tokenizes
+    with another vocabulary would make the collective steps mix different models, or wait
+    forever for a worker that has already stopped. Single-process strategies pass.
+    """
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return
+    names = sorted(values)
+    local = tf.constant([[values[name] for name in names]], tf.int64)  # [1, N]
+
+    @tf.function(autograph=False)  # A tf.function: TensorFlow warns about eager collectives.
+    def gather():
+        per_replica = strategy.run(tf.identity, args=(local,))
+        return strategy.gather(per_replica, axis=0)  # [num_replicas_in_sync, N]
+
+    gathered = gather().numpy()
+    for column, name in enumerate(names):
+        seen = sorted(set(gathered[:, column].tolist()))
+        if len(seen) > 1:
+            raise ValueError(
+                f"the workers disagree on the {name}: {seen}. Every worker must read the same "
+                "model directory (a shared file system) and the same data"
+            )

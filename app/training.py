@@ -17,6 +17,7 @@ import math
 import os
 import signal
 import time
+import zlib
 from typing import Optional
 
 import keras
@@ -27,7 +28,7 @@ from app.config import ModelConfig
 from app.losses import summed_loss
 from app.model import Transformer, build_transformer
 from app.schedule import WarmupInverseSqrt
-from app.strategy import is_chief
+from app.strategy import check_same_on_all_workers, is_chief
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 
@@ -241,6 +242,10 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
     restored = tracker.restore_latest()
     if restored:
         log(f"resumed from {restored} at step {int(progress.step)} (epoch {int(progress.epoch)}, batch {int(progress.batch_in_epoch)})")
+    # Multi-worker: every worker must start at the same step with the same vocabulary.
+    check_same_on_all_workers(
+        strategy, {"restored step": int(progress.step), "vocabulary checksum": zlib.crc32(data.tokenizer.model_proto)}
+    )
 
     train_step = make_train_step(
         model, optimizer, strategy, model_config.label_smoothing, config.accumulate, config.jit
@@ -262,7 +267,7 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
 
     def evaluate(step):
         loss_sum, tokens = 0.0, 0.0
-        for batch in strategy.experimental_distribute_dataset(data.eval_batches("validation")):
+        for batch in _distribute(strategy, data.eval_batches("validation")):
             batch_loss, batch_tokens = eval_step(batch)
             loss_sum += float(batch_loss)
             tokens += float(batch_tokens)
@@ -289,9 +294,7 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
             while step < total_steps:
                 epoch = int(progress.epoch)
                 skip = int(progress.batch_in_epoch)
-                batches = strategy.experimental_distribute_dataset(
-                    data.train_batches(epoch, seed=config.seed, skip=skip)
-                )
+                batches = _distribute(strategy, data.train_batches(epoch, seed=config.seed, skip=skip))
                 iterator = iter(batches)
                 while step < total_steps:
                     micro_batches = _take(iterator, config.accumulate)
@@ -362,6 +365,22 @@ def _total_steps(config, steps_per_epoch):
     if config.epochs is not None:
         limits.append(config.epochs * steps_per_epoch)
     return min(limits)
+
+
+def _distribute(strategy, dataset):
+    """Splits each global batch of `dataset` into one slice per replica of every worker.
+
+    The batches are not made by a `batch` op, so `tf.distribute` cuts each into
+    `num_replicas_in_sync` row slices and, under MultiWorkerMirroredStrategy, hands every
+    worker its own slices of every batch (DATA sharding of the slices): all workers run
+    the same number of steps on the same global batches as one process with that many
+    replicas. DATA is set explicitly because AUTO would shard by files (each worker a
+    different number of batches, and a hang at the epoch's end) should the input ever
+    be read from files.
+    """
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return strategy.experimental_distribute_dataset(dataset.with_options(options))
 
 
 def _take(iterator, count):
