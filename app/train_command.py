@@ -13,6 +13,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 
@@ -129,7 +130,7 @@ def load_settings(model_dir):
 def run(args):
     """Runs `python train.py` for parsed flags; returns the process exit code."""
     # Strategy first: splitting the CPU must happen before TensorFlow touches a device.
-    from app.strategy import make_strategy
+    from app.strategy import is_chief, make_strategy
 
     try:
         strategy = make_strategy(args.strategy, args.cpu_replicas)
@@ -172,13 +173,25 @@ def run(args):
         return 0
 
     os.makedirs(model_dir, exist_ok=True)
+    # Multi-worker: only the chief writes to the model directory. Another worker reads the
+    # vocabulary there once a complete earlier start left one (settings.json is written
+    # after it); otherwise it trains the same vocabulary (training is deterministic, and
+    # train() checks it) in a scratch directory rather than race the chief for the file.
+    chief = is_chief(strategy)
+    vocab_dir = model_dir
+    if not chief and not os.path.exists(os.path.join(model_dir, "settings.json")):
+        vocab_dir = tempfile.mkdtemp(prefix="vocab-worker-")
     try:
-        data = prepare_data(data_config, model_dir, num_replicas=strategy.num_replicas_in_sync)
+        data = prepare_data(data_config, vocab_dir, num_replicas=strategy.num_replicas_in_sync)
         # The model's vocabulary is the tokenizer's real one, which can be smaller than asked.
         model_config = dataclasses.replace(requested, vocab_size=data.tokenizer.vocab_size)
-        save_settings(model_dir, model_config, data_config, train_config)
+        if chief:
+            save_settings(model_dir, model_config, data_config, train_config)
     except (DataError, ValueError) as error:
         return _fail(error)
+    finally:
+        if vocab_dir != model_dir:
+            shutil.rmtree(vocab_dir, ignore_errors=True)  # The tokenizer holds it in memory.
     for line in format_summary(summarize(data)):
         print(line)
 
