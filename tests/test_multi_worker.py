@@ -1,0 +1,188 @@
+"""`python train.py --strategy multi-worker`: two worker processes on 127.0.0.1.
+
+The real check: two workers with one replica each train exactly like one process with
+two mirrored CPU replicas (`--cpu-replicas 2`) on the same data and seed, through a fresh
+start (2 steps) and a resume by both workers (to step 4).
+
+    python -m pytest tests/test_multi_worker.py
+"""
+
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from app.strategy import is_chief
+
+ROOT = Path(__file__).resolve().parents[1]
+# Seconds one launch (both workers, or workers and reference together) may take. A tiny
+# run needs well under a minute of CPU; the margin is for a busy machine.
+TIMEOUT = 300
+# Dropout off: its random state is not checkpointed, so a resumed run would draw other
+# masks than an uninterrupted one.
+TINY = [
+    "--num-layers", "1", "--d-model", "32", "--d-ff", "64", "--num-heads", "2", "--dropout", "0",
+    "--vocab-size", "300", "--batch-tokens", "512", "--eval-every", "0", "--no-bleu", "--seed", "1",
+]
+ADDRESS = "127.0.0.1"
+
+
+# ---------------------------------------------------------------------------------------
+# Which worker is the chief.
+
+
+@pytest.mark.parametrize(
+    "cluster, task, expected",
+    [
+        ({"worker": ["a:1", "b:2"]}, {"type": "worker", "index": 0}, True),
+        ({"worker": ["a:1", "b:2"]}, {"type": "worker", "index": 1}, False),
+        ({"chief": ["a:1"], "worker": ["b:2"]}, {"type": "chief", "index": 0}, True),
+        ({"chief": ["a:1"], "worker": ["b:2"]}, {"type": "worker", "index": 0}, False),
+    ],
+)
+def test_the_chief_is_the_chief_task_or_else_worker_0(monkeypatch, cluster, task, expected):
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": task}))
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    assert is_chief(SimpleNamespace(cluster_resolver=resolver)) is expected
+
+
+def test_a_single_process_is_the_chief():
+    assert is_chief(tf.distribute.get_strategy())
+
+
+# ---------------------------------------------------------------------------------------
+# Two workers against one process with two replicas.
+
+
+def write_corpus(directory):
+    """200 training and 20 validation pairs of a toy en->de word mapping."""
+    rng = random.Random(0)
+    english = "the a cat dog sees runs house red blue small big man woman child eats bread water".split()
+    german = "die eine katze hund sieht rennt haus rot blau klein gross mann frau kind isst brot wasser".split()
+    paths = []
+    for split, count in (("train", 200), ("valid", 20)):
+        sentences = [[rng.randrange(len(english)) for _ in range(rng.randint(3, 12))] for _ in range(count)]
+        for lang, words in (("en", english), ("de", german)):
+            path = directory / f"{split}.{lang}"
+            path.write_text("".join(" ".join(words[i] for i in s) + "\n" for s in sentences), encoding="utf-8")
+            paths.append(str(path))
+    return "files:" + ",".join(paths)
+
+
+def free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind((ADDRESS, 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+class Launch:
+    """`train.py` processes started together, their output in files."""
+
+    def __init__(self, log_dir):
+        self.log_dir = log_dir
+        self.processes = {}  # name -> (Popen, log path)
+
+    def start(self, name, args, **env):
+        log = self.log_dir / f"{name}.log"
+        environment = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+        environment.update(TF_CPP_MIN_LOG_LEVEL="3", **env)
+        with open(log, "w") as output:
+            process = subprocess.Popen(
+                [sys.executable, "train.py", *args], cwd=ROOT, env=environment,
+                stdout=output, stderr=subprocess.STDOUT,
+            )
+        self.processes[name] = (process, log)
+
+    def start_workers(self, args, model_dir, tasks, scratch):
+        """One worker per TF_CONFIG task, e.g. [("worker", 0), ("worker", 1)]; scratch: TMPDIRs."""
+        cluster = {}
+        for kind, _ in tasks:
+            cluster.setdefault(kind, []).append(None)
+        ports = iter(free_ports(len(tasks)))
+        cluster = {kind: [f"{ADDRESS}:{next(ports)}" for _ in hosts] for kind, hosts in cluster.items()}
+        for (kind, index), tmp in zip(tasks, scratch):
+            tmp.mkdir(exist_ok=True)
+            config = json.dumps({"cluster": cluster, "task": {"type": kind, "index": index}})
+            self.start(
+                f"{kind}{index}", ["--strategy", "multi-worker", *args, "--model-dir", str(model_dir)],
+                TF_CONFIG=config, TMPDIR=str(tmp),
+            )
+
+    def wait(self):
+        """Waits for every process; kills them all and fails if one runs past TIMEOUT."""
+        deadline = time.monotonic() + TIMEOUT
+        try:
+            for process, _ in self.processes.values():
+                process.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            for process, _ in self.processes.values():
+                process.kill()
+                process.wait()
+            pytest.fail(f"train.py ran past {TIMEOUT} s (killed)\n{self.output()}")
+        failed = [name for name, (process, _) in self.processes.items() if process.returncode != 0]
+        assert not failed, f"{failed} failed\n{self.output()}"
+
+    def log(self, name):
+        return self.processes[name][1].read_text(errors="replace")
+
+    def output(self):
+        return "\n".join(f"===== {name} =====\n{self.log(name)[-6000:]}" for name in self.processes)
+
+
+def checkpoint_weights(path):
+    reader = tf.train.load_checkpoint(str(path))
+    names = [n for n in reader.get_variable_to_shape_map() if n.startswith("weights/")]
+    return {n: reader.get_tensor(n) for n in names}
+
+
+@pytest.mark.slow
+def test_two_workers_train_like_one_process_with_two_replicas(tmp_path):
+    data = ["--dataset", write_corpus(tmp_path)]
+    reference_dir, model_dir = tmp_path / "reference", tmp_path / "multi-worker"
+    scratch = [tmp_path / "tmp0", tmp_path / "tmp1"]
+
+    # Fresh start: the reference runs all 4 steps meanwhile.
+    first = Launch(tmp_path)
+    first.start("reference", [*data, *TINY, "--cpu-replicas", "2", "--train-steps", "4", "--model-dir", str(reference_dir)])
+    first.start_workers([*data, *TINY, "--train-steps", "2"], model_dir, [("worker", 0), ("worker", 1)], scratch)
+    first.wait()
+    assert (model_dir / "checkpoints" / "ckpt-2.index").exists(), first.output()
+
+    # Resume to step 4, this time with a "chief" task: both restore the chief's step 2.
+    second = Launch(tmp_path / "resume")
+    second.log_dir.mkdir()
+    second.start_workers([*data, *TINY, "--train-steps", "4"], model_dir, [("chief", 0), ("worker", 0)], scratch)
+    second.wait()
+    for name in ("chief0", "worker0"):
+        assert "resumed from" in second.log(name) and "at step 2" in second.log(name), second.output()
+
+    # Only the chief wrote to the model directory, and the other worker cleaned up.
+    assert (model_dir / "checkpoints" / "ckpt-4.index").exists(), second.output()
+    assert sorted(p.name for p in model_dir.iterdir()) == [
+        "best", "checkpoints", "metrics.jsonl", "settings.json", "subwords.model", "train"
+    ]
+    records = [json.loads(line) for line in open(model_dir / "metrics.jsonl")]
+    assert [r["step"] for r in records if "loss" in r] == [2, 4]
+    assert [r["step"] for r in records if "valid_loss" in r] == [2, 4]
+    for tmp in scratch:
+        assert list(tmp.iterdir()) == [], f"{tmp} left behind"
+
+    # The real check: the same weights as one process with two replicas.
+    expected = checkpoint_weights(reference_dir / "checkpoints" / "ckpt-4")
+    actual = checkpoint_weights(model_dir / "checkpoints" / "ckpt-4")
+    assert expected.keys() == actual.keys() and expected
+    for name in expected:
+        np.testing.assert_allclose(actual[name], expected[name], rtol=1e-5, atol=1e-6, err_msg=name)
