@@ -24,6 +24,30 @@ def merge_heads(x):
     return ops.reshape(x, (batch, length, num_heads * width))  # [B, T, H * K]
 
 
+def write_cache(cache, update, index):
+    """Writes `update` into `cache` at positions `index .. index + T - 1` of axis 2.
+
+    A select over the cache's positions rather than `ops.slice_update`: under TensorFlow
+    that becomes `XlaDynamicUpdateSlice`, an op TensorFlow Serving can only run through
+    XLA's on-demand compiler, which its builds may lack. The cache is read whole by the
+    attention that follows, so rewriting it costs the same order of work.
+
+    Args:
+        cache: `[B, H, L, K]`.
+        update: `[B, H, T, K]`.
+        index: int scalar (may be a tensor).
+
+    Returns:
+        `[B, H, L, K]`.
+    """
+    cache_length, update_length = ops.shape(cache)[2], ops.shape(update)[2]
+    offsets = ops.arange(cache_length, dtype="int32") - ops.cast(index, "int32")  # [L]
+    written = ops.logical_and(offsets >= 0, offsets < update_length)  # [L]
+    # For each cache position, the update row it would take (clipped where not written).
+    spread = ops.take(update, ops.clip(offsets, 0, update_length - 1), axis=2)  # [B, H, L, K]
+    return ops.where(ops.reshape(written, (1, 1, -1, 1)), spread, cache)
+
+
 def large_negative(dtype):
     """A finite stand-in for -inf that is safe in float16 (whose minimum is -65504)."""
     return -1e9 if keras.backend.standardize_dtype(dtype) in ("float32", "float64") else -3e4
@@ -167,9 +191,8 @@ class MultiHeadAttention(keras.layers.Layer):
             if cache is not None:
                 # Self-attention decoding: write the new positions at cache_index, then
                 # attend over the whole fixed-size cache.
-                start = [0, 0, cache_index, 0]
-                key_heads = ops.slice_update(cache["key"], start, key_heads)  # [B, H, L, K]
-                value_heads = ops.slice_update(cache["value"], start, value_heads)
+                key_heads = write_cache(cache["key"], key_heads, cache_index)  # [B, H, L, K]
+                value_heads = write_cache(cache["value"], value_heads, cache_index)
                 cache = {"key": key_heads, "value": value_heads}
 
         # Scaling the queries before the matmul is cheaper than scaling the scores.

@@ -1,43 +1,28 @@
 """The paper's fixed sinusoidal positional encoding."""
 
+import math
+
 import keras
-import numpy as np
 from keras import ops
-
-
-def sinusoidal_table(max_length, width):
-    """PE[pos, 2i] = sin(pos / 10000^(2i/width)), PE[pos, 2i+1] = cos(same angle).
-
-    Returns:
-        float32 numpy array `[max_length, width]`.
-    """
-    if width % 2:
-        raise ValueError(f"the sinusoidal encoding needs an even width, got {width}")
-    positions = np.arange(max_length, dtype=np.float64)[:, None]  # [P, 1]
-    even_dims = np.arange(0, width, 2, dtype=np.float64)[None, :]  # [1, D/2]
-    angles = positions / np.power(10000.0, even_dims / width)  # [P, D/2]
-    table = np.empty((max_length, width), dtype=np.float64)
-    table[:, 0::2] = np.sin(angles)
-    table[:, 1::2] = np.cos(angles)
-    return table.astype(np.float32)
 
 
 @keras.saving.register_keras_serializable(package="transformer")
 class SinusoidalPositionalEncoding(keras.layers.Layer):
     """Adds the sinusoidal encoding of each position to a sequence of embeddings.
 
-    The table is computed once for positions `0 .. max_length - 1` and is not trained.
+    The encoding is computed from the positions at each call (a few sines per position,
+    nothing next to the matrix products) rather than read from a stored table: a table
+    would be a constant copied into every traced function of an export, and it has
+    nothing to train.
 
     Args:
-        max_length: the largest number of positions this layer can encode.
+        max_length: the most positions the model is meant to see; recorded for the
+            configuration (decoding stays within it), not a hard limit of this layer.
     """
 
     def __init__(self, max_length, **kwargs):
         super().__init__(**kwargs)
         self.max_length = max_length
-
-    def build(self, input_shape):
-        self.table = sinusoidal_table(self.max_length, input_shape[-1])  # [P, D]
 
     def call(self, inputs, start_index=0):
         """Returns `inputs + PE[start_index : start_index + T]`.
@@ -47,10 +32,18 @@ class SinusoidalPositionalEncoding(keras.layers.Layer):
             start_index: int scalar (may be a tensor): absolute position of `inputs[:, 0]`,
                 non-zero when decoding one step at a time.
         """
-        length = ops.shape(inputs)[1]
-        positions = ops.arange(length, dtype="int32") + ops.cast(start_index, "int32")  # [T]
-        encoding = ops.take(ops.convert_to_tensor(self.table, inputs.dtype), positions, axis=0)
-        return inputs + encoding  # [B, T, D]
+        length, width = ops.shape(inputs)[1], inputs.shape[-1]
+        if width % 2:
+            raise ValueError(f"the sinusoidal encoding needs an even width, got {width}")
+        positions = ops.arange(length, dtype="float32") + ops.cast(start_index, "float32")  # [T]
+        # 1 / 10000^(2i / D) for i = 0 .. D/2 - 1.
+        inverse_frequencies = ops.exp(
+            ops.arange(0, width, 2, dtype="float32") * (-math.log(10000.0) / width)
+        )  # [D/2]
+        angles = ops.expand_dims(positions, 1) * ops.expand_dims(inverse_frequencies, 0)  # [T, D/2]
+        # Interleave: even dimensions take the sine, odd ones the cosine.
+        encoding = ops.reshape(ops.stack([ops.sin(angles), ops.cos(angles)], axis=-1), (length, width))  # [T, D]
+        return inputs + ops.cast(encoding, inputs.dtype)  # [B, T, D]
 
     def get_config(self):
         return {**super().get_config(), "max_length": self.max_length}

@@ -6,7 +6,7 @@ import pytest
 from keras import ops
 
 from layers.masks import causal_mask, padding_mask
-from layers.multi_head_attention import MultiHeadAttention, merge_heads, split_heads
+from layers.multi_head_attention import MultiHeadAttention, merge_heads, split_heads, write_cache
 
 B, T, S, D, H, K = 2, 3, 5, 16, 4, 8
 
@@ -105,3 +105,12 @@ def test_softmax_stays_float32_under_mixed_precision():
     out, weights = layer(x, x, return_attention_scores=True)
     assert ops.dtype(out) == "bfloat16"
     np.testing.assert_allclose(np.asarray(ops.cast(weights, "float32")).sum(-1), 1.0, atol=1e-2)
+
+
+def test_write_cache_writes_only_the_given_positions():
+    cache = np.zeros((1, 1, 5, 2), "float32")
+    update = np.array([[[[1, 2], [3, 4]]]], "float32")  # two positions
+    written = np.asarray(write_cache(cache, update, 2))
+    expected = np.array([[[[0, 0], [0, 0], [1, 2], [3, 4], [0, 0]]]], "float32")
+    np.testing.assert_array_equal(written, expected)
+    np.testing.assert_array_equal(np.asarray(write_cache(cache, update[:, :, :1], 4))[0, 0, 4], [1, 2])

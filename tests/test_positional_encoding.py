@@ -6,30 +6,36 @@ import numpy as np
 import pytest
 
 from layers.learned_positional_encoding import LearnedPositionalEncoding
-from layers.sinusoidal_positional_encoding import SinusoidalPositionalEncoding, sinusoidal_table
+from layers.sinusoidal_positional_encoding import SinusoidalPositionalEncoding
 
 
-def test_sinusoidal_table_equals_the_papers_formula():
-    width = 6
-    table = sinusoidal_table(max_length=7, width=width)
-    for pos in range(7):
+def papers_formula(length, width, start=0):
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d))."""
+    table = np.zeros((length, width))
+    for row, pos in enumerate(range(start, start + length)):
         for i in range(width // 2):
             angle = pos / 10000 ** (2 * i / width)
-            assert table[pos, 2 * i] == pytest.approx(math.sin(angle), abs=1e-6)
-            assert table[pos, 2 * i + 1] == pytest.approx(math.cos(angle), abs=1e-6)
+            table[row, 2 * i], table[row, 2 * i + 1] = math.sin(angle), math.cos(angle)
+    return table
+
+
+def test_sinusoidal_encoding_equals_the_papers_formula():
+    layer = SinusoidalPositionalEncoding(max_length=64)
+    x = np.zeros((2, 50, 16), "float32")
+    out = np.asarray(layer(x))
+    np.testing.assert_allclose(out[0], papers_formula(50, 16), atol=2e-5)
+    np.testing.assert_array_equal(out[0], out[1])
 
 
 def test_sinusoidal_encoding_is_added_from_the_start_index():
-    layer = SinusoidalPositionalEncoding(max_length=10)
-    x = np.zeros((2, 3, 8), "float32")
-    table = sinusoidal_table(10, 8)
-    np.testing.assert_allclose(np.asarray(layer(x)), np.broadcast_to(table[:3], (2, 3, 8)), atol=1e-7)
-    np.testing.assert_allclose(np.asarray(layer(x, start_index=4))[0], table[4:7], atol=1e-7)
+    layer = SinusoidalPositionalEncoding(max_length=64)
+    x = np.ones((1, 3, 8), "float32")
+    np.testing.assert_allclose(np.asarray(layer(x, start_index=4))[0], 1.0 + papers_formula(3, 8, start=4), atol=1e-6)
 
 
 def test_sinusoidal_encoding_rejects_odd_widths():
     with pytest.raises(ValueError, match="even width, got 5"):
-        sinusoidal_table(4, 5)
+        SinusoidalPositionalEncoding(max_length=4)(np.zeros((1, 2, 5), "float32"))
 
 
 def test_learned_encoding_adds_its_table_from_the_start_index():
