@@ -1,0 +1,53 @@
+"""Exports a trained model as a versioned SavedModel for TensorFlow Serving.
+
+    python export.py --model-dir runs/tiny-multi30k-en-de        # saved_models/translator/<next>/
+    python export.py --model-dir DIR --average-last 5            # average the newest 5 checkpoints
+    python export.py --model-dir DIR --name en-de --version 3    # saved_models/en-de/3/
+
+See app/export.py for the signatures and guarantees.
+"""
+
+import argparse
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model-dir", default=os.path.join("runs", "tiny-multi30k-en-de"), help="the training run (default: the default run's)")
+    parser.add_argument("--name", default="translator", help="model name: exports go to saved_models/<name>/ (default translator)")
+    parser.add_argument("--output", help="export base directory instead of saved_models/<name>")
+    parser.add_argument("--version", type=int, help="version number (default: the next free one)")
+    parser.add_argument("--checkpoint", default="best", help="'best' (default), 'latest', or a checkpoint path")
+    parser.add_argument("--average-last", type=int, help="average the newest K kept checkpoints")
+    parser.add_argument("--beam-size", type=int, default=4, help="beams of the default signature (default 4)")
+    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty exponent (default 0.6)")
+    parser.add_argument("--max-extra-length", type=int, default=50, help="output length limit beyond the input's (default 50)")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from app.decoding import DecodingConfig
+    from app.export import ExportError, export, load_translator
+
+    try:
+        decoding = DecodingConfig(args.beam_size, args.alpha, args.max_extra_length)
+        translator, weights = load_translator(args.model_dir, args.checkpoint, args.average_last, decoding)
+        base = args.output or os.path.join("saved_models", args.name)
+        metadata = {"model_dir": os.path.abspath(args.model_dir), "weights": weights,
+                    "beam_size": decoding.beam_size, "alpha": decoding.alpha,
+                    "max_extra_length": decoding.max_extra_length}
+        path = export(translator, base, args.version, metadata)
+    except (ExportError, FileNotFoundError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    print(f"exported {weights} to {path}")
+    print(f"serve it: python -m app.serve --model_base_path {base}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

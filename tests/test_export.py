@@ -1,0 +1,185 @@
+"""export.py: versioned, atomic SavedModels that translate raw strings like in-memory decoding."""
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from app.config import ModelConfig
+from app.export import ExportError, Translator, export, load_translator, next_version, unsupported_serving_ops
+from app.training import TrainConfig, train
+from app.train_command import save_settings
+from data.config import DataConfig
+from data.dataset import prepare_data
+
+ROOT = Path(__file__).resolve().parents[1]
+SENTENCES = [
+    "A man rides a bike.",
+    "",
+    "   ",
+    "Zwei Hunde spielen im Schnee, und ein Kind sieht zu.",
+    "Ein Mann 🚲 fährt Fahrrad — 東京 Москва",
+    " ".join(["dog"] * 80),  # longer than the model's 48 positions
+]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A real (two-step) training run of a small model, with settings and vocabulary."""
+    directory = tmp_path_factory.mktemp("run")
+    corpus = []
+    for split, count in (("train", 300), ("val", 20)):
+        for lang in ("en", "de"):
+            with gzip.open(ROOT / "data" / "multi30k" / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
+                path = directory / f"{split}.{lang}"
+                path.write_text("".join(next(f) for _ in range(count)), encoding="utf-8")
+                corpus.append(str(path))
+    data_config = DataConfig(dataset="files:" + ",".join(corpus), vocab_size=400, batch_tokens=512, max_length=48)
+    data = prepare_data(data_config, str(directory))
+    model_config = ModelConfig.from_size(
+        "tiny", vocab_size=data.tokenizer.vocab_size, num_layers=1, d_model=32, d_ff=64, num_heads=2, max_length=48
+    )
+    train_config = TrainConfig(train_steps=4, eval_every=0, checkpoint_every=1, log_every=1, keep_checkpoints=3)
+    save_settings(str(directory), model_config, data_config, train_config)
+    train(model_config, data, train_config, str(directory), tf.distribute.get_strategy(), log=lambda *_: None)
+    return str(directory)
+
+
+@pytest.fixture(scope="module")
+def exported(model_dir, tmp_path_factory):
+    base = str(tmp_path_factory.mktemp("exports") / "translator")
+    translator, _ = load_translator(model_dir)
+    path = export(translator, base)
+    expected = translator.serve(tf.constant(SENTENCES))
+    return translator, base, path, {k: v.numpy() for k, v in expected.items()}
+
+
+def test_export_writes_version_1_with_the_serving_signatures(exported):
+    _, base, path, expected = exported
+    assert path == os.path.join(base, "1")
+    loaded = tf.saved_model.load(path)
+    assert set(loaded.signatures) == {"serving_default", "nbest", "greedy", "translate_with_options"}
+    outputs = loaded.signatures["serving_default"].structured_outputs
+    assert {k: (v.dtype, v.shape.as_list()) for k, v in outputs.items()} == {
+        "translations": (tf.string, [None]),
+        "scores": (tf.float32, [None]),
+    }
+    # Every input gets a translation: empty, whitespace-only, over-long, non-Latin.
+    assert expected["translations"].shape == (len(SENTENCES),)
+    assert np.all(np.isfinite(expected["scores"]))
+
+
+FRESH_PROCESS = r"""
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (TF-Text's ops, as TF Serving has them)
+
+path, sentences = sys.argv[1], json.loads(sys.argv[2])
+result = {}
+serving = tf.saved_model.load(path).signatures["serving_default"]
+out = serving(inputs=tf.constant(sentences))
+result["v2"] = {"translations": [t.decode() for t in out["translations"].numpy()], "scores": out["scores"].numpy().tolist()}
+
+# The way TF Serving loads it: tensor names from the signature, a TF1 session.
+with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+    meta = tf.compat.v1.saved_model.loader.load(session, ["serve"], path)
+    signature = meta.signature_def["serving_default"]
+    fetched = session.run(
+        {k: v.name for k, v in signature.outputs.items()},
+        feed_dict={signature.inputs["inputs"].name: sentences},
+    )
+result["v1"] = {"translations": [t.decode() for t in fetched["translations"]], "scores": fetched["scores"].tolist()}
+project = sorted(m for m in sys.modules if m.split(".")[0] in ("app", "layers", "data", "keras_hub"))
+result["project_modules"] = project
+print(json.dumps(result))
+"""
+
+
+def test_a_fresh_process_without_project_code_translates_like_in_memory_decoding(exported):
+    _, _, path, expected = exported
+    result = subprocess.run(
+        [sys.executable, "-c", FRESH_PROCESS, path, json.dumps(SENTENCES)],
+        cwd="/", env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["project_modules"] == []
+    want = [t.decode() for t in expected["translations"]]
+    for loader in ("v2", "v1"):
+        assert report[loader]["translations"] == want, loader
+        np.testing.assert_allclose(report[loader]["scores"], expected["scores"], rtol=1e-6, err_msg=loader)
+
+
+def test_nbest_and_options_signatures_agree_with_the_default(exported):
+    translator, _, _, expected = exported
+    nbest = translator.serve_nbest(tf.constant(SENTENCES))
+    assert nbest["translations"].shape == (len(SENTENCES), 4)
+    np.testing.assert_array_equal(nbest["translations"][:, 0].numpy(), expected["translations"])
+    scores = nbest["scores"].numpy()
+    assert np.all(scores[:, :-1] >= scores[:, 1:])  # best first
+    n = len(SENTENCES)
+    options = translator.serve_with_options(tf.constant(SENTENCES), tf.fill([n], 0.6), tf.fill([n], 50))
+    np.testing.assert_array_equal(options["translations"].numpy(), expected["translations"])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="must share alpha"):
+        translator.serve_with_options(tf.constant(SENTENCES[:2]), tf.constant([0.6, 1.0]), tf.constant([50, 50]))
+
+
+def test_a_second_export_gets_the_next_version_and_none_is_overwritten(exported, model_dir):
+    _, base, _, _ = exported
+    translator, _ = load_translator(model_dir, checkpoint="latest")
+    assert export(translator, base) == os.path.join(base, "2")
+    assert next_version(base) == 3
+    with pytest.raises(ExportError, match=r"translator/1 exists; versions are never overwritten"):
+        export(translator, base, version=1)
+
+
+def test_an_interrupted_export_leaves_no_version_behind(model_dir, tmp_path, monkeypatch):
+    translator, _ = load_translator(model_dir)
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt  # as if the user pressed Ctrl-C while it was writing
+
+    monkeypatch.setattr("app.export.unsupported_serving_ops", crash)
+    with pytest.raises(KeyboardInterrupt):
+        export(translator, str(tmp_path / "translator"))
+    assert os.listdir(tmp_path / "translator") == []
+
+
+def test_checkpoint_averaging_needs_enough_checkpoints(model_dir):
+    _, weights = load_translator(model_dir, average_last=3)
+    assert weights == "average of ckpt-2, ckpt-3, ckpt-4"
+    with pytest.raises(ExportError, match="--average-last 9 asks for more checkpoints than .* keeps \\(3\\)"):
+        load_translator(model_dir, average_last=9)
+
+
+def test_the_op_check_rejects_python_and_xla_ops(tmp_path):
+    class Bad(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+        def python(self, x):
+            return tf.py_function(lambda v: v * 2, [x], tf.float32)
+
+        @tf.function(input_signature=[tf.TensorSpec([4], tf.float32)])
+        def xla(self, x):
+            from tensorflow.compiler.tf2xla.python.xla import dynamic_update_slice
+
+            return dynamic_update_slice(x, tf.ones([1]), [1])
+
+    module = Bad()
+    tf.saved_model.save(module, str(tmp_path), signatures={"a": module.python.get_concrete_function(), "b": module.xla.get_concrete_function()})
+    assert unsupported_serving_ops(str(tmp_path)) == {"EagerPyFunc", "XlaDynamicUpdateSlice"}
+
+
+def test_export_command_reports_a_missing_model_dir(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "export.py", "--model-dir", str(tmp_path / "nope"), "--output", str(tmp_path / "out")],
+        cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 1
+    assert f"{tmp_path / 'nope'} is not a model directory: no settings.json in it" in result.stderr
+    assert not (tmp_path / "out").exists()
