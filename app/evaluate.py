@@ -1,0 +1,177 @@
+"""Scores a trained model or an exported SavedModel with sacreBLEU, chrF and lowercased BLEU.
+
+    python -m app.evaluate --model-dir runs/tiny-multi30k-en-de --split test_2016_flickr
+    python -m app.evaluate --model-dir DIR --average-last 5 --split validation
+    python -m app.evaluate --saved-model saved_models/translator/1 --split test_2016_flickr
+    python -m app.evaluate --model-dir DIR --source test.en --reference test.de
+
+Metrics: sacreBLEU's default BLEU (cased, 13a tokenization of detokenized text), chrF,
+and lowercased BLEU, the figure most Multi30k papers report (theirs on Moses-tokenized
+text, so comparable but not identical). Each is printed with its sacreBLEU signature,
+together with the decoding settings and speed.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+# Names a user may give a split, per the dataset's own names.
+SPLIT_ALIASES = {"val": "validation", "valid": "validation", "dev": "validation", "test_2016_flickr": "test"}
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--model-dir", help="a training run's directory")
+    source.add_argument("--saved-model", help="an exported SavedModel version directory")
+    parser.add_argument("--checkpoint", default="best", help="with --model-dir: best (default), latest, or a path")
+    parser.add_argument("--average-last", type=int, help="with --model-dir: average the newest K checkpoints")
+    parser.add_argument("--split", default="validation", help="validation (default), test_2016_flickr / test, train")
+    parser.add_argument("--dataset", help="the dataset of --split (default: the run's own)")
+    parser.add_argument("--source", help="a source file to translate instead of a split (with --reference)")
+    parser.add_argument("--reference", help="the reference translations of --source")
+    parser.add_argument("--beam-size", type=int, default=4, help="with --model-dir (a SavedModel uses its exported beam size)")
+    parser.add_argument("--alpha", type=float, default=0.6)
+    parser.add_argument("--max-extra-length", type=int, default=50)
+    parser.add_argument("--batch-size", type=int, default=64, help="sentences per decoding batch")
+    parser.add_argument("--limit", type=int, help="score only the first N sentences")
+    parser.add_argument("--output", help="write the translations here, one per line")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    return parser.parse_args(argv)
+
+
+def read_references(args, data_config):
+    """`(sources, references, description)` for the split or files the flags name."""
+    from data.corpora import load_corpus
+    from data.errors import DataError
+    from data.text_files import read_parallel_lines
+
+    if args.source or args.reference:
+        if not (args.source and args.reference):
+            raise DataError("--source and --reference go together")
+        sources, references = read_parallel_lines(args.source, args.reference)
+        return sources, references, f"{args.source} -> {args.reference}"
+    if data_config is None:
+        raise DataError("--saved-model with --split needs --dataset, --source-lang and --target-lang; or use --source/--reference")
+    dataset = args.dataset or data_config.dataset
+    corpus = load_corpus(dataset, data_config.source_lang, data_config.target_lang)
+    split = SPLIT_ALIASES.get(args.split, args.split)
+    if split not in corpus.splits:
+        raise DataError(f"{dataset} has no split {args.split!r}; it has {', '.join(sorted(corpus.splits))}")
+    text = corpus.splits[split]
+    description = f"{dataset} {args.split} {data_config.source_lang}->{data_config.target_lang}"
+    return list(text.source), list(text.target), description
+
+
+def make_translate_fn(args):
+    """`(translate(list[str]) -> list[str], description of the weights, data config or None)`."""
+    import tensorflow as tf
+
+    if args.saved_model:
+        import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
+
+        signature = tf.saved_model.load(args.saved_model).signatures["translate_with_options"]
+
+        def translate(sentences):
+            n = len(sentences)
+            out = signature(
+                inputs=tf.constant(sentences),
+                alpha=tf.fill([n], float(args.alpha)),
+                max_extra_length=tf.fill([n], int(args.max_extra_length)),
+            )
+            return [t.decode("utf-8") for t in out["translations"].numpy()]
+
+        return translate, args.saved_model, None
+
+    from app.decoding import DecodingConfig
+    from app.export import load_translator
+    from app.train_command import load_settings
+
+    _, data_config, _ = load_settings(args.model_dir)
+    decoding = DecodingConfig(args.beam_size, args.alpha, args.max_extra_length)
+    translator, weights = load_translator(args.model_dir, args.checkpoint, args.average_last, decoding)
+
+    def translate(sentences):
+        out = translator.serve(tf.constant(sentences))
+        return [t.decode("utf-8") for t in out["translations"].numpy()]
+
+    return translate, weights, data_config
+
+
+def translate_all(translate, sentences, batch_size):
+    """Translations of `sentences` in their order, decoded in batches of similar length."""
+    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
+    hypotheses = [None] * len(sentences)
+    for start in range(0, len(order), batch_size):
+        indices = order[start : start + batch_size]
+        for i, text in zip(indices, translate([sentences[i] for i in indices])):
+            hypotheses[i] = text
+    return hypotheses
+
+
+def score(hypotheses, references):
+    """sacreBLEU's BLEU, chrF and lowercased BLEU, each with its signature."""
+    import sacrebleu
+
+    results = {}
+    for name, metric in (
+        ("bleu", sacrebleu.metrics.BLEU()),
+        ("chrf", sacrebleu.metrics.CHRF()),
+        ("bleu_lowercase", sacrebleu.metrics.BLEU(lowercase=True)),
+    ):
+        results[name] = round(metric.corpus_score(hypotheses, [references]).score, 2)
+        results[name + "_signature"] = str(metric.get_signature())
+    return results
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from data.errors import DataError
+
+    try:
+        translate, weights, data_config = make_translate_fn(args)
+        sources, references, description = read_references(args, data_config)
+    except (DataError, FileNotFoundError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    if args.limit:
+        sources, references = sources[: args.limit], references[: args.limit]
+
+    translate(sources[:1])  # trace once, so the timing below is decoding only
+    started = time.perf_counter()
+    hypotheses = translate_all(translate, sources, args.batch_size)
+    seconds = time.perf_counter() - started
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.writelines(h + "\n" for h in hypotheses)
+
+    result = {
+        "data": description,
+        "sentences": len(sources),
+        "weights": weights,
+        "beam_size": args.beam_size if args.model_dir else "as exported",
+        "alpha": args.alpha,
+        "max_extra_length": args.max_extra_length,
+        **score(hypotheses, references),
+        "seconds": round(seconds, 2),
+        "sentences_per_second": round(len(sources) / seconds, 2),
+        "words_per_second": round(sum(len(h.split()) for h in hypotheses) / seconds, 1),
+    }
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(f"{description}: {len(sources)} sentences, weights {weights}")
+    print(f"decoding: beam {result['beam_size']}, alpha {args.alpha}, max length input + {args.max_extra_length}")
+    print(f"BLEU            {result['bleu']:6.2f}  {result['bleu_signature']}")
+    print(f"chrF            {result['chrf']:6.2f}  {result['chrf_signature']}")
+    print(f"BLEU lowercased {result['bleu_lowercase']:6.2f}  {result['bleu_lowercase_signature']}")
+    print(f"speed: {result['sentences_per_second']} sentences/s, {result['words_per_second']} words/s ({seconds:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

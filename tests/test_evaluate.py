@@ -1,0 +1,47 @@
+"""app.evaluate: metrics, order of translations, and its inputs."""
+
+import pytest
+
+from app.evaluate import parse_args, read_references, score, translate_all
+from data.config import DataConfig
+from data.errors import DataError
+
+
+def test_scores_are_sacrebleus_with_lowercased_bleu_beside_them():
+    references = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee."]
+    perfect = score(references, references)
+    assert (perfect["bleu"], perfect["chrf"], perfect["bleu_lowercase"]) == (100.0, 100.0, 100.0)
+    shouted = score([r.upper() for r in references], references)
+    assert shouted["bleu"] < 10 and shouted["bleu_lowercase"] == 100.0
+    assert "case:lc" in shouted["bleu_lowercase_signature"]
+    assert "case:mixed" in shouted["bleu_signature"]
+
+
+def test_translations_come_back_in_input_order_whatever_the_batching():
+    sentences = ["a b c d", "a", "a b", "a b c d e f", "a b c"]
+    batches = []
+
+    def translate(batch):
+        batches.append(batch)
+        return [s.upper() for s in batch]
+
+    assert translate_all(translate, sentences, batch_size=2) == [s.upper() for s in sentences]
+    # Batched by length, so padding stays small.
+    assert batches[0] == ["a", "a b"]
+
+
+def test_named_splits_and_their_aliases():
+    config = DataConfig()
+    sources, references, description = read_references(parse_args(["--model-dir", "x", "--split", "test_2016_flickr"]), config)
+    assert len(sources) == len(references) == 1000
+    assert description == "multi30k test_2016_flickr en->de"
+    with pytest.raises(DataError, match="multi30k has no split 'bogus'; it has test, train, validation"):
+        read_references(parse_args(["--model-dir", "x", "--split", "bogus"]), config)
+
+
+def test_source_and_reference_files_must_align(tmp_path):
+    (tmp_path / "s").write_text("a\nb\n", encoding="utf-8")
+    (tmp_path / "r").write_text("a\n", encoding="utf-8")
+    args = parse_args(["--model-dir", "x", "--source", str(tmp_path / "s"), "--reference", str(tmp_path / "r")])
+    with pytest.raises(DataError, match="2 .* 1|1 .* 2"):
+        read_references(args, None)
