@@ -230,3 +230,14 @@ def test_resuming_with_another_model_configuration_is_refused(tmp_path):
     save_settings(str(tmp_path), ModelConfig.from_size("tiny"), data_config, train_config)
     with pytest.raises(ValueError, match=r"another model configuration \(d_model: 128 -> 256, key_dim: 32 -> 64, value_dim: 32 -> 64\); use another --model-dir"):
         save_settings(str(tmp_path), ModelConfig.from_size("tiny", d_model=256), data_config, train_config)
+
+
+def test_a_checkpoint_cut_off_while_saving_is_never_the_one_resumed(small_data, tmp_path):
+    run_training(small_data, tmp_path, train_steps=3, checkpoint_every=3)
+    # What a crash in the middle of saving step 6 leaves: data files, no index entry.
+    directory = tmp_path / "checkpoints"
+    (directory / "ckpt-6.index").write_bytes(b"\x00half-written")
+    (directory / "ckpt-6.data-00000-of-00001").write_bytes(b"\x00half-written")
+    assert checkpoints.checkpoint_paths(tmp_path)[-1].endswith("ckpt-3")
+    resumed = run_training(small_data, tmp_path, train_steps=4, checkpoint_every=100)
+    assert resumed["step"] == 4 and resumed["checkpoint"].endswith("ckpt-4")
