@@ -1,6 +1,9 @@
-"""export.py: versioned, atomic SavedModels that translate raw strings like in-memory decoding."""
+"""export.py: versioned, atomic SavedModels that translate raw strings like in-memory decoding.
 
-import gzip
+The `model_dir` and `exported` fixtures (session-scoped, shared with the serving tests) are
+in conftest.py.
+"""
+
 import json
 import os
 import subprocess
@@ -11,53 +14,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from app.config import ModelConfig
 from app.export import ExportError, Translator, export, load_translator, next_version, unsupported_serving_ops
-from app.training import TrainConfig, train
-from app.train_command import save_settings
-from data.config import DataConfig
-from data.dataset import prepare_data
+from tests.conftest import SENTENCES
 
 ROOT = Path(__file__).resolve().parents[1]
-SENTENCES = [
-    "A man rides a bike.",
-    "",
-    "   ",
-    "Zwei Hunde spielen im Schnee, und ein Kind sieht zu.",
-    "Ein Mann 🚲 fährt Fahrrad — 東京 Москва",
-    " ".join(["dog"] * 80),  # longer than the model's 48 positions
-]
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    """A real (two-step) training run of a small model, with settings and vocabulary."""
-    directory = tmp_path_factory.mktemp("run")
-    corpus = []
-    for split, count in (("train", 300), ("val", 20)):
-        for lang in ("en", "de"):
-            with gzip.open(ROOT / "data" / "multi30k" / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
-                path = directory / f"{split}.{lang}"
-                path.write_text("".join(next(f) for _ in range(count)), encoding="utf-8")
-                corpus.append(str(path))
-    data_config = DataConfig(dataset="files:" + ",".join(corpus), vocab_size=400, batch_tokens=512, max_length=48)
-    data = prepare_data(data_config, str(directory))
-    model_config = ModelConfig.from_size(
-        "tiny", vocab_size=data.tokenizer.vocab_size, num_layers=1, d_model=32, d_ff=64, num_heads=2, max_length=48
-    )
-    train_config = TrainConfig(train_steps=4, eval_every=0, checkpoint_every=1, log_every=1, keep_checkpoints=3)
-    save_settings(str(directory), model_config, data_config, train_config)
-    train(model_config, data, train_config, str(directory), tf.distribute.get_strategy(), log=lambda *_: None)
-    return str(directory)
-
-
-@pytest.fixture(scope="module")
-def exported(model_dir, tmp_path_factory):
-    base = str(tmp_path_factory.mktemp("exports") / "translator")
-    translator, _ = load_translator(model_dir)
-    path = export(translator, base)
-    expected = translator.serve(tf.constant(SENTENCES))
-    return translator, base, path, {k: v.numpy() for k, v in expected.items()}
 
 
 def test_export_writes_version_1_with_the_serving_signatures(exported):
