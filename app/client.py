@@ -1,0 +1,98 @@
+"""Translate through a TF Serving REST endpoint (TensorFlow Serving or `python -m app.serve`).
+
+    python -m app.client "A man rides a bike." --url http://localhost:8501
+    python -m app.client --nbest "A man rides a bike."          # every hypothesis, best first
+    python -m app.client < sentences.txt > translations.txt     # one line in, one line out
+    python -m app.client --scores --alpha 1.0 "A man rides a bike."
+
+Prints one translation per input line (with --scores: score, a tab, the translation).
+Standard library only, so it runs without TensorFlow.
+"""
+
+import argparse
+import json
+import sys
+import urllib.error
+import urllib.request
+
+
+class ClientError(RuntimeError):
+    pass
+
+
+def predict(url, model, instances, signature_name=None, version=None, timeout=60.0):
+    """POSTs `{"instances": ...}` to the model's :predict endpoint; returns the predictions."""
+    path = f"/v1/models/{model}" + (f"/versions/{version}" if version else "") + ":predict"
+    body = {"instances": instances}
+    if signature_name:
+        body["signature_name"] = signature_name
+    request = urllib.request.Request(
+        url.rstrip("/") + path, data=json.dumps(body).encode("utf-8"), headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.loads(response.read())["predictions"]
+    except urllib.error.HTTPError as error:
+        try:
+            message = json.loads(error.read())["error"]
+        except (ValueError, KeyError):
+            message = error.reason
+        raise ClientError(f"{url}{path}: HTTP {error.code}: {message}") from None
+    except urllib.error.URLError as error:
+        raise ClientError(f"cannot reach {url}: {error.reason}") from None
+
+
+def translate(url, model, sentences, nbest=False, alpha=None, max_extra_length=None, version=None):
+    """A list with, per sentence, its hypotheses as `(translation, score)` pairs, best first."""
+    if alpha is not None or max_extra_length is not None:
+        signature = "translate_with_options"
+        instances = [
+            {"inputs": s, "alpha": 0.6 if alpha is None else alpha, "max_extra_length": 50 if max_extra_length is None else max_extra_length}
+            for s in sentences
+        ]
+    else:
+        signature = "nbest" if nbest else None
+        instances = list(sentences)
+    predictions = predict(url, model, instances, signature, version)
+    if signature == "nbest":
+        return [list(zip(p["translations"], p["scores"])) for p in predictions]
+    return [[(p["translations"], p["scores"])] for p in predictions]
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sentences", nargs="*", help="sentences to translate (default: read lines from stdin)")
+    parser.add_argument("--url", default="http://localhost:8501", help="the server (default http://localhost:8501)")
+    parser.add_argument("--model", default="translator", help="model name (default translator)")
+    parser.add_argument("--version", type=int, help="a specific version (default: the newest served)")
+    parser.add_argument("--nbest", action="store_true", help="print every hypothesis (signature nbest)")
+    parser.add_argument("--scores", action="store_true", help="print each score before its translation")
+    parser.add_argument("--alpha", type=float, help="length penalty (signature translate_with_options)")
+    parser.add_argument("--max-extra-length", type=int, help="output length beyond the input's (translate_with_options)")
+    parser.add_argument("--batch-size", type=int, default=32, help="stdin lines per request (default 32)")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.nbest and (args.alpha is not None or args.max_extra_length is not None):
+        print("error: --nbest cannot be combined with --alpha or --max-extra-length", file=sys.stderr)
+        return 2
+    lines = args.sentences or [line.rstrip("\n") for line in sys.stdin]
+    try:
+        for start in range(0, len(lines), args.batch_size):
+            batch = lines[start : start + args.batch_size]
+            for hypotheses in translate(args.url, args.model, batch, args.nbest, args.alpha, args.max_extra_length, args.version):
+                for text, score in hypotheses:
+                    print(f"{score:.4f}\t{text}" if args.scores else text)
+                if args.nbest:
+                    print()  # a blank line between the n-best lists of two inputs
+            sys.stdout.flush()
+    except ClientError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,235 @@
+"""A local server that speaks TensorFlow Serving's REST API over the exported SavedModels.
+
+    python -m app.serve                                        # saved_models/translator, port 8501
+    python -m app.serve --model_base_path saved_models/en-de --model_name en-de --rest_api_port 9000
+    python -m app.serve --batching_parameters_file serving/batching_parameters.txt
+
+Flags carry `tensorflow_model_server`'s names, so clients, tests and the page work the same
+against either server. Endpoints (TF Serving's, plus the page and the batch metrics):
+
+    GET  /v1/models/{name}[/versions/{v}]              version status
+    GET  /v1/models/{name}[/versions/{v}]/metadata     signature definitions
+    POST /v1/models/{name}[/versions/{v}]:predict      row ("instances") or columnar ("inputs")
+    GET  /                                             the translation page (app/static/)
+    GET  /monitoring/prometheus/metrics                requests and batch sizes, Prometheus text
+
+It serves the newest version under the base path and switches to a newly exported one
+without a restart (app/serving/models.py); concurrent requests are batched into one model
+call (app/serving/batching.py). Built on aiohttp. Binds 127.0.0.1 unless --host says otherwise.
+"""
+
+import argparse
+import asyncio
+import html
+import json
+import logging
+import os
+import re
+import signal
+import sys
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+from aiohttp import web  # noqa: E402
+
+from app.serving.batching import Batcher, BatchingParameters  # noqa: E402
+from app.serving.models import LoadedVersion, ModelManager  # noqa: E402
+from app.serving.rest_api import (  # noqa: E402
+    Limits,
+    ServingError,
+    error_body,
+    format_response,
+    parse_json_body,
+    parse_predict_request,
+    signature_name_of,
+)
+
+log = logging.getLogger("app.serve")
+PAGE = Path(__file__).resolve().parent / "static" / "index.html"
+# tensorflow_serving/model_servers/http_rest_api_util.cc: /v1/models/NAME[/versions/N][:METHOD][/metadata]
+MODEL_PATH = re.compile(r"/v1/models/(?P<name>[^/:]+)(?:/versions/(?P<version>\d+))?(?::(?P<method>\w+))?(?P<metadata>/metadata)?")
+
+
+class Server:
+    """The aiohttp application around one `ModelManager` and its `Batcher`."""
+
+    def __init__(self, manager, batcher, limits=Limits(), poll_seconds=1.0):
+        self.manager = manager
+        self.batcher = batcher
+        self.limits = limits
+        self.poll_seconds = poll_seconds
+        self.responses = {}  # HTTP status -> count, for /monitoring
+        self._loading = None  # the thread pool that loads versions
+        self._poller = None
+        page = PAGE.read_text(encoding="utf-8")
+        self._page = page.replace("{{MODEL_NAME}}", html.escape(manager.name, quote=True))
+
+    def app(self):
+        # Room for max_instances texts of max_text_length characters, \u-escaped.
+        client_max_size = 2**20 + self.limits.max_instances * self.limits.max_text_length * 12
+        app = web.Application(middlewares=[self._json_errors], client_max_size=client_max_size)
+        app.router.add_get("/", self.page)
+        app.router.add_get("/monitoring/prometheus/metrics", self.metrics)
+        app.router.add_route("*", "/v1/{path:.*}", self.model_request)
+        app.on_startup.append(self._start)
+        app.on_cleanup.append(self._stop)
+        return app
+
+    # Lifecycle: the first poll runs before the server listens, so it answers once loaded.
+
+    async def _start(self, app):
+        import concurrent.futures
+
+        self._loading = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="load")
+        self.batcher.start()
+        await self.poll()
+        if not self.manager.loaded:
+            log.warning("no servable version of %s under %s yet; polling", self.manager.name, self.manager.base_path)
+        self._poller = asyncio.create_task(self._poll_forever())
+
+    async def _stop(self, app):
+        self._poller.cancel()
+        await asyncio.gather(self._poller, return_exceptions=True)
+        await self.batcher.stop()
+        self._loading.shutdown(wait=True)
+
+    async def _poll_forever(self):
+        while True:
+            await asyncio.sleep(self.poll_seconds)
+            try:
+                await self.poll()
+            except Exception:  # a bad poll must not stop later ones
+                log.exception("polling %s failed", self.manager.base_path)
+
+    async def poll(self):
+        """Loads (in a thread, while serving goes on) the versions the manager wants."""
+        loop = asyncio.get_running_loop()
+        for version, path in self.manager.to_load():
+            self.manager.start_loading(version)
+            try:
+                loaded = await loop.run_in_executor(self._loading, self.manager.load, version, path)
+            except Exception as error:
+                self.manager.failed(version, error)
+            else:
+                self.manager.publish(loaded)
+        self.manager.unload_removed()
+
+    # Handlers.
+
+    @web.middleware
+    async def _json_errors(self, request, handler):
+        """Every answer, errors included, is JSON as TF Serving's: {"error": "..."}."""
+        try:
+            response = await handler(request)
+        except ServingError as error:
+            response = _json(error_body(error.message), error.status)
+        except web.HTTPException as error:
+            if error.status < 400:
+                raise
+            response = _json(error_body(f"{error.reason}: {request.method} {request.path}"), error.status)
+        except Exception as error:
+            log.exception("%s %s failed", request.method, request.path)
+            response = _json(error_body(f"{type(error).__name__}: {error}"), 500)
+        self.responses[response.status] = self.responses.get(response.status, 0) + 1
+        return response
+
+    async def page(self, request):
+        return web.Response(text=self._page, content_type="text/html")
+
+    async def model_request(self, request):
+        match = MODEL_PATH.fullmatch(request.path)
+        malformed = ServingError(f"Malformed request: {request.method} {request.path}")
+        if not match:
+            raise malformed
+        name, method, metadata = match["name"], match["method"], match["metadata"]
+        version = int(match["version"]) if match["version"] else None
+        if request.method == "POST" and method == "predict" and not metadata:
+            return await self.predict(request, name, version)
+        if request.method == "GET" and not method:
+            if metadata:
+                self._check_name(name, version)
+                return _json(self.manager.metadata_json(version))
+            if name != self.manager.name:
+                raise ServingError(f"Could not find any versions of model {name}", status=404)
+            return _json(self.manager.status_json(version))
+        raise malformed
+
+    def _check_name(self, name, version):
+        if name != self.manager.name:
+            request = f"Specific({name}, {version})" if version is not None else f"Latest({name})"
+            raise ServingError(f"Servable not found for request: {request}", status=404)
+
+    async def predict(self, request, name, version):
+        document = parse_json_body(await request.read())
+        signature_name = signature_name_of(document)
+        self._check_name(name, version)
+        loaded = self.manager.get(version)  # held until answered, even if a newer one arrives
+        parsed = parse_predict_request(document, signature_name, loaded.input_specs(signature_name), self.limits)
+        outputs = await self.batcher.run(loaded, signature_name, parsed.inputs, parsed.rows)
+        return _json(format_response(outputs, parsed.format))
+
+    async def metrics(self, request):
+        name = self.manager.name
+        lines = ["# TYPE serving_responses_total counter"]
+        lines += [f'serving_responses_total{{model_name="{name}",code="{code}"}} {count}' for code, count in sorted(self.responses.items())]
+        lines.append("# TYPE serving_batches_total counter")
+        lines += [f'serving_batches_total{{model_name="{name}",batch_size="{size}"}} {count}' for size, count in sorted(self.batcher.batch_sizes.items())]
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+
+def _json(body, status=200):
+    return web.Response(text=json.dumps(body, ensure_ascii=False), status=status, content_type="application/json")
+
+
+def _bool(text):
+    if text.lower() in ("1", "true", "yes"):
+        return True
+    if text.lower() in ("0", "false", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model_name", default="translator", help="the name in /v1/models/<name> (default translator)")
+    parser.add_argument("--model_base_path", default=os.path.join("saved_models", "translator"), help="directory of numbered versions (default saved_models/translator)")
+    parser.add_argument("--rest_api_port", type=int, default=8501, help="HTTP port (default 8501; 0 picks a free one, printed at start)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 for every interface)")
+    parser.add_argument("--file_system_poll_wait_seconds", type=float, default=1.0, help="how often to look for new versions (default 1)")
+    parser.add_argument("--num_versions", type=int, default=1, help="how many of the newest versions to keep loaded and addressable (default 1, as TF Serving)")
+    parser.add_argument("--max_num_load_retries", type=int, default=5, help="retries of a version that fails to load (default 5)")
+    parser.add_argument("--enable_batching", type=_bool, nargs="?", const=True, default=True, help="merge concurrent requests into one model call (default true, unlike TF Serving)")
+    parser.add_argument("--batching_parameters_file", help="TF Serving batching parameters (default: max_batch_size 32, batch_timeout_micros 5000, num_batch_threads 1, max_enqueued_batches 100)")
+    parser.add_argument("--max_instances", type=int, default=Limits.max_instances, help=f"most instances (rows) per request (default {Limits.max_instances})")
+    parser.add_argument("--max_text_length", type=int, default=Limits.max_text_length, help=f"most characters per input text (default {Limits.max_text_length})")
+    return parser.parse_args(argv)
+
+
+async def serve(args):
+    parameters = BatchingParameters.from_file(args.batching_parameters_file) if args.batching_parameters_file else BatchingParameters()
+    manager = ModelManager(args.model_name, args.model_base_path, args.num_versions, args.max_num_load_retries, LoadedVersion)
+    server = Server(manager, Batcher(parameters, args.enable_batching), Limits(args.max_instances, args.max_text_length), args.file_system_poll_wait_seconds)
+    runner = web.AppRunner(server.app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, args.host, args.rest_api_port)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    versions = ", ".join(str(v) for v in sorted(manager.loaded)) or "none yet"
+    print(f"Serving model {manager.name} (versions: {versions}) from {manager.base_path} at http://{host}:{port}/", flush=True)
+    stop = asyncio.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        asyncio.get_running_loop().add_signal_handler(signum, stop.set)
+    await stop.wait()
+    await runner.cleanup()
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    asyncio.run(serve(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,246 @@
+"""The versions of one model under its base path, loaded and hot-reloaded as TF Serving does.
+
+    base_path/1/, base_path/2/, ...     numeric directories are versions
+    base_path/.tmp-2-1234/              anything else is ignored (app/export.py writes there)
+
+Every --file_system_poll_wait_seconds the server loads what `ModelManager.to_load()` names:
+the newest `num_versions` versions. A new version is loaded and warmed up beside the ones being
+served; only then does it become AVAILABLE and "latest", and only then are versions
+outside the newest `num_versions` unloaded (TF Serving's availability-preserving policy).
+A request holds its `LoadedVersion` until it is answered, so unloading never fails one in
+flight. Status states and messages follow TF Serving's GetModelStatus.
+"""
+
+import dataclasses
+import logging
+import os
+import re
+
+import numpy as np
+
+from app.serving.rest_api import ServingError, TensorSpec
+
+log = logging.getLogger("app.serve")
+
+START, LOADING, AVAILABLE, UNLOADING, END = "START", "LOADING", "AVAILABLE", "UNLOADING", "END"
+
+
+@dataclasses.dataclass
+class VersionStatus:
+    """One line of `model_version_status`."""
+
+    state: str = START
+    error_code: str = "OK"
+    error_message: str = ""
+    failed_loads: int = 0
+
+    def to_json(self, version):
+        return {
+            "version": str(version),
+            "state": self.state,
+            "status": {"error_code": self.error_code, "error_message": self.error_message},
+        }
+
+
+class LoadedVersion:
+    """One SavedModel version: its signatures, their specs and their metadata JSON."""
+
+    def __init__(self, version, path):
+        import tensorflow as tf
+        import tensorflow_text  # noqa: F401  (registers TF-Text's ops, as TF Serving has them)
+
+        self.version = version
+        self.path = path
+        self._module = tf.saved_model.load(path)  # holds the variables the signatures read
+        self.signatures = dict(self._module.signatures)
+        self.inputs, self.outputs = {}, {}
+        for name, function in self.signatures.items():
+            _, kwargs = function.structured_input_signature
+            self.inputs[name] = {key: _spec(value) for key, value in kwargs.items()}
+            self.outputs[name] = {key: _spec(value) for key, value in function.structured_outputs.items()}
+        self.signature_def = signature_def_json(path)
+
+    def input_specs(self, signature_name):
+        if signature_name not in self.signatures:
+            raise ServingError(f'Serving signature name: "{signature_name}" not found in signature def')
+        return self.inputs[signature_name]
+
+    def run(self, signature_name, inputs):
+        """Calls a signature on arrays; returns name -> np.ndarray. Blocks (call from a thread)."""
+        import tensorflow as tf
+
+        function = self.signatures[signature_name]
+        specs = self.inputs[signature_name]
+        tensors = {name: tf.constant(value, dtype=_tf_dtype(specs[name].dtype)) for name, value in inputs.items()}
+        try:
+            outputs = function(**tensors)
+        except tf.errors.InvalidArgumentError as error:
+            # The model rejected the input (e.g. translate_with_options' options disagree).
+            raise ServingError(_first_line(error.message)) from None
+        return {name: value.numpy() for name, value in outputs.items()}
+
+    def warm_up(self):
+        """One call per signature (one row: "" and 1s), so the first request is not the slow one."""
+        for name, specs in self.inputs.items():
+            row = {key: np.array([b"" if spec.dtype == np.object_ else 1], dtype=spec.dtype).reshape((1,) + tuple(d or 1 for d in spec.shape[1:]))
+                   for key, spec in specs.items()}
+            try:
+                self.run(name, row)
+            except Exception as error:  # a warm-up call the model rejects still warms it
+                log.info("warm-up of %s version %s: %s", name, self.version, error)
+
+
+def _spec(tensor_spec):
+    dtype = np.object_ if tensor_spec.dtype.name == "string" else tensor_spec.dtype.as_numpy_dtype
+    return TensorSpec(np.dtype(dtype), tuple(tensor_spec.shape.as_list()))
+
+
+def _tf_dtype(dtype):
+    import tensorflow as tf
+
+    return tf.string if dtype == np.object_ else tf.as_dtype(dtype)
+
+
+# Lines of a TensorFlow error message that say where, not what.
+_NOISE = re.compile(r"Graph execution error:|Detected at node |<stack traces unavailable>|\s*\[\[|\s*$")
+
+
+def _first_line(message):
+    """The line of an error message that says what went wrong (e.g. "assertion failed: [...]")."""
+    lines = [line for line in message.splitlines() if not _NOISE.match(line)]
+    return lines[0].strip() if lines else "the model rejected the request"
+
+
+def signature_def_json(path):
+    """The SignatureDefMap as TF Serving's metadata endpoint writes it (proto JSON, defaults included)."""
+    from google.protobuf import json_format
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved_model = saved_model_pb2.SavedModel()
+    with open(os.path.join(path, "saved_model.pb"), "rb") as f:
+        saved_model.ParseFromString(f.read())
+    meta_graph = next(m for m in saved_model.meta_graphs if "serve" in m.meta_info_def.tags)
+    return {
+        "signature_def": {
+            name: json_format.MessageToDict(
+                signature, always_print_fields_with_no_presence=True, preserving_proto_field_name=True
+            )
+            for name, signature in sorted(meta_graph.signature_def.items())
+        }
+    }
+
+
+def list_versions(base_path):
+    """The integer versions under `base_path` (temporary and other directories ignored)."""
+    try:
+        names = os.listdir(base_path)
+    except FileNotFoundError:
+        return []
+    return sorted(int(n) for n in names if re.fullmatch(r"\d+", n) and os.path.isdir(os.path.join(base_path, n)))
+
+
+class ModelManager:
+    """The versions of the model `name` under `base_path`.
+
+    Args:
+        num_versions: how many of the newest versions to keep loaded. 1 is TF Serving's
+            default policy (`latest { num_versions: 1 }`): an older version stops being
+            addressable once a newer one is available.
+        max_num_load_retries: a version that fails to load is retried on later polls, at
+            most this many times (TF Serving's flag of the same name).
+        loader: `(version, path) -> LoadedVersion`; tests may replace it.
+    """
+
+    def __init__(self, name, base_path, num_versions=1, max_num_load_retries=5, loader=LoadedVersion):
+        self.name = name
+        self.base_path = base_path
+        self.num_versions = num_versions
+        self.max_num_load_retries = max_num_load_retries
+        self._loader = loader
+        self.loaded = {}  # version -> LoadedVersion, servable
+        self._aspired = set()  # the newest num_versions versions on disk at the last poll
+        self.status = {}  # version -> VersionStatus, every version ever seen
+
+    def to_load(self):
+        """The (version, path) pairs to load now, newest first."""
+        aspired = list_versions(self.base_path)[-self.num_versions:]
+        self._aspired = set(aspired)
+        pending = []
+        for version in reversed(aspired):
+            status = self.status.setdefault(version, VersionStatus())
+            if version in self.loaded or status.state == LOADING:
+                continue
+            if status.failed_loads > self.max_num_load_retries:
+                continue
+            pending.append((version, os.path.join(self.base_path, str(version))))
+        return pending
+
+    def load(self, version, path):
+        """Loads and warms up one version (blocking); then `publish` it."""
+        loaded = self._loader(version, path)
+        loaded.warm_up()
+        return loaded
+
+    def start_loading(self, version):
+        self.status[version].state = LOADING
+
+    def unload_removed(self):
+        """Unloads versions whose directories are gone, when a newer-on-disk one is served."""
+        self._unload_extra()
+
+    def publish(self, loaded):
+        """Makes a loaded version servable, then unloads versions beyond `num_versions`."""
+        self.loaded[loaded.version] = loaded
+        self.status[loaded.version] = VersionStatus(AVAILABLE)
+        log.info("model %s version %s is AVAILABLE (%s)", self.name, loaded.version, loaded.path)
+        self._unload_extra()
+
+    def failed(self, version, error):
+        status = self.status[version]
+        status.state, status.error_code = END, "UNKNOWN"
+        status.error_message = f"{type(error).__name__}: {_first_line(str(error))}"
+        status.failed_loads += 1
+        log.warning("model %s version %s failed to load: %s", self.name, version, status.error_message)
+
+    def _unload_extra(self):
+        """Unloads versions no longer among the newest on disk, once one of those is served."""
+        keep = self._aspired & set(self.loaded)
+        if not keep:
+            return  # nothing newer is servable yet: keep serving what there is
+        for version in sorted(self.loaded):
+            if version not in keep:
+                # Requests in flight hold their own reference; the memory goes with the last.
+                del self.loaded[version]
+                self.status[version] = VersionStatus(END)
+                log.info("model %s version %s unloaded", self.name, version)
+
+    def latest(self):
+        return self.loaded[max(self.loaded)] if self.loaded else None
+
+    def get(self, version=None):
+        """The version to serve (the newest when `version` is None), or a 404 error."""
+        if version is None:
+            loaded = self.latest()
+            if loaded is None:
+                raise ServingError(f"Servable not found for request: Latest({self.name})", status=404)
+            return loaded
+        if version not in self.loaded:
+            raise ServingError(f"Servable not found for request: Specific({self.name}, {version})", status=404)
+        return self.loaded[version]
+
+    def status_json(self, version=None):
+        """GetModelStatus's response, newest version first."""
+        if not self.status:
+            raise ServingError(f"Could not find any versions of model {self.name}", status=404)
+        if version is not None:
+            if version not in self.status:
+                raise ServingError(f"Could not find version {version} of model {self.name}", status=404)
+            return {"model_version_status": [self.status[version].to_json(version)]}
+        return {"model_version_status": [self.status[v].to_json(v) for v in sorted(self.status, reverse=True)]}
+
+    def metadata_json(self, version=None):
+        loaded = self.get(version)
+        return {
+            "model_spec": {"name": self.name, "signature_name": "", "version": str(loaded.version)},
+            "metadata": {"signature_def": loaded.signature_def},
+        }

@@ -1,0 +1,277 @@
+"""TF Serving's REST payloads: JSON requests to input arrays, output arrays to JSON.
+
+Follows tensorflow_serving/util/json_tensor.cc and http_rest_api_handler.cc:
+
+    row        {"signature_name": "nbest", "instances": ["A man.", ...]}
+               {"signature_name": "translate_with_options",
+                "instances": [{"inputs": "A man.", "alpha": 0.6, "max_extra_length": 50}]}
+               -> {"predictions": [{"translations": ..., "scores": ...}, ...]}
+    columnar   {"inputs": ["A man.", ...]}  or  {"inputs": {"inputs": [...], "alpha": [...]}}
+               -> {"outputs": {"translations": [...], "scores": [...]}}
+
+A row instance is a bare value when the signature has one input, else an object with
+exactly the signature's input names. A response holds bare values instead of objects when
+the signature has one output. Strings may be sent as {"b64": "..."}.
+
+Errors are `ServingError`s, answered as {"error": message} with TF Serving's HTTP status:
+400 for a bad request (including an unknown signature name, as TF Serving answers it),
+404 for an unknown model or version, 503 when the batch queue is full.
+"""
+
+import base64
+import binascii
+import dataclasses
+import json
+
+import numpy as np
+
+ROW, COLUMNAR = "row", "columnar"
+DEFAULT_SIGNATURE = "serving_default"
+
+
+class ServingError(Exception):
+    """A request that fails; `status` is the HTTP status TF Serving gives it."""
+
+    def __init__(self, message, status=400):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSpec:
+    """One input or output of a signature."""
+
+    dtype: np.dtype  # numpy dtype; strings are np.object_ (bytes)
+    shape: tuple  # dimensions, None where unknown; shape[0] is the batch
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """What the server accepts per request (flags --max_instances, --max_text_length)."""
+
+    # Rows of one request (instances, or the batch dimension of columnar inputs).
+    max_instances: int = 64
+    # Characters of one string input (bytes for {"b64": ...} values).
+    max_text_length: int = 1000
+
+
+@dataclasses.dataclass(frozen=True)
+class PredictRequest:
+    """A parsed request: one array per input, all with `rows` rows (when they agree)."""
+
+    signature_name: str
+    inputs: dict  # input name -> np.ndarray [rows, ...]
+    format: str  # ROW or COLUMNAR
+    rows: int
+
+
+def parse_json_body(body):
+    """The request body as a JSON object (400 otherwise)."""
+    if not body:
+        raise ServingError("JSON Parse error: The document is empty")
+    try:
+        document = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ServingError(f"JSON Parse error: {error}") from None
+    if not isinstance(document, dict):
+        raise ServingError(f"JSON Value: {_short(document)} Is not object")
+    return document
+
+
+def signature_name_of(document):
+    """The request's `signature_name`, serving_default when absent."""
+    name = document.get("signature_name", "")
+    if not isinstance(name, str):
+        raise ServingError(f"JSON Value: {_short(name)} Excepting 'signature_name' to be a string")
+    return name or DEFAULT_SIGNATURE
+
+
+def parse_predict_request(document, signature_name, input_specs, limits=Limits()):
+    """Reads `instances` (row format) or `inputs` (columnar) into arrays.
+
+    Args:
+        document: the request's JSON object.
+        input_specs: the signature's inputs, name -> `TensorSpec`.
+    """
+    has_instances, has_inputs = "instances" in document, "inputs" in document
+    if has_instances and has_inputs:
+        raise ServingError("Not formatted correctly expecting only one of 'inputs' or 'instances' keys to exist")
+    if has_instances:
+        inputs = _read_instances(document["instances"], input_specs, limits)
+        request_format = ROW
+    elif has_inputs:
+        inputs = _read_columns(document["inputs"], input_specs, limits)
+        request_format = COLUMNAR
+    else:
+        raise ServingError("Missing 'inputs' or 'instances' key")
+    sizes = {len(array) for array in inputs.values() if array.ndim}
+    rows = max(sizes, default=1)
+    if rows > limits.max_instances:
+        raise ServingError(f"{rows} instances are more than this server accepts in one request (--max_instances={limits.max_instances})")
+    return PredictRequest(signature_name, inputs, request_format, rows)
+
+
+def _read_instances(instances, input_specs, limits):
+    if not isinstance(instances, list):
+        raise ServingError("Excepting 'instances' to be an list/array")
+    if not instances:
+        raise ServingError("No values in 'instances' array")
+    if len(instances) > limits.max_instances:
+        raise ServingError(f"{len(instances)} instances are more than this server accepts in one request (--max_instances={limits.max_instances})")
+    names = sorted(input_specs)
+    named = _is_named(instances[0])
+    if not named and len(names) > 1:
+        raise ServingError("instances is a plain list, but expecting list of objects as multiple input tensors required as per tensorinfo_map")
+    columns = {name: [] for name in names}
+    for i, instance in enumerate(instances):
+        if named != _is_named(instance):
+            kind = "object" if named else "value/list"
+            raise ServingError(f"Expecting {kind} but got {'list' if named else 'object'} at item {i} of input list")
+        if not named:
+            instance = {names[0]: instance}
+        for key in instance:
+            if key not in input_specs:
+                raise ServingError(f"Failed to process element: {i} key: {key} of 'instances' list. Error: JSON object: does not have named input: {key}")
+        if set(instance) != set(names):
+            raise ServingError(f"Failed to process element: {i} of 'instances' list. JSON object: {_short(instance)} must only have keys: {','.join(names)}")
+        for name in names:
+            spec = input_specs[name]
+            where = f"element {i} key {name} of 'instances'"
+            columns[name].append(_to_array(instance[name], spec.dtype, spec.shape[1:], where, limits))
+    return {name: np.stack(values) for name, values in columns.items()}
+
+
+def _read_columns(value, input_specs, limits):
+    names = sorted(input_specs)
+    if not _is_named(value):
+        if len(names) > 1:
+            raise ServingError("inputs is a plain value/list, but expecting an object as multiple input tensors required as per tensorinfo_map")
+        value = {names[0]: value}
+    missing = [name for name in names if name not in value]
+    if missing:
+        raise ServingError(f"Missing named input: {missing[0]} in 'inputs' object.")
+    unknown = sorted(set(value) - set(names))
+    if unknown:
+        raise ServingError(f"'inputs' object has no input named {unknown[0]}; the signature's inputs are: {','.join(names)}")
+    arrays = {}
+    for name in names:
+        spec = input_specs[name]
+        arrays[name] = _to_array(value[name], spec.dtype, spec.shape, f"input {name} of 'inputs'", limits)
+    return arrays
+
+
+def _is_named(value):
+    return isinstance(value, dict) and not _is_base64(value)
+
+
+def _is_base64(value):
+    return isinstance(value, dict) and len(value) == 1 and isinstance(value.get("b64"), str)
+
+
+def _to_array(value, dtype, shape, where, limits):
+    """A JSON value (nested lists) as an array of `dtype` whose shape fits `shape`."""
+    actual = _nested_shape(value)
+    if actual is None:
+        raise ServingError(f"JSON Value: {_short(value)} at {where} is not a dense tensor (lists of unequal lengths)")
+    if len(actual) != len(shape) or any(want is not None and want != got for want, got in zip(shape, actual)):
+        want = "[" + ",".join("?" if d is None else str(d) for d in shape) + "]"
+        raise ServingError(f"JSON Value: {_short(value)} at {where} has shape {list(actual)}, expected {want}")
+    array = np.empty(actual, dtype=dtype)
+    array[...] = _convert(value, dtype, where, limits)  # (np.array would nest bytes lists oddly)
+    return array
+
+
+def _nested_shape(value):
+    if not isinstance(value, list):
+        return ()
+    shapes = {_nested_shape(item) for item in value}
+    if len(shapes) > 1 or None in shapes:
+        return None
+    return (len(value),) + (shapes.pop() if shapes else ())
+
+
+def _convert(value, dtype, where, limits):
+    if isinstance(value, list):
+        return [_convert(item, dtype, where, limits) for item in value]
+    if dtype == np.object_:
+        if isinstance(value, str):
+            if len(value) > limits.max_text_length:
+                raise ServingError(f"a text of {len(value)} characters at {where} is longer than this server accepts (--max_text_length={limits.max_text_length})")
+            return value.encode("utf-8")
+        if _is_base64(value):
+            try:
+                data = base64.b64decode(value["b64"], validate=True)
+            except (binascii.Error, ValueError):
+                raise ServingError(f"Unable to base64 decode the value at {where}") from None
+            if len(data) > limits.max_text_length:
+                raise ServingError(f"a text of {len(data)} bytes at {where} is longer than this server accepts (--max_text_length={limits.max_text_length})")
+            return data
+    elif isinstance(value, bool):
+        if dtype == np.bool_:
+            return value
+    elif np.issubdtype(dtype, np.floating):
+        if isinstance(value, (int, float)):
+            return value
+    elif np.issubdtype(dtype, np.integer):
+        if isinstance(value, int):
+            info = np.iinfo(dtype)
+            if not info.min <= value <= info.max:
+                raise ServingError(f"JSON Value: {value} at {where} is out of range for {np.dtype(dtype).name}")
+            return value
+    raise ServingError(f"JSON Value: {_short(value)} Type: {_json_type(value)} at {where} is not of expected type: {_type_name(dtype)}")
+
+
+def _json_type(value):
+    if isinstance(value, bool):
+        return "Bool"
+    if isinstance(value, (int, float)):
+        return "Number"
+    if isinstance(value, str):
+        return "String"
+    if value is None:
+        return "Null"
+    return "Object"
+
+
+def _type_name(dtype):
+    return "string" if dtype == np.object_ else np.dtype(dtype).name
+
+
+def _short(value, limit=120):
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+# Responses.
+
+
+def format_response(outputs, request_format):
+    """The JSON response for the arrays a signature returned (name -> [B, ...])."""
+    names = sorted(outputs)
+    values = {name: _to_json(outputs[name]) for name in names}
+    if request_format == COLUMNAR:
+        return {"outputs": values[names[0]] if len(names) == 1 else values}
+    sizes = {len(values[name]) for name in names}
+    if len(sizes) != 1:
+        raise ServingError("Batch size of the outputs differ; they cannot be returned in row format (use 'inputs')", status=500)
+    rows = sizes.pop()
+    if len(names) == 1:
+        return {"predictions": values[names[0]]}
+    return {"predictions": [{name: values[name][i] for name in names} for i in range(rows)]}
+
+
+def _to_json(array):
+    """Nested lists of JSON values. float32 keeps its shortest decimal form, as TF Serving writes it."""
+    array = np.asarray(array)
+    if array.dtype == np.object_ or array.dtype.kind == "S":
+        flat = [v.decode("utf-8", errors="replace") for v in array.ravel()]
+    elif array.dtype == np.float32:
+        flat = [float(str(v)) for v in array.ravel()]
+    else:
+        flat = array.ravel().tolist()
+    return np.array(flat, dtype=object).reshape(array.shape).tolist() if array.ndim else flat[0]
+
+
+def error_body(message):
+    return {"error": message}

@@ -1,0 +1,385 @@
+"""app/serve.py over real HTTP on 127.0.0.1: TF Serving's REST API, its errors, the client,
+load, and the page in a headless Chromium. One server process serves the whole module."""
+
+import base64
+import concurrent.futures
+import http.client
+import json
+import os
+import random
+import re
+import select
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT, SENTENCES
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run",
+]
+# Small limits, so the tests can cross them cheaply (the defaults are 64 and 1000).
+MAX_INSTANCES, MAX_TEXT_LENGTH = 8, 400
+
+
+class Server:
+    """A `python -m app.serve` process on a free port of 127.0.0.1."""
+
+    def __init__(self, base, *flags, log_path):
+        self.log = open(log_path, "w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "app.serve", "--model_base_path", base, "--rest_api_port", "0", *flags],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=self.log, text=True,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        )
+        deadline = time.monotonic() + 300
+        line = ""
+        while "Serving model" not in line:
+            ready, _, _ = select.select([self.process.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            line = self.process.stdout.readline() if ready else ""
+            if not ready or (not line and self.process.poll() is not None):
+                self.stop()
+                raise RuntimeError(f"the server did not start: {open(log_path).read()[-3000:]}")
+        self.host, self.port = re.search(r"http://([\d.]+):(\d+)/", line).groups()
+        self.url = f"http://{self.host}:{self.port}"
+
+    def request(self, method, path, body=None, raw=None, timeout=120):
+        """`(status, parsed JSON or text)` of one request on a fresh connection."""
+        connection = http.client.HTTPConnection(self.host, int(self.port), timeout=timeout)
+        try:
+            data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+            connection.request(method, path, body=data, headers={"Content-Type": "application/json"} if data else {})
+            response = connection.getresponse()
+            text = response.read().decode("utf-8")
+            is_json = response.getheader("Content-Type", "").startswith("application/json")
+            return response.status, json.loads(text) if is_json else text
+        finally:
+            connection.close()
+
+    def predict(self, body, path="/v1/models/translator:predict"):
+        return self.request("POST", path, body)
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log.close()
+
+
+def serving_base(tmp_path_factory, exported):
+    """A base path of its own holding a copy of the exported version 1."""
+    _, _, path, _ = exported
+    base = tmp_path_factory.mktemp("serving") / "translator"
+    shutil.copytree(path, base / "1")
+    return str(base)
+
+
+@pytest.fixture(scope="module")
+def server(exported, tmp_path_factory):
+    base = serving_base(tmp_path_factory, exported)
+    log_path = tmp_path_factory.mktemp("logs") / "serve.log"
+    flags = ["--max_instances", str(MAX_INSTANCES), "--max_text_length", str(MAX_TEXT_LENGTH)]
+    server = Server(base, *flags, log_path=log_path)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def saved_model(exported):
+    """The SavedModel's own outputs for SENTENCES, per signature (numpy)."""
+    import tensorflow as tf
+
+    _, _, path, _ = exported
+    loaded = tf.saved_model.load(path)
+    n = len(SENTENCES)
+    calls = {
+        "serving_default": {"inputs": tf.constant(SENTENCES)},
+        "nbest": {"inputs": tf.constant(SENTENCES)},
+        "greedy": {"inputs": tf.constant(SENTENCES)},
+        "translate_with_options": {"inputs": tf.constant(SENTENCES), "alpha": tf.fill([n], 1.0), "max_extra_length": tf.fill([n], 5)},
+    }
+    return {name: {k: v.numpy() for k, v in loaded.signatures[name](**kwargs).items()} for name, kwargs in calls.items()}
+
+
+def texts(array):
+    return np.vectorize(lambda b: b.decode("utf-8"), otypes=[object])(array).tolist()
+
+
+def assert_outputs_equal(got, want):
+    """JSON outputs (lists) against the SavedModel's arrays: texts exactly, scores to float32 noise."""
+    assert got["translations"] == texts(want["translations"])
+    np.testing.assert_allclose(np.array(got["scores"], dtype=np.float32), want["scores"], rtol=1e-6)
+
+
+# Status and metadata.
+
+AVAILABLE_1 = {"model_version_status": [{"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}]}
+
+
+def test_model_status_as_tf_serving_reports_it(server):
+    assert server.request("GET", "/v1/models/translator") == (200, AVAILABLE_1)
+    assert server.request("GET", "/v1/models/translator/versions/1") == (200, AVAILABLE_1)
+
+
+def test_metadata_holds_the_signature_defs(server):
+    status, body = server.request("GET", "/v1/models/translator/metadata")
+    assert status == 200
+    assert body["model_spec"] == {"name": "translator", "signature_name": "", "version": "1"}
+    signatures = body["metadata"]["signature_def"]["signature_def"]
+    assert {"serving_default", "nbest", "greedy", "translate_with_options"} <= set(signatures)
+    default = signatures["serving_default"]
+    assert default["method_name"] == "tensorflow/serving/predict"
+    vector = {"dim": [{"size": "-1", "name": ""}], "unknown_rank": False}
+    assert default["inputs"]["inputs"]["dtype"] == "DT_STRING"
+    assert default["inputs"]["inputs"]["tensor_shape"] == vector
+    assert {k: v["dtype"] for k, v in default["outputs"].items()} == {"translations": "DT_STRING", "scores": "DT_FLOAT"}
+    nbest = signatures["nbest"]["outputs"]["translations"]["tensor_shape"]["dim"]
+    assert [d["size"] for d in nbest] == ["-1", "4"] or [d["size"] for d in nbest] == ["-1", "-1"]
+    options = signatures["translate_with_options"]["inputs"]
+    assert {k: v["dtype"] for k, v in options.items()} == {"inputs": "DT_STRING", "alpha": "DT_FLOAT", "max_extra_length": "DT_INT32"}
+    assert server.request("GET", "/v1/models/translator/versions/1/metadata")[1] == body
+
+
+# Predict: both formats, every signature, equal to the SavedModel's own output.
+
+
+def test_row_format_batch_equals_the_saved_model(server, saved_model):
+    status, body = server.predict({"instances": SENTENCES})
+    assert status == 200, body
+    predictions = body["predictions"]
+    assert len(predictions) == len(SENTENCES) and all(set(p) == {"translations", "scores"} for p in predictions)
+    assert_outputs_equal(
+        {"translations": [p["translations"] for p in predictions], "scores": [p["scores"] for p in predictions]},
+        saved_model["serving_default"],
+    )
+    # The same through the version's own endpoint, and with named instances.
+    named = [{"inputs": s} for s in SENTENCES]
+    assert server.predict({"instances": named}, "/v1/models/translator/versions/1:predict") == (200, body)
+
+
+def test_columnar_format_equals_the_saved_model(server, saved_model):
+    status, body = server.predict({"inputs": SENTENCES})
+    assert status == 200, body
+    assert set(body) == {"outputs"}
+    assert_outputs_equal(body["outputs"], saved_model["serving_default"])
+    assert server.predict({"inputs": {"inputs": SENTENCES}, "signature_name": "serving_default"}) == (200, body)
+
+
+def test_nbest_and_greedy_signatures(server, saved_model):
+    status, body = server.predict({"signature_name": "nbest", "instances": SENTENCES})
+    assert status == 200, body
+    beams = saved_model["nbest"]["translations"].shape[1]
+    assert all(len(p["translations"]) == len(p["scores"]) == beams for p in body["predictions"])
+    assert_outputs_equal(
+        {"translations": [p["translations"] for p in body["predictions"]], "scores": [p["scores"] for p in body["predictions"]]},
+        saved_model["nbest"],
+    )
+    status, columnar = server.predict({"signature_name": "nbest", "inputs": SENTENCES})
+    assert status == 200 and np.array(columnar["outputs"]["scores"]).shape == (len(SENTENCES), beams)
+    assert_outputs_equal(columnar["outputs"], saved_model["nbest"])
+    status, greedy = server.predict({"signature_name": "greedy", "inputs": SENTENCES})
+    assert status == 200
+    assert_outputs_equal(greedy["outputs"], saved_model["greedy"])
+
+
+def test_translate_with_options_in_both_formats(server, saved_model):
+    instances = [{"inputs": s, "alpha": 1.0, "max_extra_length": 5} for s in SENTENCES]
+    status, body = server.predict({"signature_name": "translate_with_options", "instances": instances})
+    assert status == 200, body
+    assert_outputs_equal(
+        {"translations": [p["translations"] for p in body["predictions"]], "scores": [p["scores"] for p in body["predictions"]]},
+        saved_model["translate_with_options"],
+    )
+    n = len(SENTENCES)
+    columns = {"inputs": SENTENCES, "alpha": [1] * n, "max_extra_length": [5] * n}  # an int is a valid float
+    status, body = server.predict({"signature_name": "translate_with_options", "inputs": columns})
+    assert status == 200, body
+    assert_outputs_equal(body["outputs"], saved_model["translate_with_options"])
+
+
+def test_strings_may_be_base64(server, saved_model):
+    encoded = [{"b64": base64.b64encode(s.encode("utf-8")).decode()} for s in SENTENCES]
+    status, body = server.predict({"inputs": encoded})
+    assert status == 200, body
+    assert_outputs_equal(body["outputs"], saved_model["serving_default"])
+
+
+def test_requests_with_different_options_in_flight_together_get_their_own_answers(server):
+    """Concurrent translate_with_options requests are batched only with equal options."""
+    sentences = SENTENCES[:1] + SENTENCES[3:5]
+
+    def request(i):
+        alpha, extra = (0.0, 3) if i % 2 else (1.0, 6)
+        instances = [{"inputs": s, "alpha": alpha, "max_extra_length": extra} for s in sentences[i % 3 :]]
+        return (alpha, extra, i % 3), server.predict({"signature_name": "translate_with_options", "instances": instances})
+
+    alone = dict(request(i) for i in range(6))  # one at a time
+    with concurrent.futures.ThreadPoolExecutor(12) as pool:
+        together = list(pool.map(request, range(24)))
+    for key, (status, body) in together:
+        assert status == 200, body
+        want = alone[key][1]["predictions"]
+        assert [p["translations"] for p in body["predictions"]] == [p["translations"] for p in want]
+        # Other rows in the same call may change the padding, so float noise, no more.
+        np.testing.assert_allclose([p["scores"] for p in body["predictions"]], [p["scores"] for p in want], rtol=1e-5)
+
+
+# Errors: {"error": ...} with TF Serving's status.
+
+LONG = "x" * (MAX_TEXT_LENGTH + 1)
+ERRORS = [
+    # (name, method, path, raw body, status, message pattern)
+    ("malformed JSON", "POST", ":predict", b'{"instances": [', 400, "JSON Parse error"),
+    ("empty body", "POST", ":predict", b"", 400, "The document is empty"),
+    ("not an object", "POST", ":predict", b'["a"]', 400, "Is not object"),
+    ("neither key", "POST", ":predict", b'{"examples": ["a"]}', 400, "Missing 'inputs' or 'instances' key"),
+    ("both keys", "POST", ":predict", b'{"instances": ["a"], "inputs": ["a"]}', 400, "only one of 'inputs' or 'instances'"),
+    ("instances not a list", "POST", ":predict", b'{"instances": "a"}', 400, "to be an list/array"),
+    ("no instances", "POST", ":predict", b'{"instances": []}', 400, "No values in 'instances' array"),
+    ("number for a string", "POST", ":predict", b'{"instances": [1]}', 400, "is not of expected type: string"),
+    ("null for a string", "POST", ":predict", b'{"inputs": [null]}', 400, "is not of expected type: string"),
+    ("nested list", "POST", ":predict", b'{"instances": [["a"]]}', 400, "has shape \\[1\\], expected \\[\\]"),
+    ("scalar inputs", "POST", ":predict", b'{"inputs": "a"}', 400, "has shape \\[\\], expected \\[\\?\\]"),
+    ("unknown named input", "POST", ":predict", b'{"instances": [{"text": "a"}]}', 400, "does not have named input: text"),
+    ("mixed instances", "POST", ":predict", b'{"instances": [{"inputs": "a"}, "b"]}', 400, "Expecting object but got"),
+    ("bad base64", "POST", ":predict", b'{"instances": [{"b64": "%%%"}]}', 400, "Unable to base64 decode"),
+    ("signature_name not a string", "POST", ":predict", b'{"signature_name": 3, "instances": ["a"]}', 400, "signature_name"),
+    ("unknown signature", "POST", ":predict", b'{"signature_name": "beam9", "instances": ["a"]}', 400, 'Serving signature name: "beam9" not found in signature def'),
+    ("options: missing input", "POST", ":predict", b'{"signature_name": "translate_with_options", "instances": [{"inputs": "a", "alpha": 0.6}]}', 400, "must only have keys: alpha,inputs,max_extra_length"),
+    ("options: plain instances", "POST", ":predict", b'{"signature_name": "translate_with_options", "instances": ["a"]}', 400, "expecting list of objects"),
+    ("options: string alpha", "POST", ":predict", b'{"signature_name": "translate_with_options", "instances": [{"inputs": "a", "alpha": "0.6", "max_extra_length": 5}]}', 400, "is not of expected type: float32"),
+    ("options: float length", "POST", ":predict", b'{"signature_name": "translate_with_options", "instances": [{"inputs": "a", "alpha": 0.6, "max_extra_length": 1.5}]}', 400, "is not of expected type: int32"),
+    ("options: columnar missing", "POST", ":predict", b'{"signature_name": "translate_with_options", "inputs": {"inputs": ["a"], "alpha": [0.6]}}', 400, "Missing named input: max_extra_length"),
+    ("options: disagree", "POST", ":predict", b'{"signature_name": "translate_with_options", "instances": [{"inputs": "a", "alpha": 0.6, "max_extra_length": 5}, {"inputs": "b", "alpha": 1.0, "max_extra_length": 5}]}', 400, "must share alpha"),
+    ("options: non-positive length", "POST", ":predict", b'{"signature_name": "translate_with_options", "instances": [{"inputs": "a", "alpha": 0.6, "max_extra_length": 0}]}', 400, "max_extra_length must be positive"),
+    ("too many instances", "POST", ":predict", json.dumps({"instances": ["a"] * (MAX_INSTANCES + 1)}).encode(), 400, f"--max_instances={MAX_INSTANCES}"),
+    ("too many columnar rows", "POST", ":predict", json.dumps({"inputs": ["a"] * (MAX_INSTANCES + 1)}).encode(), 400, f"--max_instances={MAX_INSTANCES}"),
+    ("too long a text", "POST", ":predict", json.dumps({"instances": ["a", LONG]}).encode(), 400, f"{MAX_TEXT_LENGTH + 1} characters .*--max_text_length={MAX_TEXT_LENGTH}"),
+    ("unknown model: predict", "POST", "/v1/models/nope:predict", b'{"instances": ["a"]}', 404, "Servable not found for request: Latest\\(nope\\)"),
+    ("unknown version: predict", "POST", "/v1/models/translator/versions/7:predict", b'{"instances": ["a"]}', 404, "Servable not found for request: Specific\\(translator, 7\\)"),
+    ("unknown model: status", "GET", "/v1/models/nope", None, 404, "Could not find any versions of model nope"),
+    ("unknown version: status", "GET", "/v1/models/translator/versions/7", None, 404, "Could not find version 7 of model translator"),
+    ("unknown model: metadata", "GET", "/v1/models/nope/metadata", None, 404, "Servable not found for request: Latest\\(nope\\)"),
+    ("unknown version: metadata", "GET", "/v1/models/translator/versions/7/metadata", None, 404, "Specific\\(translator, 7\\)"),
+    ("unknown method", "POST", "/v1/models/translator:explain", b'{"instances": ["a"]}', 400, "Malformed request: POST /v1/models/translator:explain"),
+    ("GET predict", "GET", "/v1/models/translator:predict", None, 400, "Malformed request: GET"),
+    ("bad version", "GET", "/v1/models/translator/versions/latest", None, 400, "Malformed request"),
+    ("unknown path", "GET", "/v2/anything", None, 404, "Not Found"),
+]
+
+
+@pytest.mark.parametrize("case", ERRORS, ids=[case[0] for case in ERRORS])
+def test_bad_requests_get_a_json_error_and_tf_servings_status(server, case):
+    _, method, path, raw, status, pattern = case
+    if path == ":predict":
+        path = "/v1/models/translator:predict"
+    got_status, body = server.request(method, path, raw=raw)
+    assert got_status == status, body
+    assert set(body) == {"error"}
+    assert re.search(pattern, body["error"]), body["error"]
+
+
+def test_errors_do_not_disturb_the_server(server):
+    assert server.request("GET", "/v1/models/translator") == (200, AVAILABLE_1)
+    assert server.predict({"instances": ["A man rides a bike."]})[0] == 200
+
+
+# The client.
+
+
+def client(*args, stdin=None):
+    return subprocess.run(
+        [sys.executable, "-m", "app.client", *args], cwd=ROOT, input=stdin, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_client_prints_translations(server, saved_model):
+    want = texts(saved_model["serving_default"]["translations"])
+    result = client("A man rides a bike.", "--url", server.url)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == want[0] + "\n"
+    lines = [SENTENCES[0], SENTENCES[3], SENTENCES[4]]
+    result = client("--url", server.url, "--batch-size", "2", stdin="\n".join(lines) + "\n")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [want[0], want[3], want[4]]
+    result = client("--url", server.url, "--nbest", "--scores", SENTENCES[0])
+    beams = saved_model["nbest"]["translations"].shape[1]
+    assert result.returncode == 0 and len(result.stdout.strip().splitlines()) == beams
+    assert result.stdout.splitlines()[0].split("\t")[1] == texts(saved_model["nbest"]["translations"])[0][0]
+
+
+def test_client_reports_server_errors(server):
+    result = client("a", "--url", server.url, "--model", "nope")
+    assert result.returncode == 1
+    assert "HTTP 404: Servable not found for request: Latest(nope)" in result.stderr
+
+
+# Load: many clients at once; the figures are benchmarks/bench_serving.py's job.
+
+
+def test_sixteen_clients_fifty_requests_each_without_an_error(server):
+    import gzip
+
+    with gzip.open(ROOT / "data" / "multi30k" / "val.en.gz", "rt", encoding="utf-8") as f:
+        corpus = [line.strip() for _, line in zip(range(200), f)]
+    corpus += ["", "Hi.", " ".join(["dog"] * 80)]
+    failures = []
+
+    def client_loop(seed):
+        rng = random.Random(seed)
+        for _ in range(50):
+            instances = rng.sample(corpus, rng.choice([1, 1, 2, 3]))
+            status, body = server.predict({"instances": instances})
+            if status != 200 or len(body["predictions"]) != len(instances):
+                failures.append((status, body))
+
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        list(pool.map(client_loop, range(16)))
+    assert failures == []
+    assert server.request("GET", "/v1/models/translator") == (200, AVAILABLE_1)
+    assert server.predict({"instances": ["A man rides a bike."]})[0] == 200
+    _, metrics = server.request("GET", "/monitoring/prometheus/metrics")
+    sizes = [int(size) for size in re.findall(r'batch_size="(\d+)"', metrics)]
+    assert max(sizes) > 3  # concurrent requests shared model calls
+
+
+# The page, in a real browser.
+
+
+def test_the_page_translates_in_headless_chromium(server, saved_model):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium; .ci/run does)")
+    want = texts(saved_model["serving_default"]["translations"])
+    nbest = texts(saved_model["nbest"]["translations"])
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page()
+            page.goto(server.url + "/")
+            page.fill("#source", SENTENCES[0])
+            page.click("#translate")
+            page.wait_for_selector("#results:not([hidden]) tbody tr", timeout=60_000)
+            assert page.text_content("#results tbody tr .translation") == want[0]
+            assert re.fullmatch(r"-?\d+\.\d{3}", page.text_content("#results tbody tr .score"))
+
+            page.fill("#source", f"{SENTENCES[0]}\n{SENTENCES[3]}")
+            page.check("#nbest")
+            page.click("#translate")
+            page.wait_for_function("document.querySelectorAll('#results ol.nbest').length == 2", timeout=60_000)
+            rows = page.query_selector_all("#results tbody tr")
+            assert [row.query_selector(".translation").text_content() for row in rows] == [want[0], want[3]]
+            items = [li.text_content() for li in rows[1].query_selector_all("ol.nbest li")]
+            assert [re.sub(r" \(-?\d+\.\d{3}\)$", "", item) for item in items] == nbest[3]
+        finally:
+            browser.close()

@@ -1,0 +1,137 @@
+"""app/serving/batching.py with a fake model: what is merged, what is not, and who gets which rows."""
+
+import asyncio
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from app.serving.batching import Batcher, BatchingParameters
+from app.serving.rest_api import ServingError
+from tests.conftest import ROOT
+
+
+class FakeVersion:
+    """Echoes its inputs; records every call's signature and rows."""
+
+    def __init__(self, seconds=0.05, fail=False):
+        self.calls = []
+        self.seconds = seconds
+        self.fail = fail
+        self.lock = threading.Lock()
+
+    def run(self, signature_name, inputs):
+        time.sleep(self.seconds)  # a model call; requests queue up meanwhile
+        with self.lock:
+            self.calls.append((signature_name, {k: v.tolist() for k, v in inputs.items()}))
+        if self.fail:
+            raise ServingError("the model said no")
+        return {"echo": inputs["inputs"], "twice": np.stack([inputs["inputs"], inputs["inputs"]], axis=1)}
+
+
+def strings(*texts):
+    return np.array([t.encode() for t in texts], dtype=object)
+
+
+def run_all(batcher, requests):
+    """Submits every `(version, signature, inputs)` at once; returns the outputs in order."""
+
+    async def main():
+        batcher.start()
+        try:
+            return await asyncio.gather(
+                *(batcher.run(v, s, x, len(x["inputs"])) for v, s, x in requests), return_exceptions=True
+            )
+        finally:
+            await batcher.stop()
+
+    return asyncio.run(main())
+
+
+def test_concurrent_requests_share_calls_and_get_their_own_rows_back():
+    version = FakeVersion()
+    requests = [(version, "serving_default", {"inputs": strings(*[f"r{i}-{j}" for j in range(1 + i % 3)])}) for i in range(12)]
+    outputs = run_all(Batcher(BatchingParameters(max_batch_size=8, batch_timeout_micros=20_000)), requests)
+    for (_, _, inputs), output in zip(requests, outputs):
+        np.testing.assert_array_equal(output["echo"], inputs["inputs"])
+        np.testing.assert_array_equal(output["twice"][:, 1], inputs["inputs"])
+    sizes = [len(call[1]["inputs"]) for call in version.calls]
+    assert sum(sizes) == 24 and max(sizes) <= 8 and len(sizes) < 12
+
+
+def test_different_options_signatures_and_versions_are_never_merged():
+    v1, v2 = FakeVersion(), FakeVersion()
+
+    def options(texts, alpha, extra):
+        n = len(texts)
+        return {"inputs": strings(*texts), "alpha": np.full([n], alpha, np.float32), "max_extra_length": np.full([n], extra, np.int32)}
+
+    requests = [
+        (v1, "translate_with_options", options(["a", "b"], 0.6, 50)),
+        (v1, "translate_with_options", options(["c"], 1.0, 50)),
+        (v1, "translate_with_options", options(["d"], 0.6, 50)),
+        (v1, "translate_with_options", options(["e"], 0.6, 10)),
+        (v1, "nbest", {"inputs": strings("f")}),
+        (v1, "serving_default", {"inputs": strings("g")}),
+        (v2, "serving_default", {"inputs": strings("h")}),
+        (v1, "serving_default", {"inputs": strings("i")}),
+        # Its own rows disagree: it runs alone, and the model decides.
+        (v1, "translate_with_options", {"inputs": strings("j", "k"), "alpha": np.array([0.6, 1.0], np.float32), "max_extra_length": np.array([50, 50], np.int32)}),
+    ]
+    run_all(Batcher(BatchingParameters(max_batch_size=32, batch_timeout_micros=50_000)), requests)
+    calls = sorted((signature, "".join(c.decode() for c in inputs["inputs"])) for signature, inputs in v1.calls)
+    assert calls == [
+        ("nbest", "f"),
+        ("serving_default", "gi"),
+        ("translate_with_options", "abd"),
+        ("translate_with_options", "c"),
+        ("translate_with_options", "e"),
+        ("translate_with_options", "jk"),
+    ]
+    assert [inputs["inputs"] for _, inputs in v2.calls] == [[b"h"]]
+
+
+def test_a_request_larger_than_max_batch_size_runs_alone():
+    version = FakeVersion()
+    requests = [(version, "serving_default", {"inputs": strings(*"abcdef")}), (version, "serving_default", {"inputs": strings("g")})]
+    outputs = run_all(Batcher(BatchingParameters(max_batch_size=4, batch_timeout_micros=20_000)), requests)
+    assert [len(o["echo"]) for o in outputs] == [6, 1]
+    assert sorted(len(inputs["inputs"]) for _, inputs in version.calls) == [1, 6]
+
+
+def test_a_failing_call_fails_each_of_its_requests():
+    version = FakeVersion(fail=True)
+    requests = [(version, "serving_default", {"inputs": strings(t)}) for t in "abc"]
+    outputs = run_all(Batcher(BatchingParameters(batch_timeout_micros=20_000)), requests)
+    assert all(isinstance(o, ServingError) and o.message == "the model said no" for o in outputs)
+
+
+def test_without_batching_every_request_is_its_own_call():
+    version = FakeVersion(seconds=0.01)
+    requests = [(version, "serving_default", {"inputs": strings(t)}) for t in "abcd"]
+    run_all(Batcher(BatchingParameters(), enabled=False), requests)
+    assert sorted(inputs["inputs"][0] for _, inputs in version.calls) == [b"a", b"b", b"c", b"d"]
+
+
+def test_a_full_queue_refuses_with_503():
+    version = FakeVersion(seconds=0.2)
+    requests = [(version, "serving_default", {"inputs": strings(t)}) for t in "abcdef"]
+    outputs = run_all(Batcher(BatchingParameters(max_batch_size=1, max_enqueued_batches=2, batch_timeout_micros=0)), requests)
+    refused = [o for o in outputs if isinstance(o, ServingError)]
+    assert refused and all(o.status == 503 for o in refused)
+
+
+def test_the_shipped_batching_parameters_file_is_read():
+    parameters = BatchingParameters.from_file(ROOT / "serving" / "batching_parameters.txt")
+    assert parameters == BatchingParameters()  # the file documents the local server's defaults
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("max_batch_size { value: 8 }\n# num_batch_threads { value: 9 }\nbatch_timeout_micros {value:100}", BatchingParameters(max_batch_size=8, batch_timeout_micros=100)),
+    ("pad_variable_length_inputs: false\nmax_enqueued_batches { value: 3 }", BatchingParameters(max_enqueued_batches=3)),
+])
+def test_batching_parameters_text_proto(tmp_path, text, expected):
+    path = tmp_path / "batching.txt"
+    path.write_text(text)
+    assert BatchingParameters.from_file(path) == expected
