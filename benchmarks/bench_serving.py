@@ -1,0 +1,189 @@
+"""Serving under load: 16 clients x 50 requests over HTTP, with dynamic batching and without.
+
+    python benchmarks/bench_serving.py --tiny                        # exports a tiny model first
+    python benchmarks/bench_serving.py --model_base_path saved_models/translator
+    python benchmarks/bench_serving.py --url http://localhost:8501   # a running server (TF Serving too)
+
+For each mode it starts `python -m app.serve` on a free port of 127.0.0.1 (--enable_batching
+true, then false), then runs `--clients` threads that each send `--requests` predict
+requests of 1 to 3 Multi30k validation sentences (mixed lengths) one after another. It
+prints requests/s, sentences/s, p50 and p95 latency, the errors, and, from the server's
+/monitoring/prometheus/metrics, how many model calls of each batch size it made.
+
+`--tiny` trains a small model for four steps (the tests' recipe) and exports it: its
+translations are junk that runs to the maximum length, the slowest case per sentence.
+"""
+
+import argparse
+import concurrent.futures
+import gzip
+import json
+import os
+import random
+import re
+import select
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def export_tiny(directory):
+    """Trains the tests' small model for four steps and exports it; returns the base path."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import tensorflow as tf
+
+    from app.config import ModelConfig
+    from app.export import export, load_translator
+    from app.train_command import save_settings
+    from app.training import TrainConfig, train
+    from data.config import DataConfig
+    from data.dataset import prepare_data
+
+    run = Path(directory) / "run"
+    run.mkdir()
+    corpus = []
+    for split, count in (("train", 300), ("val", 20)):
+        for lang in ("en", "de"):
+            with gzip.open(ROOT / "data" / "multi30k" / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
+                path = run / f"{split}.{lang}"
+                path.write_text("".join(next(f) for _ in range(count)), encoding="utf-8")
+                corpus.append(str(path))
+    data_config = DataConfig(dataset="files:" + ",".join(corpus), vocab_size=400, batch_tokens=512, max_length=48)
+    data = prepare_data(data_config, str(run))
+    model_config = ModelConfig.from_size(
+        "tiny", vocab_size=data.tokenizer.vocab_size, num_layers=1, d_model=32, d_ff=64, num_heads=2, max_length=48
+    )
+    train_config = TrainConfig(train_steps=4, eval_every=0, checkpoint_every=1, log_every=1, keep_checkpoints=3)
+    save_settings(str(run), model_config, data_config, train_config)
+    train(model_config, data, train_config, str(run), tf.distribute.get_strategy(), log=lambda *_: None)
+    translator, _ = load_translator(str(run))
+    base = str(Path(directory) / "translator")
+    export(translator, base)
+    return base
+
+
+def start_server(base, flags, log):
+    """A `python -m app.serve` process on a free port; `(process, url)` once it answers."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app.serve", "--model_base_path", base, "--rest_api_port", "0", *flags],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+    line = ""
+    while "Serving model" not in line:
+        ready, _, _ = select.select([process.stdout], [], [], 300)
+        line = process.stdout.readline() if ready else ""
+        if not line and (not ready or process.poll() is not None):
+            process.kill()
+            raise RuntimeError("the server did not start; see its log")
+    return process, re.search(r"(http://\S+?)/?$", line.strip()).group(1)
+
+
+def post(url, body, timeout=300):
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def load(url, model, sentences, clients, requests, seed=0):
+    """Runs the clients; returns (latencies in s, sentences sent, errors, wall seconds)."""
+    endpoint = f"{url}/v1/models/{model}:predict"
+
+    def client(index):
+        rng = random.Random(seed * 1000 + index)
+        latencies, sent, errors = [], 0, []
+        for _ in range(requests):
+            instances = rng.sample(sentences, rng.choice([1, 1, 2, 3]))
+            start = time.perf_counter()
+            try:
+                predictions = post(endpoint, {"instances": instances})["predictions"]
+                if len(predictions) != len(instances):
+                    errors.append("wrong number of predictions")
+            except (urllib.error.URLError, OSError, ValueError, KeyError) as error:
+                errors.append(repr(error))
+            latencies.append(time.perf_counter() - start)
+            sent += len(instances)
+        return latencies, sent, errors
+
+    start = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(clients) as pool:
+        results = list(pool.map(client, range(clients)))
+    wall = time.perf_counter() - start
+    latencies = sorted(t for r in results for t in r[0])
+    return latencies, sum(r[1] for r in results), [e for r in results for e in r[2]], wall
+
+
+def batch_sizes(url):
+    """{batch size: model calls} from the local server's metrics ({} for TF Serving)."""
+    try:
+        with urllib.request.urlopen(f"{url}/monitoring/prometheus/metrics", timeout=30) as response:
+            text = response.read().decode()
+    except urllib.error.URLError:
+        return {}
+    return {int(size): int(count) for size, count in re.findall(r'batch_size="(\d+)"\} (\d+)', text)}
+
+
+def report(name, latencies, sent, errors, wall, sizes):
+    def percentile(p):
+        return latencies[min(len(latencies) - 1, int(p / 100 * len(latencies)))] * 1000
+
+    calls = sum(sizes.values())
+    print(f"{name:<12} {len(latencies) / wall:8.1f} req/s {sent / wall:8.1f} sentences/s   "
+          f"p50 {percentile(50):7.0f} ms   p95 {percentile(95):7.0f} ms   errors {len(errors)}")
+    if calls:
+        mean = sum(size * count for size, count in sizes.items()) / calls
+        histogram = ", ".join(f"{size}: {count}" for size, count in sorted(sizes.items()))
+        print(f"{'':<12} {calls} model calls, mean batch {mean:.1f} sentences; calls per batch size {{{histogram}}}")
+    for error in errors[:3]:
+        print(f"{'':<12} error: {error}")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--model_base_path", default=os.path.join("saved_models", "translator"), help="an export to serve (default saved_models/translator)")
+    where.add_argument("--tiny", action="store_true", help="export the tests' tiny model to a temporary directory and serve that")
+    where.add_argument("--url", help="measure a server that is already running instead")
+    parser.add_argument("--model", default="translator", help="model name (default translator)")
+    parser.add_argument("--clients", type=int, default=16, help="concurrent clients (default 16)")
+    parser.add_argument("--requests", type=int, default=50, help="requests per client (default 50)")
+    parser.add_argument("--modes", default="batching,unbatched", help="which local server modes to run (default both)")
+    parser.add_argument("--server-flags", default="", help="extra flags for python -m app.serve, e.g. '--batching_parameters_file serving/batching_parameters.txt'")
+    args = parser.parse_args(argv)
+
+    with gzip.open(ROOT / "data" / "multi30k" / "val.en.gz", "rt", encoding="utf-8") as f:
+        sentences = [line.strip() for line in f]
+    lengths = sorted(len(s.split()) for s in sentences)
+    print(f"{args.clients} clients x {args.requests} requests of 1-3 Multi30k validation sentences "
+          f"({lengths[0]}-{lengths[-1]} words, median {lengths[len(lengths) // 2]})")
+
+    if args.url:
+        report("server", *load(args.url, args.model, sentences, args.clients, args.requests), batch_sizes(args.url))
+        return 0
+    with tempfile.TemporaryDirectory() as scratch:
+        base = export_tiny(scratch) if args.tiny else args.model_base_path
+        for mode in args.modes.split(","):
+            flags = ["--model_name", args.model, "--enable_batching", "true" if mode == "batching" else "false", *args.server_flags.split()]
+            with open(os.path.join(scratch, f"serve-{mode}.log"), "w") as log:
+                process, url = start_server(base, flags, log)
+                try:
+                    post(f"{url}/v1/models/{args.model}:predict", {"instances": sentences[:1]})  # warm
+                    before = batch_sizes(url)
+                    result = load(url, args.model, sentences, args.clients, args.requests)
+                    after = batch_sizes(url)
+                    sizes = {size: count - before.get(size, 0) for size, count in after.items() if count > before.get(size, 0)}
+                    report(mode, *result, sizes)
+                finally:
+                    process.terminate()
+                    process.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
