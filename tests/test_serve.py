@@ -31,13 +31,18 @@ MAX_INSTANCES, MAX_TEXT_LENGTH = 8, 400
 class Server:
     """A `python -m app.serve` process on a free port of 127.0.0.1."""
 
-    def __init__(self, base, *flags, log_path):
+    def __init__(self, base, *flags, log_path, wait=True):
+        self.log_path = log_path
         self.log = open(log_path, "w")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "app.serve", "--model_base_path", base, "--rest_api_port", "0", *flags],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=self.log, text=True,
             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
         )
+        if wait:
+            self.wait_until_serving()
+
+    def wait_until_serving(self):
         deadline = time.monotonic() + 300
         line = ""
         while "Serving model" not in line:
@@ -45,7 +50,7 @@ class Server:
             line = self.process.stdout.readline() if ready else ""
             if not ready or (not line and self.process.poll() is not None):
                 self.stop()
-                raise RuntimeError(f"the server did not start: {open(log_path).read()[-3000:]}")
+                raise RuntimeError(f"the server did not start: {open(self.log_path).read()[-3000:]}")
         self.host, self.port = re.search(r"http://([\d.]+):(\d+)/", line).groups()
         self.url = f"http://{self.host}:{self.port}"
 

@@ -30,15 +30,18 @@ def test_exporting_version_2_under_load_switches_to_it_without_a_failed_request(
     # Neither a temporary export nor a stray directory is a version.
     os.makedirs(os.path.join(base, ".tmp-7-123"))
     os.makedirs(os.path.join(base, "notes"))
-    server = Server(base, "--file_system_poll_wait_seconds", "0.2", log_path=tmp_path / "serve.log")
+    server = Server(base, "--file_system_poll_wait_seconds", "0.2", log_path=tmp_path / "serve.log", wait=False)
     try:
         sentences = SENTENCES[:2]
         translator_2, _ = load_translator(model_dir, average_last=3)  # other weights: other scores
         expected_2 = {k: v.numpy() for k, v in translator_2.serve(tf.constant(sentences)).items()}
         scores = {1: expected_1["scores"][:2], 2: expected_2["scores"]}
         assert not np.allclose(scores[1], scores[2], rtol=1e-4)
+        server.wait_until_serving()
 
-        answers, failures, stop = [[] for _ in range(4)], [], threading.Event()
+        # Three clients, each calling again 20 ms after an answer: always a request in
+        # flight, while leaving the export some CPU.
+        answers, failures, stop = [[] for _ in range(3)], [], threading.Event()
 
         def client(seen):
             while not stop.is_set():
@@ -51,6 +54,7 @@ def test_exporting_version_2_under_load_switches_to_it_without_a_failed_request(
                 if len(matches) != 1:
                     failures.append(("unknown answer", body))
                 seen.extend(matches)
+                time.sleep(0.02)
 
         threads = [threading.Thread(target=client, args=(seen,)) for seen in answers]
         for thread in threads:
