@@ -20,6 +20,7 @@ call (app/serving/batching.py). Built on aiohttp. Binds 127.0.0.1 unless --host 
 
 import argparse
 import asyncio
+import concurrent.futures
 import html
 import json
 import logging
@@ -79,8 +80,6 @@ class Server:
     # Lifecycle: the first poll runs before the server listens, so it answers once loaded.
 
     async def _start(self, app):
-        import concurrent.futures
-
         self._loading = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="load")
         self.batcher.start()
         await self.poll()
