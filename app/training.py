@@ -280,7 +280,9 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
     progbar = keras.utils.Progbar(total_steps, stateful_metrics=["loss", "lr", "tok/s"]) if chief else None
     step = int(progress.step)
     last_loss = None
-    window_tokens, window_start = 0.0, time.time()
+    # Since the last record: one batch's loss swings with its sentence lengths, so records
+    # and the progress bar show the token-weighted mean over the window.
+    window_tokens, window_loss, window_start = 0.0, 0.0, time.time()
     last_checkpoint_time = time.time()
     evaluations_without_gain = 0
     interrupted = _InterruptFlag()
@@ -312,14 +314,15 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
                     step += 1
                     progress.advance(config.accumulate)
                     window_tokens += tokens
+                    window_loss += loss_sum
                     if progbar:
                         elapsed = max(time.time() - window_start, 1e-9)
-                        progbar.update(step, [("loss", last_loss), ("lr", learning_rate()), ("tok/s", window_tokens / elapsed)])
+                        progbar.update(step, [("loss", window_loss / max(window_tokens, 1.0)), ("lr", learning_rate()), ("tok/s", window_tokens / elapsed)])
                     if step % config.log_every == 0 or step == total_steps:
                         elapsed = max(time.time() - window_start, 1e-9)
-                        record({"step": step, "loss": last_loss, "learning_rate": learning_rate(),
+                        record({"step": step, "loss": window_loss / max(window_tokens, 1.0), "learning_rate": learning_rate(),
                                 "tokens_per_second": window_tokens / elapsed, "epoch": epoch})
-                        window_tokens, window_start = 0.0, time.time()
+                        window_tokens, window_loss, window_start = 0.0, 0.0, time.time()
                     if _due(step, config.checkpoint_every) or _minutes_since(last_checkpoint_time) >= (config.checkpoint_minutes or math.inf):
                         tracker.save(step)
                         last_checkpoint_time = time.time()
