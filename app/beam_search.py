@@ -153,8 +153,8 @@ def beam_search(
         max_lengths: int32 `[B]` (or a scalar for all): the most output tokens of each
             sentence, end token included, >= 1. A hypothesis of that length ends there.
         beam_size: K, a Python int >= 1.
-        alpha: the length-penalty exponent (float, may be a scalar tensor); 0 ranks by
-            plain log-probability.
+        alpha: the length-penalty exponent, float32 `[B]` (or a scalar for all, which
+            may be a Python float); 0 ranks by plain log-probability.
         end_id, pad_id, start_id: the special token ids.
 
     Returns:
@@ -176,7 +176,8 @@ def beam_search(
     batch_size = shape_list(initial_ids)[0]
     max_lengths = tf.broadcast_to(tf.convert_to_tensor(max_lengths, tf.int32), tf.shape(initial_ids))  # [B]
     max_output_length = tf.reduce_max(max_lengths)  # L
-    alpha = tf.cast(alpha, tf.float32)
+    # Per sentence, like the maximum lengths, so one batch can mix decoding settings.
+    alpha = tf.broadcast_to(tf.cast(alpha, tf.float32), tf.shape(initial_ids))  # [B]
 
     # Padding and the start token are never outputs; at its maximum length, only the end.
     vocabulary = tf.range(vocab_size)  # [V]
@@ -223,7 +224,7 @@ def beam_search(
 
         # Finished: the real candidates among the top K that end join the pool of K.
         new_flags = topk_ends[:, :k] & (topk_log_probs[:, :k] > NEG / 2)  # [B, K]
-        new_scores = topk_log_probs[:, :k] / length_penalty(step + 1, alpha)  # [B, K]
+        new_scores = topk_log_probs[:, :k] / length_penalty(step + 1, alpha)[:, None]  # [B, K]
         new_scores = tf.where(new_flags, new_scores, NEG)  # [B, K]
         # The old pool comes first, so on a tie it stays (top_k is stable).
         pool_scores = tf.concat([state.finished_scores, new_scores], axis=1)  # [B, 2K]
@@ -289,7 +290,7 @@ def beam_search(
 
     # Sentences that finished nothing fall back to their live beams.
     has_finished = tf.reduce_any(state.finished_flags, axis=1)  # [B]
-    live_scores = state.live_log_probs / length_penalty(state.step, alpha)  # [B, K]
+    live_scores = state.live_log_probs / length_penalty(state.step, alpha)[:, None]  # [B, K]
     finished_ids = tf.where(state.finished_flags[:, :, None], state.finished_ids, 0)  # [B, K, L + 1]
     ids = tf.where(has_finished[:, None, None], finished_ids, state.live_ids)  # [B, K, L + 1]
     scores = tf.where(has_finished[:, None], state.finished_scores, live_scores)  # [B, K]

@@ -13,8 +13,9 @@ Runs eagerly or inside a `tf.function`, e.g. the serving signature
     def translate(source_ids, alpha, max_extra_length):
         return translate_ids(transformer, source_ids, 4, alpha, max_extra_length)
 
-`alpha` and `max_extra_length` may be tensors chosen per request; `beam_size` fixes the
-shapes of every loop tensor, so it is a Python int, one traced function per beam size.
+`alpha` and `max_extra_length` may be tensors chosen per request, even per sentence;
+`beam_size` fixes the shapes of every loop tensor, so it is a Python int, one traced
+function per beam size.
 
 Dimension names: B batch, S source length, K beam size, L the most output tokens.
 """
@@ -74,10 +75,11 @@ def translate_ids(
         transformer: the model's decoding view.
         source_ids: int32 `[B, S]`, 0 = padding.
         beam_size: K, a Python int.
-        alpha: length-penalty exponent, a float or a float32 scalar tensor.
+        alpha: length-penalty exponent: a float, or float32 of shape [] or `[B]` (one
+            per sentence).
         max_extra_length: a sentence may have at most (source length + this) output
             tokens, end token included, and never more than the model's `max_length`
-            positions; an int or an int32 scalar tensor.
+            positions: an int, or int32 of shape [] or `[B]`.
 
     Returns:
         `(ids int32 [B, K, L], scores float32 [B, K])`, as `beam_search` returns them:

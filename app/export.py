@@ -12,9 +12,9 @@ signature takes raw strings. Signatures (batch B, beam K):
     translate_with_options  inputs string [B], alpha float32 [B], max_extra_length int32 [B]
                             -> translations string [B], scores float32 [B]
 
-`translate_with_options` takes the decoding settings per request. Its options are per
-instance so TF Serving's row format ({"instances": [{"inputs": ..., "alpha": ...}]}) can
-carry them; a request's instances must agree on them (one beam search serves the batch).
+`translate_with_options` takes the decoding settings per instance, so TF Serving's row
+format ({"instances": [{"inputs": ..., "alpha": ...}]}) can carry them, and requests with
+different settings may share one batch (server-side batching merges them freely).
 
 Input longer than the model's position table is truncated to fit (its first
 `max_length - 1` subwords, then the end token); outputs stop at source length + the
@@ -118,15 +118,12 @@ class Translator(tf.Module):
         checks = [
             tf.debugging.assert_equal(tf.size(alpha), tf.size(inputs), message="one alpha per input"),
             tf.debugging.assert_equal(tf.size(max_extra_length), tf.size(inputs), message="one max_extra_length per input"),
-            tf.debugging.assert_equal(alpha, tf.reduce_max(alpha), message="the instances of a request must share alpha"),
-            tf.debugging.assert_equal(max_extra_length, tf.reduce_max(max_extra_length), message="the instances of a request must share max_extra_length"),
             tf.debugging.assert_non_negative(alpha, message="alpha must not be negative"),
             tf.debugging.assert_positive(max_extra_length, message="max_extra_length must be positive"),
         ]
         with tf.control_dependencies(checks):
-            # An empty batch has no options; any value serves.
-            alpha = tf.reduce_max(tf.concat([alpha, [0.0]], 0))
-            extra = tf.reduce_max(tf.concat([max_extra_length, [1]], 0))
+            # Per sentence: a batch may mix settings, so TF Serving may batch any requests.
+            alpha, extra = tf.identity(alpha), tf.identity(max_extra_length)
         texts, scores = self.translate(inputs, self._decoding.beam_size, alpha, extra)
         return {"translations": texts[:, 0], "scores": scores[:, 0]}
 

@@ -167,6 +167,15 @@ def test_length_penalty_changes_the_winner():
     np.testing.assert_allclose(scores, [[long / lp(3, 1.0), short / lp(1, 1.0)]], rtol=1e-6)
 
 
+def test_each_sentence_ranks_by_its_own_alpha():
+    # The batch of test_length_penalty_changes_the_winner's two cases at once.
+    fn = table_fn(PENALTY_TABLE, 5)
+    short, long = math.log(0.4), math.log(0.6 * 0.9 * 0.65)
+    ids, scores = beam_search(fn, start_ids(2), {}, 5, max_lengths=[10, 10], beam_size=2, alpha=[0.0, 1.0])
+    np.testing.assert_array_equal(ids[:, :, :3], [[[END, 0, 0], [3, 3, END]], [[3, 3, END], [END, 0, 0]]])
+    np.testing.assert_allclose(scores, [[short, long], [long / lp(3, 1.0), short / lp(1, 1.0)]], rtol=1e-6)
+
+
 # At step 1 both top-K candidates end ([3 end] .30, [4 end] .28). Were finished
 # hypotheses kept in the beam, nothing would be left to extend; kept apart, the live
 # beams [4 4] .22 and [3 3] .20 go on, and with alpha = 1 [4 4 4 end] wins.

@@ -86,8 +86,17 @@ def test_nbest_and_options_signatures_agree_with_the_default(exported):
     n = len(SENTENCES)
     options = translator.serve_with_options(tf.constant(SENTENCES), tf.fill([n], 0.6), tf.fill([n], 50))
     np.testing.assert_array_equal(options["translations"].numpy(), expected["translations"])
-    with pytest.raises(tf.errors.InvalidArgumentError, match="must share alpha"):
-        translator.serve_with_options(tf.constant(SENTENCES[:2]), tf.constant([0.6, 1.0]), tf.constant([50, 50]))
+    # Settings per sentence: a mixed batch gives each sentence what it gets alone.
+    settings = [(0.0, 3), (1.0, 50), (0.6, 7)]
+    mixed = translator.serve_with_options(
+        tf.constant(SENTENCES[:3]), tf.constant([a for a, _ in settings]), tf.constant([e for _, e in settings])
+    )
+    for i, (alpha, extra) in enumerate(settings):
+        alone = translator.serve_with_options(tf.constant(SENTENCES[i : i + 1]), tf.constant([alpha]), tf.constant([extra]))
+        assert mixed["translations"].numpy()[i] == alone["translations"].numpy()[0]
+        np.testing.assert_allclose(mixed["scores"].numpy()[i], alone["scores"].numpy()[0], rtol=1e-5)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="alpha must not be negative"):
+        translator.serve_with_options(tf.constant(SENTENCES[:1]), tf.constant([-1.0]), tf.constant([50]))
 
 
 def test_a_second_export_gets_the_next_version_and_none_is_overwritten(exported, model_dir):
