@@ -156,17 +156,7 @@ def make_train_step(model, optimizer, strategy, label_smoothing, accumulate=1, j
         optimizer.apply_gradients(zip(total_grads, variables))
         return total_loss, local_tokens
 
-    # Batches come in a bounded set of bucket shapes; reduce_retracing lets one trace with
-    # unknown dimensions serve them all instead of tracing once per shape.
-    @tf.function(reduce_retracing=True)
-    def step(micro_batches):
-        loss_sum, tokens = strategy.run(replica_step, args=(micro_batches,))
-        return (
-            strategy.reduce(tf.distribute.ReduceOp.SUM, loss_sum, axis=None),
-            strategy.reduce(tf.distribute.ReduceOp.SUM, tokens, axis=None),
-        )
-
-    return step
+    return _summed_over_replicas(strategy, replica_step)
 
 
 def _target_tokens(target):
@@ -181,6 +171,16 @@ def make_eval_step(model, strategy, label_smoothing):
         source, target = batch
         logits = model([source, target[:, :-1]], training=False)
         return summed_loss(target[:, 1:], logits, label_smoothing)
+
+    return _summed_over_replicas(strategy, replica_step)
+
+
+def _summed_over_replicas(strategy, replica_step):
+    """`step(batch) -> (loss_sum, tokens)`: runs `replica_step` on every replica and sums.
+
+    Batches come in a bounded set of bucket shapes; reduce_retracing lets one trace with
+    unknown dimensions serve them all instead of tracing once per shape.
+    """
 
     @tf.function(reduce_retracing=True)
     def step(batch):

@@ -37,32 +37,12 @@ sys.path.insert(0, str(ROOT))
 def export_tiny(directory):
     """Trains the tests' small model for four steps and exports it; returns the base path."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    import tensorflow as tf
-
-    from app.config import ModelConfig
     from app.export import export, load_translator
-    from app.train_command import save_settings
-    from app.training import TrainConfig, train
-    from data.config import DataConfig
-    from data.dataset import prepare_data
+    from tests.tiny_run import train_tiny_run
 
     run = Path(directory) / "run"
     run.mkdir()
-    corpus = []
-    for split, count in (("train", 300), ("val", 20)):
-        for lang in ("en", "de"):
-            with gzip.open(ROOT / "data" / "multi30k" / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
-                path = run / f"{split}.{lang}"
-                path.write_text("".join(next(f) for _ in range(count)), encoding="utf-8")
-                corpus.append(str(path))
-    data_config = DataConfig(dataset="files:" + ",".join(corpus), vocab_size=400, batch_tokens=512, max_length=48)
-    data = prepare_data(data_config, str(run))
-    model_config = ModelConfig.from_size(
-        "tiny", vocab_size=data.tokenizer.vocab_size, num_layers=1, d_model=32, d_ff=64, num_heads=2, max_length=48
-    )
-    train_config = TrainConfig(train_steps=4, eval_every=0, checkpoint_every=1, log_every=1, keep_checkpoints=3)
-    save_settings(str(run), model_config, data_config, train_config)
-    train(model_config, data, train_config, str(run), tf.distribute.get_strategy(), log=lambda *_: None)
+    train_tiny_run(run)
     translator, _ = load_translator(str(run))
     base = str(Path(directory) / "translator")
     export(translator, base)

@@ -1,9 +1,7 @@
 """Shared test setup: quiet TensorFlow, the TensorFlow backend for Keras, fixed seeds, and
 one small exported translator for the export and serving tests."""
 
-import gzip
 import os
-from pathlib import Path
 
 # Set before TensorFlow or Keras is imported anywhere in the test session.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -22,7 +20,6 @@ def _seed_everything():
 
 # A small exported translator, shared by the export and serving tests.
 
-ROOT = Path(__file__).resolve().parents[1]
 SENTENCES = [
     "A man rides a bike.",
     "",
@@ -35,32 +32,10 @@ SENTENCES = [
 
 @pytest.fixture(scope="session")
 def model_dir(tmp_path_factory):
-    """A real (two-step) training run of a small model, with settings and vocabulary."""
-    import tensorflow as tf
+    """A real (four-step) training run of a small model, with settings and vocabulary."""
+    from tests.tiny_run import train_tiny_run
 
-    from app.config import ModelConfig
-    from app.train_command import save_settings
-    from app.training import TrainConfig, train
-    from data.config import DataConfig
-    from data.dataset import prepare_data
-
-    directory = tmp_path_factory.mktemp("run")
-    corpus = []
-    for split, count in (("train", 300), ("val", 20)):
-        for lang in ("en", "de"):
-            with gzip.open(ROOT / "data" / "multi30k" / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
-                path = directory / f"{split}.{lang}"
-                path.write_text("".join(next(f) for _ in range(count)), encoding="utf-8")
-                corpus.append(str(path))
-    data_config = DataConfig(dataset="files:" + ",".join(corpus), vocab_size=400, batch_tokens=512, max_length=48)
-    data = prepare_data(data_config, str(directory))
-    model_config = ModelConfig.from_size(
-        "tiny", vocab_size=data.tokenizer.vocab_size, num_layers=1, d_model=32, d_ff=64, num_heads=2, max_length=48
-    )
-    train_config = TrainConfig(train_steps=4, eval_every=0, checkpoint_every=1, log_every=1, keep_checkpoints=3)
-    save_settings(str(directory), model_config, data_config, train_config)
-    train(model_config, data, train_config, str(directory), tf.distribute.get_strategy(), log=lambda *_: None)
-    return str(directory)
+    return train_tiny_run(tmp_path_factory.mktemp("run"))
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,8 @@ import time
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, SENTENCES
+from tests.conftest import SENTENCES
+from tests.tiny_run import ROOT
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

@@ -9,7 +9,7 @@ import pytest
 
 from app.serving.batching import Batcher, BatchingParameters
 from app.serving.rest_api import ServingError
-from tests.conftest import ROOT
+from tests.tiny_run import ROOT
 
 
 class FakeVersion:

@@ -1,11 +1,9 @@
 """Training: schedule, loss, accumulation, resuming, NaN stops, Ctrl-C, averaging."""
 
-import gzip
 import json
 import math
 import os
 import signal
-from pathlib import Path
 
 import keras
 import numpy as np
@@ -20,8 +18,8 @@ from app.schedule import WarmupInverseSqrt
 from app.training import NonFiniteLoss, TrainConfig, make_train_step, train
 from data.config import DataConfig
 from data.dataset import prepare_data
+from tests.tiny_run import write_multi30k_slice
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 # ---------------------------------------------------------------------------------------
@@ -117,16 +115,7 @@ def test_warmup_is_the_papers_unless_the_run_is_short():
 @pytest.fixture(scope="module")
 def small_corpus(tmp_path_factory):
     """300 training and 40 validation pairs of Multi30k en-de, as plain files."""
-    directory = tmp_path_factory.mktemp("corpus")
-    paths = []
-    for split, count in (("train", 300), ("val", 40)):
-        for lang in ("en", "de"):
-            with gzip.open(ROOT / "data" / "multi30k" / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
-                lines = [next(f) for _ in range(count)]
-            path = directory / f"{split}.{lang}"
-            path.write_text("".join(lines), encoding="utf-8")
-            paths.append(str(path))
-    return paths
+    return write_multi30k_slice(tmp_path_factory.mktemp("corpus"), train=300, validation=40)
 
 
 @pytest.fixture(scope="module")
