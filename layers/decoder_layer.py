@@ -4,7 +4,6 @@ import keras
 from keras import ops
 
 from layers.encoder_layer import EncoderLayer
-from layers.multi_head_attention import MultiHeadAttention
 from layers.residual import residual_block
 
 
@@ -25,21 +24,9 @@ class DecoderLayer(EncoderLayer):
         # Keras matches build arguments to call arguments by name: inputs_shape <-> inputs.
         super().build(inputs_shape)
         memory_shape = inputs_shape if memory_shape is None else memory_shape
-        policy = self.dtype_policy
-        self.cross_attention = MultiHeadAttention(
-            self.num_heads,
-            self.key_dim,
-            self.value_dim,
-            dropout=self.attention_dropout,
-            dtype=policy,
-            name="cross_attention",
+        self.cross_attention, self.cross_attention_norm, self.cross_attention_dropout = (
+            self._attention_block("cross_attention", inputs_shape, memory_shape)
         )
-        self.cross_attention.build(inputs_shape, memory_shape)
-        self.cross_attention_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=policy, name="cross_attention_norm"
-        )
-        self.cross_attention_norm.build(inputs_shape)
-        self.cross_attention_dropout = keras.layers.Dropout(self.dropout, dtype=policy)
 
     def init_cache(self, memory, max_length):
         """The decoding cache for this layer.

@@ -48,31 +48,35 @@ class EncoderLayer(keras.layers.Layer):
         self.layer_norm_epsilon = layer_norm_epsilon
 
     def build(self, input_shape):
-        policy = self.dtype_policy
-        self.self_attention = MultiHeadAttention(
+        self.self_attention, self.self_attention_norm, self.self_attention_dropout = (
+            self._attention_block("self_attention", input_shape, input_shape)
+        )
+        self.feed_forward = FeedForward(
+            self.inner_dim, inner_dropout=self.inner_dropout, dtype=self.dtype_policy, name="feed_forward"
+        )
+        self.feed_forward.build(input_shape)
+        self.feed_forward_norm, self.feed_forward_dropout = self._norm_and_dropout("feed_forward", input_shape)
+
+    def _attention_block(self, name, query_shape, value_shape):
+        """A built attention sub-layer named `name`, with its LayerNorm and Dropout."""
+        attention = MultiHeadAttention(
             self.num_heads,
             self.key_dim,
             self.value_dim,
             dropout=self.attention_dropout,
-            dtype=policy,
-            name="self_attention",
+            dtype=self.dtype_policy,
+            name=name,
         )
-        self.self_attention.build(input_shape, input_shape)
-        self.self_attention_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=policy, name="self_attention_norm"
-        )
-        self.self_attention_norm.build(input_shape)
-        self.self_attention_dropout = keras.layers.Dropout(self.dropout, dtype=policy)
+        attention.build(query_shape, value_shape)
+        return (attention, *self._norm_and_dropout(name, query_shape))
 
-        self.feed_forward = FeedForward(
-            self.inner_dim, inner_dropout=self.inner_dropout, dtype=policy, name="feed_forward"
+    def _norm_and_dropout(self, name, shape):
+        """The LayerNorm (`<name>_norm`) and residual Dropout around sub-layer `name`."""
+        norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=f"{name}_norm"
         )
-        self.feed_forward.build(input_shape)
-        self.feed_forward_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=policy, name="feed_forward_norm"
-        )
-        self.feed_forward_norm.build(input_shape)
-        self.feed_forward_dropout = keras.layers.Dropout(self.dropout, dtype=policy)
+        norm.build(shape)
+        return norm, keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
 
     def call(self, inputs, padding_mask=None, return_attention_scores=False, training=None):
         """Encodes one layer.
