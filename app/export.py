@@ -75,6 +75,12 @@ class Translator(tf.Module):
         self._decoding = decoding
         self._max_source_length = model_config.max_length
 
+    @property
+    def transformer(self):
+        """The model's decoding view (`app.model.Transformer`), for tools that need more
+        than strings (`app.pictures` reads its attention weights)."""
+        return self._transformer
+
     def source_ids(self, inputs):
         """string `[B]` -> int32 `[B, S]`: subwords, truncated to fit, then the end token."""
         tokens = self.tokenizer.tokenize(inputs)[:, : self._max_source_length - 1]
