@@ -1,0 +1,240 @@
+"""The keras-hub peer of the project's model, and what both comparisons with it share.
+
+    peer = build_keras_hub_transformer(ModelConfig.from_size("tiny", vocab_size=8000))
+    arrays = fixed_length_arrays(pairs.source, pairs.target)       # the example's padding
+    flops = training_flops(config, source_lengths, target_lengths)  # non-padding tokens only
+    peak = matmul_peak("float32")                                   # FLOP/s of this machine
+
+The peer is the model of keras-hub's English-Spanish example
+(https://keras.io/examples/nlp/neural_machine_translation_with_keras_hub/), written
+again here at the project's sizes: `TokenAndPositionEmbedding` (learned positions, 40 of
+them, no `mask_zero`, as in the example's code), `num_layers` `TransformerEncoder`s and
+`TransformerDecoder`s (the example has one of each), `Dropout(0.5)` and a softmax
+`Dense` over the vocabulary. Separate source and target embeddings and an untied output
+layer, as in the example; the project shares all three matrices.
+
+Used by bench_vs_keras_hub_training.py and bench_vs_keras_hub_decoding.py, and pinned by
+tests/test_bench_vs_keras_hub.py.
+
+Dimension names: N layers, D d_model, F d_ff, H heads, V vocabulary, s / t the
+non-padding source / decoder positions of one sentence.
+"""
+
+import os
+import platform
+import sys
+import time
+
+import numpy as np
+
+# The example's fixed padded length, and its batch size in sentences.
+MAX_SEQUENCE_LENGTH = 40
+BATCH_SIZE = 64
+PAD_ID, START_ID, END_ID = 0, 1, 2
+
+
+# ---------------------------------------------------------------------------------------
+# The peer model.
+
+
+def build_keras_hub_transformer(config, sequence_length=MAX_SEQUENCE_LENGTH):
+    """The example's encoder-decoder at the size of `config` (a `ModelConfig`).
+
+    Inputs `[encoder_inputs [B, S], decoder_inputs [B, T]]` with S, T <= sequence_length;
+    output: probabilities `[B, T, V]` (the example's softmax `Dense`).
+    """
+    import keras
+    import keras_hub
+
+    if config.key_dim * config.num_heads != config.d_model or config.value_dim != config.key_dim:
+        raise ValueError(
+            f"keras-hub layers use key_dim = d_model / num_heads; got key_dim={config.key_dim}, "
+            f"value_dim={config.value_dim}, d_model={config.d_model}, num_heads={config.num_heads}"
+        )
+    if config.norm_first:
+        raise ValueError("the example's layers are post-norm; got norm_first=True")
+
+    def embedding():
+        return keras_hub.layers.TokenAndPositionEmbedding(
+            vocabulary_size=config.vocab_size, sequence_length=sequence_length, embedding_dim=config.d_model
+        )
+
+    # Encoder.
+    encoder_inputs = keras.Input(shape=(None,), name="encoder_inputs")
+    x = embedding()(encoder_inputs)
+    for _ in range(config.num_layers):
+        x = keras_hub.layers.TransformerEncoder(intermediate_dim=config.d_ff, num_heads=config.num_heads)(inputs=x)
+    encoder_outputs = x
+
+    # Decoder, a model of its own as in the example.
+    decoder_inputs = keras.Input(shape=(None,), name="decoder_inputs")
+    encoded_seq_inputs = keras.Input(shape=(None, config.d_model), name="decoder_state_inputs")
+    x = embedding()(decoder_inputs)
+    for _ in range(config.num_layers):
+        x = keras_hub.layers.TransformerDecoder(intermediate_dim=config.d_ff, num_heads=config.num_heads)(
+            decoder_sequence=x, encoder_sequence=encoded_seq_inputs
+        )
+    x = keras.layers.Dropout(0.5)(x)
+    decoder_outputs = keras.layers.Dense(config.vocab_size, activation="softmax")(x)
+    decoder = keras.Model([decoder_inputs, encoded_seq_inputs], decoder_outputs)
+
+    decoder_outputs = decoder([decoder_inputs, encoder_outputs])
+    return keras.Model([encoder_inputs, decoder_inputs], decoder_outputs, name="transformer")
+
+
+# ---------------------------------------------------------------------------------------
+# The example's input pipeline: every sentence padded to 40.
+
+
+def pack(rows, length, end_id=None):
+    """int32 `[len(rows), length]`: each row padded with 0, or cut to `length`.
+
+    A cut row keeps `end_id` as its last id when one is given (keras-hub's
+    `StartEndPacker` with an end value always ends a row with it).
+    """
+    packed = np.zeros([len(rows), length], np.int32)
+    for i, row in enumerate(rows):
+        row = list(row)
+        if len(row) > length:
+            row = row[: length - 1] + [end_id] if end_id is not None else row[:length]
+        packed[i, : len(row)] = row
+    return packed
+
+
+def fixed_length_arrays(source_rows, target_rows, sequence_length=MAX_SEQUENCE_LENGTH):
+    """The example's `preprocess_batch`, on the project's ids.
+
+    Args:
+        source_rows: per sentence, the project's source ids (tokens + [end]).
+        target_rows: per sentence, the project's target ids ([start] + tokens + [end]).
+
+    Returns:
+        dict of int32 `[N, sequence_length]`: "encoder_inputs" (source padded to 40),
+        "decoder_inputs" (target packed to 41, all but the last) and "labels" (all but
+        the first).
+    """
+    target = pack(target_rows, sequence_length + 1, end_id=END_ID)  # [N, 41]
+    return {
+        "encoder_inputs": pack(source_rows, sequence_length),
+        "decoder_inputs": target[:, :-1],
+        "labels": target[:, 1:],
+    }
+
+
+def useful_fraction(labels):
+    """The share of label positions that are real tokens (not padding)."""
+    labels = np.asarray(labels)
+    return float((labels != PAD_ID).sum()) / labels.size
+
+
+# ---------------------------------------------------------------------------------------
+# Model FLOPs.
+
+
+def forward_flops(config, source_lengths, target_lengths):
+    """Forward-pass FLOPs of one encoder-decoder pass, counting non-padding tokens only.
+
+    With A = H * d_k and Bv = H * d_v, a sentence of s source tokens and t decoder
+    positions (= its t label tokens) costs, for every matrix product (2 FLOPs per
+    multiply-add; 2 x the weight-matmul parameters per token that meets them):
+
+        encoder, per layer:
+            s * 2 * (D*A + D*A + D*Bv + Bv*D + 2*D*F)       Q, K, V, output, feed-forward
+          + s * s * 2 * (A + Bv)                            scores Q K^T and weights x V
+        decoder, per layer:
+            t * 2 * (2*D*A + 2*D*Bv + D*A + Bv*D + 2*D*F)   self Q K V O, cross Q O, FFN
+          + s * 2 * (D*A + D*Bv)                            cross K, V of the memory
+          + t * t * 2 * (A + Bv)                            self-attention (all t x t;
+                                                            the causal half is counted)
+          + t * s * 2 * (A + Bv)                            cross-attention
+        output projection:
+            t * 2 * D * V
+
+    summed over N layers and over sentences. Embedding lookups, softmax, layer norm,
+    biases and the loss are not counted. Padding positions are not counted, even where a
+    model computes on them. Training FLOPs = 3 x forward (`training_flops`).
+
+    Args:
+        config: a `ModelConfig` (vocab_size, num_layers, d_model, d_ff, num_heads,
+            key_dim, value_dim).
+        source_lengths, target_lengths: ints or int arrays `[B]`, one per sentence.
+
+    Returns:
+        float, FLOPs summed over the sentences.
+    """
+    s = np.asarray(source_lengths, np.float64)
+    t = np.asarray(target_lengths, np.float64)
+    d, f, v = config.d_model, config.d_ff, config.vocab_size
+    a = config.num_heads * config.key_dim
+    bv = config.num_heads * config.value_dim
+    encoder_layer = s * 2 * (2 * d * a + 2 * d * bv + 2 * d * f) + s * s * 2 * (a + bv)
+    decoder_layer = (
+        t * 2 * (3 * d * a + 3 * d * bv + 2 * d * f)
+        + s * 2 * (d * a + d * bv)
+        + t * t * 2 * (a + bv)
+        + t * s * 2 * (a + bv)
+    )
+    output = t * 2 * d * v
+    return float(np.sum(config.num_layers * (encoder_layer + decoder_layer) + output))
+
+
+def training_flops(config, source_lengths, target_lengths):
+    """Forward + backward (2 x forward): 3 x `forward_flops`."""
+    return 3.0 * forward_flops(config, source_lengths, target_lengths)
+
+
+def lengths(source, labels):
+    """Non-padding `(source lengths [B], label lengths [B])` of id arrays `[B, S]`, `[B, T]`."""
+    return (np.asarray(source) != PAD_ID).sum(axis=1), (np.asarray(labels) != PAD_ID).sum(axis=1)
+
+
+# ---------------------------------------------------------------------------------------
+# This machine.
+
+
+def matmul_peak(dtype="float32", n=2048, chain=4, repeats=10):
+    """Matrix-multiply FLOP/s of this machine: the best of `repeats` timed calls.
+
+    Each call multiplies an `[n, n]` matrix by another `chain` times in a row inside one
+    `tf.function` (2 n^3 FLOPs each), so call overhead is amortized.
+    """
+    import tensorflow as tf
+
+    a = tf.cast(tf.random.stateless_normal([n, n], seed=[0, 1]), dtype)
+    b = tf.cast(tf.random.stateless_normal([n, n], seed=[0, 2]) / n**0.5, dtype)
+
+    @tf.function
+    def products(x, y):
+        for _ in range(chain):
+            x = tf.linalg.matmul(x, y)
+        return tf.reduce_sum(tf.cast(x[:, 0], tf.float32))
+
+    products(a, b).numpy()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        products(a, b).numpy()
+        best = min(best, time.perf_counter() - start)
+    return chain * 2.0 * n**3 / best
+
+
+def machine_header():
+    """Lines naming the command, the CPU and the library versions."""
+    import keras
+    import keras_hub
+    import tensorflow as tf
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return [
+        "command: " + " ".join([os.path.basename(sys.executable)] + sys.argv),
+        f"machine: {cpu}, {cores} cores usable, load average {load:.2f} at start; "
+        f"TensorFlow {tf.__version__}, Keras {keras.__version__}, keras-hub {keras_hub.__version__}, "
+        f"{time.strftime('%Y-%m-%d %H:%M')}",
+    ]
