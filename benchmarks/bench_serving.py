@@ -1,13 +1,13 @@
-"""Serving under load: 16 clients x 50 requests over HTTP, with dynamic batching and without.
+"""Serving under load: 1 and 16 clients x 50 requests over HTTP, with dynamic batching and without.
 
     python benchmarks/bench_serving.py --tiny                        # exports a tiny model first
     python benchmarks/bench_serving.py --model_base_path saved_models/translator
     python benchmarks/bench_serving.py --url http://localhost:8501   # a running server (TF Serving too)
 
 For each mode it starts `python -m app.serve` on a free port of 127.0.0.1 (--enable_batching
-true, then false), then runs `--clients` threads that each send `--requests` predict
-requests of 1 to 3 Multi30k validation sentences (mixed lengths) one after another. It
-prints requests/s, sentences/s, p50 and p95 latency, the errors, and, from the server's
+true, then false), then, for each count in `--clients`, runs that many threads that each
+send `--requests` predict requests of 1 to 3 Multi30k validation sentences (mixed
+lengths) one after another. It prints requests/s, sentences/s, p50 and p95 latency, the errors, and, from the server's
 /monitoring/prometheus/metrics, how many model calls of each batch size it made.
 
 `--tiny` trains a small model for four steps (the tests' recipe) and exports it: its
@@ -109,19 +109,24 @@ def batch_sizes(url):
     return {int(size): int(count) for size, count in re.findall(r'batch_size="(\d+)"\} (\d+)', text)}
 
 
+def new_calls(before, after):
+    """Model calls per batch size made between two readings of the server's counters."""
+    return {size: count - before.get(size, 0) for size, count in after.items() if count > before.get(size, 0)}
+
+
 def report(name, latencies, sent, errors, wall, sizes):
     def percentile(p):
         return latencies[min(len(latencies) - 1, int(p / 100 * len(latencies)))] * 1000
 
     calls = sum(sizes.values())
-    print(f"{name:<12} {len(latencies) / wall:8.1f} req/s {sent / wall:8.1f} sentences/s   "
+    print(f"{name:<16} {len(latencies) / wall:8.1f} req/s {sent / wall:8.1f} sentences/s   "
           f"p50 {percentile(50):7.0f} ms   p95 {percentile(95):7.0f} ms   errors {len(errors)}")
     if calls:
         mean = sum(size * count for size, count in sizes.items()) / calls
         histogram = ", ".join(f"{size}: {count}" for size, count in sorted(sizes.items()))
-        print(f"{'':<12} {calls} model calls, mean batch {mean:.1f} sentences; calls per batch size {{{histogram}}}")
+        print(f"{'':<16} {calls} model calls, mean batch {mean:.1f} sentences; calls per batch size {{{histogram}}}")
     for error in errors[:3]:
-        print(f"{'':<12} error: {error}")
+        print(f"{'':<16} error: {error}")
 
 
 def main(argv=None):
@@ -131,11 +136,15 @@ def main(argv=None):
     where.add_argument("--tiny", action="store_true", help="export the tests' tiny model to a temporary directory and serve that")
     where.add_argument("--url", help="measure a server that is already running instead")
     parser.add_argument("--model", default="translator", help="model name (default translator)")
-    parser.add_argument("--clients", type=int, default=16, help="concurrent clients (default 16)")
+    parser.add_argument("--clients", default="1,16", help="concurrent clients, one measurement per count (default 1,16)")
     parser.add_argument("--requests", type=int, default=50, help="requests per client (default 50)")
     parser.add_argument("--modes", default="batching,unbatched", help="which local server modes to run (default both)")
     parser.add_argument("--server-flags", default="", help="extra flags for python -m app.serve, e.g. '--batching_parameters_file serving/batching_parameters.txt'")
     args = parser.parse_args(argv)
+    try:
+        client_counts = [int(count) for count in args.clients.split(",")]
+    except ValueError:
+        parser.error(f"--clients takes comma-separated integers, got {args.clients!r}")
 
     with gzip.open(ROOT / "data" / "multi30k" / "val.en.gz", "rt", encoding="utf-8") as f:
         sentences = [line.strip() for line in f]
@@ -144,7 +153,10 @@ def main(argv=None):
           f"({lengths[0]}-{lengths[-1]} words, median {lengths[len(lengths) // 2]})")
 
     if args.url:
-        report("server", *load(args.url, args.model, sentences, args.clients, args.requests), batch_sizes(args.url))
+        for clients in client_counts:
+            before = batch_sizes(args.url)
+            result = load(args.url, args.model, sentences, clients, args.requests)
+            report(f"server x{clients}", *result, new_calls(before, batch_sizes(args.url)))
         return 0
     with tempfile.TemporaryDirectory() as scratch:
         base = export_tiny(scratch) if args.tiny else args.model_base_path
@@ -154,11 +166,10 @@ def main(argv=None):
                 process, url = start_server(base, flags, log)
                 try:
                     post(f"{url}/v1/models/{args.model}:predict", {"instances": sentences[:1]})  # warm
-                    before = batch_sizes(url)
-                    result = load(url, args.model, sentences, args.clients, args.requests)
-                    after = batch_sizes(url)
-                    sizes = {size: count - before.get(size, 0) for size, count in after.items() if count > before.get(size, 0)}
-                    report(mode, *result, sizes)
+                    for clients in client_counts:
+                        before = batch_sizes(url)
+                        result = load(url, args.model, sentences, clients, args.requests)
+                        report(f"{mode} x{clients}", *result, new_calls(before, batch_sizes(url)))
                 finally:
                     process.terminate()
                     process.wait()
