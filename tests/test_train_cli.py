@@ -27,3 +27,19 @@ def test_dry_run_with_a_bad_override_names_the_value_and_fails():
     result = run_train("--num-heads", "3", "--dry-run")
     assert result.returncode != 0
     assert "d_model=128 is not divisible by num_heads=3" in result.stderr
+
+
+def test_each_size_resolves_its_own_recipe_and_flags_override_it():
+    import train
+    from app.train_command import train_config_from_args
+
+    tiny = train_config_from_args(train.parse_args([]))
+    assert (tiny.train_steps, tiny.learning_rate_scale) == (7000, 0.25)
+    # Checkpoints close together at the end of a short run, for --average-last 10.
+    assert (tiny.checkpoint_every, tiny.keep_checkpoints) == (250, 10)
+    base = train_config_from_args(train.parse_args(["--size", "base"]))
+    assert (base.train_steps, base.learning_rate_scale, base.checkpoint_every, base.keep_checkpoints) == (
+        100_000, 1.0, 1000, 5)
+    flags = ["--checkpoint-every", "7", "--keep-checkpoints", "3", "--learning-rate-scale", "0.5"]
+    overridden = train_config_from_args(train.parse_args(flags))
+    assert (overridden.checkpoint_every, overridden.keep_checkpoints, overridden.learning_rate_scale) == (7, 3, 0.5)
