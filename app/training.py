@@ -165,18 +165,25 @@ def _target_tokens(target):
 
 
 def make_eval_step(model, strategy, label_smoothing):
-    """Returns `step(batch) -> (loss_sum, target_tokens)` on a distributed batch."""
+    """Returns `step(batch) -> (smoothed_loss_sum, nll_sum, target_tokens)` on a distributed batch.
+
+    The smoothed loss is what training minimizes; the plain negative log-likelihood gives
+    the perplexity, which stays comparable between models trained with different
+    label smoothing (the paper's Table 3 reports it).
+    """
 
     def replica_step(batch):
         source, target = batch
         logits = model([source, target[:, :-1]], training=False)
-        return summed_loss(target[:, 1:], logits, label_smoothing)
+        loss_sum, tokens = summed_loss(target[:, 1:], logits, label_smoothing)
+        nll_sum, _ = summed_loss(target[:, 1:], logits, 0.0)
+        return loss_sum, nll_sum, tokens
 
     return _summed_over_replicas(strategy, replica_step)
 
 
 def _summed_over_replicas(strategy, replica_step):
-    """`step(batch) -> (loss_sum, tokens)`: runs `replica_step` on every replica and sums.
+    """`step(batch) -> sums`: runs `replica_step` on every replica and sums each output.
 
     Batches come in a bounded set of bucket shapes; reduce_retracing lets one trace with
     unknown dimensions serve them all instead of tracing once per shape.
@@ -184,11 +191,8 @@ def _summed_over_replicas(strategy, replica_step):
 
     @tf.function(reduce_retracing=True)
     def step(batch):
-        loss_sum, tokens = strategy.run(replica_step, args=(batch,))
-        return (
-            strategy.reduce(tf.distribute.ReduceOp.SUM, loss_sum, axis=None),
-            strategy.reduce(tf.distribute.ReduceOp.SUM, tokens, axis=None),
-        )
+        per_replica = strategy.run(replica_step, args=(batch,))
+        return tuple(strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None) for value in per_replica)
 
     return step
 
@@ -266,12 +270,19 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
                     tf.summary.scalar(key, value)
 
     def evaluate(step):
-        loss_sum, tokens = 0.0, 0.0
+        loss_sum, nll_sum, tokens = 0.0, 0.0, 0.0
         for batch in _distribute(strategy, data.eval_batches("validation")):
-            batch_loss, batch_tokens = eval_step(batch)
+            batch_loss, batch_nll, batch_tokens = eval_step(batch)
             loss_sum += float(batch_loss)
+            nll_sum += float(batch_nll)
             tokens += float(batch_tokens)
-        entry = {"step": step, "valid_loss": loss_sum / max(tokens, 1.0)}
+        tokens = max(tokens, 1.0)
+        entry = {
+            "step": step,
+            "valid_loss": loss_sum / tokens,
+            # Per subword token, so it depends on the vocabulary: compare at one vocab size.
+            "valid_perplexity": math.exp(min(nll_sum / tokens, 50.0)),
+        }
         if evaluate_fn is not None:
             entry.update(evaluate_fn(transformer))
         record(entry)
@@ -407,6 +418,8 @@ def _minutes_since(moment):
 
 def _format_eval(entry):
     parts = [f"step {entry['step']}: validation loss {entry['valid_loss']:.4f}"]
+    if "valid_perplexity" in entry:
+        parts.append(f"perplexity {entry['valid_perplexity']:.2f}")
     if "bleu" in entry:
         parts.append(f"BLEU {entry['bleu']:.2f} ({entry.get('bleu_signature', '')})")
     return ", ".join(parts)

@@ -51,8 +51,6 @@ def build_keras_hub_transformer(config, sequence_length=MAX_SEQUENCE_LENGTH):
             f"keras-hub layers use key_dim = d_model / num_heads; got key_dim={config.key_dim}, "
             f"value_dim={config.value_dim}, d_model={config.d_model}, num_heads={config.num_heads}"
         )
-    if config.norm_first:
-        raise ValueError("the example's layers are post-norm; got norm_first=True")
 
     def embedding():
         return keras_hub.layers.TokenAndPositionEmbedding(
@@ -63,7 +61,9 @@ def build_keras_hub_transformer(config, sequence_length=MAX_SEQUENCE_LENGTH):
     encoder_inputs = keras.Input(shape=(None,), name="encoder_inputs")
     x = embedding()(encoder_inputs)
     for _ in range(config.num_layers):
-        x = keras_hub.layers.TransformerEncoder(intermediate_dim=config.d_ff, num_heads=config.num_heads)(inputs=x)
+        x = keras_hub.layers.TransformerEncoder(
+            intermediate_dim=config.d_ff, num_heads=config.num_heads, normalize_first=config.norm_first
+        )(inputs=x)
     encoder_outputs = x
 
     # Decoder, a model of its own as in the example.
@@ -71,7 +71,9 @@ def build_keras_hub_transformer(config, sequence_length=MAX_SEQUENCE_LENGTH):
     encoded_seq_inputs = keras.Input(shape=(None, config.d_model), name="decoder_state_inputs")
     x = embedding()(decoder_inputs)
     for _ in range(config.num_layers):
-        x = keras_hub.layers.TransformerDecoder(intermediate_dim=config.d_ff, num_heads=config.num_heads)(
+        x = keras_hub.layers.TransformerDecoder(
+            intermediate_dim=config.d_ff, num_heads=config.num_heads, normalize_first=config.norm_first
+        )(
             decoder_sequence=x, encoder_sequence=encoded_seq_inputs
         )
     x = keras.layers.Dropout(0.5)(x)

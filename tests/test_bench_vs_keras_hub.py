@@ -58,10 +58,13 @@ def test_keras_hub_peer_has_the_projects_layers_plus_its_own_embeddings_and_outp
     decoder_layer = 2 * (4 * d * d + 4 * d) + (2 * d * f + f + d) + 3 * 2 * d  # 2 attentions, FFN, 3 norms
     layers = n * (encoder_layer + decoder_layer)
     assert layers == 1_325_056
-    project = layers + v * d  # one shared embedding, sinusoidal positions
+    # One shared embedding, sinusoidal positions; tiny is pre-norm, so each stack ends
+    # with a LayerNorm of its own (keras-hub's pre-norm layers leave that out).
+    assert ModelConfig.from_size("tiny").norm_first
+    project = layers + v * d + 2 * 2 * d
     # Source and target embeddings, 40 learned positions each, output Dense with bias.
     peer = layers + 2 * v * d + 2 * 40 * d + (d * v + v)
-    assert (project, peer) == (2_349_056, 4_415_296)
+    assert (project, peer) == (2_349_568, 4_415_296)
 
     assert build_transformer(config).count_params() == project
     keras_hub_model = build_keras_hub_transformer(config)

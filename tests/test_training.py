@@ -1,5 +1,6 @@
 """Training: schedule, loss, accumulation, resuming, NaN stops, Ctrl-C, averaging."""
 
+import dataclasses
 import json
 import math
 import os
@@ -230,3 +231,32 @@ def test_a_checkpoint_cut_off_while_saving_is_never_the_one_resumed(small_data, 
     assert checkpoints.checkpoint_paths(tmp_path)[-1].endswith("ckpt-3")
     resumed = run_training(small_data, tmp_path, train_steps=4, checkpoint_every=100)
     assert resumed["step"] == 4 and resumed["checkpoint"].endswith("ckpt-4")
+
+
+def test_validation_loss_and_perplexity_equal_a_hand_computation_on_the_final_weights(small_data, tmp_path):
+    # label smoothing 0.2: the smoothed loss and the perplexity's plain NLL then differ.
+    config = dataclasses.replace(small_model_config(small_data), label_smoothing=0.2)
+    train(
+        config, small_data, TrainConfig(train_steps=3, warmup_steps=2, eval_every=0, log_every=1, seed=3),
+        str(tmp_path), tf.distribute.get_strategy(), log=lambda *_: None,
+    )
+    final = [r for r in map(json.loads, open(tmp_path / "metrics.jsonl")) if "valid_loss" in r][-1]
+
+    model = build_transformer(config)
+    checkpoints.restore_weights(model, checkpoints.checkpoint_paths(tmp_path)[-1])
+    smoothed, nll, tokens = 0.0, 0.0, 0.0
+    for source, target in small_data.eval_batches("validation"):
+        logits = model([source, target[:, :-1]], training=False).numpy().astype("float64")
+        labels = target[:, 1:].numpy()
+        log_probs = logits - logits.max(-1, keepdims=True)
+        log_probs -= np.log(np.exp(log_probs).sum(-1, keepdims=True))
+        mask = labels != 0
+        label_log_probs = np.take_along_axis(log_probs, labels[..., None], -1)[..., 0]
+        off = 0.2 / (config.vocab_size - 1)
+        per_token = -((0.8 - off) * label_log_probs + off * log_probs.sum(-1))
+        smoothed += per_token[mask].sum()
+        nll += -label_log_probs[mask].sum()
+        tokens += mask.sum()
+    assert final["valid_loss"] == pytest.approx(smoothed / tokens, rel=1e-5)
+    assert final["valid_perplexity"] == pytest.approx(np.exp(nll / tokens), rel=1e-5)
+    assert final["valid_perplexity"] < np.exp(final["valid_loss"])
