@@ -32,7 +32,7 @@ ROWS = {
     "A4": ("(A) 16 heads, d_k = d_v = 8", ["--num-heads", "16"]),
     "B1": ("(B) d_k = 16, d_v = 32", ["--key-dim", "16", "--value-dim", "32"]),
     "D1": ("(D) P_drop = 0.0", ["--dropout", "0.0"]),
-    "D2": ("(D) P_drop = 0.3", ["--dropout", "0.3"]),
+    "D2": ("(D) P_drop = 0.1", ["--dropout", "0.1"]),
     "D3": ("(D) epsilon_ls = 0.0", ["--label-smoothing", "0.0"]),
     "D4": ("(D) epsilon_ls = 0.2", ["--label-smoothing", "0.2"]),
     "E": ("(E) learned positional embedding", ["--positional", "learned"]),
