@@ -37,8 +37,8 @@ def png_size(path):
     return width, height
 
 
-@pytest.fixture(scope="module")
-def transformer():
+@pytest.fixture(scope="module", params=[False, True], ids=["post-norm", "pre-norm"])
+def transformer(request):
     """An untrained 2-layer, 2-head model: enough layers and heads to tell them apart."""
     import keras
 
@@ -46,7 +46,10 @@ def transformer():
     from app.model import Transformer, build_transformer
 
     keras.utils.set_random_seed(7)
-    config = ModelConfig.from_size("tiny", vocab_size=40, num_layers=2, d_model=16, d_ff=32, num_heads=2, max_length=16)
+    config = ModelConfig.from_size(
+        "tiny", vocab_size=40, num_layers=2, d_model=16, d_ff=32, num_heads=2, max_length=16,
+        norm_first=request.param,
+    )
     model = build_transformer(config)
     return Transformer(model, config), model
 
@@ -115,19 +118,25 @@ def test_weights_are_what_each_attention_layer_computes_in_a_normal_forward_pass
     decoder_mask = np.tril(np.ones((5, 5), bool))[None] & target_real[:, None, :]  # [B, T, T]
 
     # Each layer's input comes from the layers before it, called as the model calls them.
+    # Post-norm attends over the block's input x; pre-norm over LayerNorm(x), and each
+    # stack then ends with a LayerNorm of its own.
+    pre_norm = t.config.norm_first
     x = t.source_positions(t.source_embedding(SOURCE))  # [B, S, D]
     for i, layer in enumerate(t.encoder_layers):
-        np.testing.assert_allclose(attention.encoder[i], reference_weights(layer.self_attention, x, x, encoder_mask), atol=1e-5)
+        seen = layer.self_attention_norm(x) if pre_norm else x
+        np.testing.assert_allclose(attention.encoder[i], reference_weights(layer.self_attention, seen, seen, encoder_mask), atol=1e-5)
         x = layer(x, padding_mask=padding_mask(SOURCE))
-    memory = x  # post-norm: no final encoder norm
+    memory = t.encoder_norm(x) if pre_norm else x
 
     y = t.target_positions(t.target_embedding(TARGET))  # [B, T, D]
     for i, layer in enumerate(t.decoder_layers):
         self_mask = decoder_self_attention_mask(TARGET)
-        np.testing.assert_allclose(attention.decoder[i], reference_weights(layer.self_attention, y, y, decoder_mask), atol=1e-5)
-        # Cross-attention queries come out of the post-norm self-attention block,
-        # LayerNorm(y + SelfAttention(y)).
-        queries = layer.self_attention_norm(y + layer.self_attention(y, y, attention_mask=self_mask))
+        seen = layer.self_attention_norm(y) if pre_norm else y
+        np.testing.assert_allclose(attention.decoder[i], reference_weights(layer.self_attention, seen, seen, decoder_mask), atol=1e-5)
+        # Cross-attention queries come out of the self-attention block: post-norm
+        # LayerNorm(y + SelfAttention(y)), pre-norm CrossNorm(y + SelfAttention(Norm(y))).
+        after_self = y + layer.self_attention(seen, seen, attention_mask=self_mask)
+        queries = layer.cross_attention_norm(after_self) if pre_norm else layer.self_attention_norm(after_self)
         expected = reference_weights(layer.cross_attention, queries, memory, cross_mask)
         np.testing.assert_allclose(attention.cross[i], expected, atol=1e-5)
         y = layer(y, memory, self_attention_mask=self_mask, memory_mask=padding_mask(SOURCE))

@@ -259,4 +259,5 @@ def test_validation_loss_and_perplexity_equal_a_hand_computation_on_the_final_we
         tokens += mask.sum()
     assert final["valid_loss"] == pytest.approx(smoothed / tokens, rel=1e-5)
     assert final["valid_perplexity"] == pytest.approx(np.exp(nll / tokens), rel=1e-5)
-    assert final["valid_perplexity"] < np.exp(final["valid_loss"])
+    # The two measure different things: the perplexity is not exp(smoothed loss).
+    assert abs(math.log(final["valid_perplexity"]) - final["valid_loss"]) > 0.01
