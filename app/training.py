@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from app import checkpoints
 from app.config import ModelConfig
-from app.losses import summed_loss
+from app.losses import summed_loss, summed_loss_and_nll
 from app.model import Transformer, build_transformer
 from app.schedule import WarmupInverseSqrt
 from app.strategy import check_same_on_all_workers, is_chief
@@ -175,9 +175,7 @@ def make_eval_step(model, strategy, label_smoothing):
     def replica_step(batch):
         source, target = batch
         logits = model([source, target[:, :-1]], training=False)
-        loss_sum, tokens = summed_loss(target[:, 1:], logits, label_smoothing)
-        nll_sum, _ = summed_loss(target[:, 1:], logits, 0.0)
-        return loss_sum, nll_sum, tokens
+        return summed_loss_and_nll(target[:, 1:], logits, label_smoothing)
 
     return _summed_over_replicas(strategy, replica_step)
 
