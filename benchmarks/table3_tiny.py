@@ -22,6 +22,8 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 # Tiny is h = 4 heads of d_k = d_v = 32 over d_model = 128 (see app/config.py). Rows
 # change what the paper's rows change, scaled to that width.
@@ -41,7 +43,6 @@ ROWS = {
 
 def default_run_warmup():
     """The warmup steps `python train.py` uses for tiny (a share of its default length)."""
-    sys.path.insert(0, ROOT)
     from app.train_command import SIZE_DEFAULTS
     from app.training import TrainConfig
 
@@ -84,18 +85,18 @@ def train_command(args, row):
 
 def final_evaluation(model_dir, steps):
     """The last evaluation record of a run that reached `steps`, or None."""
+    from app.pictures import read_metrics
+
     path = os.path.join(model_dir, "metrics.jsonl")
     if not os.path.exists(path):
         return None
-    with open(path) as f:
-        records = [json.loads(line) for line in f if line.strip()]
+    records = read_metrics(path)
     evaluations = [r for r in records if "valid_loss" in r and r["step"] >= steps]
     return evaluations[-1] if evaluations else None
 
 
 def parameter_count(model_dir):
     """Trainable parameters of a run's model, rebuilt from its settings.json."""
-    sys.path.insert(0, ROOT)
     from app.config import ModelConfig
     from app.model import build_transformer
 
@@ -137,7 +138,6 @@ def main(argv=None):
             print(f"{row}: {' '.join(command[1:])}", flush=True)
             with open(os.path.join(args.runs_dir, f"{row}.log"), "a") as log:
                 subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     print(table(args))
 
 
