@@ -123,7 +123,7 @@ SIZES = {
     # with its dropout of 0.3. Pre-norm, unlike the paper: on Multi30k the post-norm tiny
     # model trained well only at a quarter of the paper's learning rate and needed 7,000
     # steps for the validation BLEU pre-norm reaches in 2,000 at the full rate (README,
-    # "What was tried"); a CPU hour is about 9,000 steps.
+    # "What was tried"); a CPU hour is about 9,500 steps.
     "tiny": dict(num_layers=4, d_model=128, d_ff=256, num_heads=4, max_length=256, dropout=0.3, norm_first=True),
     # Between tiny and base: wide enough for matrix products to use a CPU's vector units
     # well, small enough to train on a laptop; d_k = 64 as in the paper.

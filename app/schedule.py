@@ -1,4 +1,10 @@
-"""The paper's learning-rate schedule: linear warmup, then inverse square root decay."""
+"""The paper's learning-rate schedule: linear warmup, then inverse square root decay.
+
+Optionally followed by a linear cooldown to zero over the last steps of a run of known
+length: with a fixed budget of steps (an hour on a CPU), annealing the learning rate at
+the end reaches a lower loss than the slow inverse-square-root tail alone (README,
+"What was tried").
+"""
 
 import keras
 from keras import ops
@@ -6,28 +12,52 @@ from keras import ops
 
 @keras.saving.register_keras_serializable(package="transformer")
 class WarmupInverseSqrt(keras.optimizers.schedules.LearningRateSchedule):
-    """lr(step) = scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5).
+    """lr(step) = scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) * cooldown(step).
 
     `step` counts optimizer updates from 1; Keras passes the 0-based iteration count, so
     the schedule adds one. The peak, at step = warmup, is scale * (d_model * warmup)^-0.5.
+    cooldown(step) is 1 except over the last `cooldown_steps` updates of a run of
+    `total_steps`, where it falls linearly: (total_steps - step + 1) / cooldown_steps,
+    so the last update has 1 / cooldown_steps of the paper's rate.
 
     Args:
         d_model: the model width.
         warmup_steps: steps of linear warmup (the paper: 4000).
         scale: a multiplier on the whole schedule (the paper: 1).
+        total_steps: the run's length in updates; needed only for a cooldown.
+        cooldown_steps: updates of linear decay at the end (the paper: 0, none).
     """
 
-    def __init__(self, d_model, warmup_steps=4000, scale=1.0):
+    def __init__(self, d_model, warmup_steps=4000, scale=1.0, total_steps=None, cooldown_steps=0):
         if warmup_steps < 1:
             raise ValueError(f"warmup_steps must be at least 1, got {warmup_steps}")
+        if cooldown_steps < 0:
+            raise ValueError(f"cooldown_steps must not be negative, got {cooldown_steps}")
+        if cooldown_steps and (total_steps is None or cooldown_steps > total_steps):
+            raise ValueError(
+                f"cooldown_steps={cooldown_steps} needs a run of at least that many steps, "
+                f"got total_steps={total_steps}"
+            )
         self.d_model = d_model
         self.warmup_steps = warmup_steps
         self.scale = scale
+        self.total_steps = total_steps
+        self.cooldown_steps = cooldown_steps
 
     def __call__(self, iteration):
         step = ops.cast(iteration, "float32") + 1.0
         decay = ops.minimum(ops.rsqrt(step), step * self.warmup_steps**-1.5)
-        return self.scale * self.d_model**-0.5 * decay
+        rate = self.scale * self.d_model**-0.5 * decay
+        if self.cooldown_steps:
+            remaining = (self.total_steps - step + 1.0) / self.cooldown_steps
+            rate = rate * ops.clip(remaining, 0.0, 1.0)
+        return rate
 
     def get_config(self):
-        return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale}
+        return {
+            "d_model": self.d_model,
+            "warmup_steps": self.warmup_steps,
+            "scale": self.scale,
+            "total_steps": self.total_steps,
+            "cooldown_steps": self.cooldown_steps,
+        }

@@ -51,6 +51,9 @@ class TrainConfig:
     warmup_steps: Optional[int] = None
     # Multiplier on the paper's learning-rate schedule.
     learning_rate_scale: float = 1.0
+    # Fraction of the run, at its end, over which the learning rate falls linearly to zero
+    # (0: the paper's schedule to the last step).
+    cooldown_fraction: float = 0.0
     # Adam, as in the paper.
     adam_beta_1: float = 0.9
     adam_beta_2: float = 0.98
@@ -86,6 +89,8 @@ class TrainConfig:
             raise ValueError(f"accumulate must be at least 1, got {self.accumulate}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision={self.precision!r}, expected one of {PRECISIONS}")
+        if not 0.0 <= self.cooldown_fraction <= 1.0:
+            raise ValueError(f"cooldown_fraction must be between 0 and 1, got {self.cooldown_fraction}")
         if self.keep_checkpoints < 1:
             raise ValueError(f"keep_checkpoints must be at least 1, got {self.keep_checkpoints}")
 
@@ -97,10 +102,18 @@ class TrainConfig:
         return 4000
 
 
+    def resolved_cooldown(self, total_steps):
+        return round(self.cooldown_fraction * total_steps) if total_steps else 0
+
+
 def make_optimizer(model_config: ModelConfig, config: TrainConfig, total_steps):
     """Adam(0.9, 0.98, 1e-9) on the warmup / inverse-square-root schedule."""
     schedule = WarmupInverseSqrt(
-        model_config.d_model, config.resolved_warmup(total_steps), config.learning_rate_scale
+        model_config.d_model,
+        config.resolved_warmup(total_steps),
+        config.learning_rate_scale,
+        total_steps=total_steps,
+        cooldown_steps=config.resolved_cooldown(total_steps),
     )
     optimizer = keras.optimizers.Adam(
         schedule, beta_1=config.adam_beta_1, beta_2=config.adam_beta_2, epsilon=config.adam_epsilon

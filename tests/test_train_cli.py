@@ -34,12 +34,14 @@ def test_each_size_resolves_its_own_recipe_and_flags_override_it():
     from app.train_command import train_config_from_args
 
     tiny = train_config_from_args(train.parse_args([]))
-    assert (tiny.train_steps, tiny.learning_rate_scale) == (9000, 1.0)
+    assert (tiny.train_steps, tiny.learning_rate_scale, tiny.cooldown_fraction) == (9500, 1.0, 0.2)
     # Checkpoints close together at the end of a short run, for --average-last 10.
     assert (tiny.checkpoint_every, tiny.keep_checkpoints) == (250, 10)
     base = train_config_from_args(train.parse_args(["--size", "base"]))
     assert (base.train_steps, base.learning_rate_scale, base.checkpoint_every, base.keep_checkpoints) == (
         100_000, 1.0, 1000, 5)
-    flags = ["--checkpoint-every", "7", "--keep-checkpoints", "3", "--learning-rate-scale", "0.5"]
+    assert base.cooldown_fraction == 0.0  # the paper's schedule to the end
+    flags = ["--checkpoint-every", "7", "--keep-checkpoints", "3", "--learning-rate-scale", "0.5", "--cooldown-fraction", "0"]
     overridden = train_config_from_args(train.parse_args(flags))
     assert (overridden.checkpoint_every, overridden.keep_checkpoints, overridden.learning_rate_scale) == (7, 3, 0.5)
+    assert overridden.cooldown_fraction == 0.0

@@ -35,6 +35,23 @@ def test_schedule_equals_the_papers_formula(step):
     assert float(schedule(step - 1)) == pytest.approx(expected, rel=1e-6)
 
 
+@pytest.mark.parametrize("step", [1, 50, 799, 800, 801, 900, 999, 1000])
+def test_cooldown_falls_linearly_to_the_runs_end(step):
+    schedule = WarmupInverseSqrt(d_model=128, warmup_steps=100, total_steps=1000, cooldown_steps=200)
+    paper = 128**-0.5 * min(step**-0.5, step * 100**-1.5)
+    # 1 until step 801, then 200/200, 199/200, ..., 1/200 at the last update.
+    factor = min(1.0, (1000 - step + 1) / 200)
+    assert float(schedule(step - 1)) == pytest.approx(paper * factor, rel=1e-6)
+
+
+def test_cooldown_needs_a_run_at_least_as_long():
+    with pytest.raises(ValueError, match="cooldown_steps=200 needs a run of at least that many steps, got total_steps=100"):
+        WarmupInverseSqrt(d_model=128, warmup_steps=10, total_steps=100, cooldown_steps=200)
+    with pytest.raises(ValueError, match="cooldown_fraction must be between 0 and 1, got 1.5"):
+        TrainConfig(train_steps=10, cooldown_fraction=1.5)
+    assert TrainConfig(train_steps=9000, cooldown_fraction=0.25).resolved_cooldown(9000) == 2250
+
+
 def test_label_smoothed_loss_equals_a_hand_computation_and_ignores_padding():
     logits = np.array([[[2.0, 0.0, 1.0, 0.0], [0.0, 3.0, 0.0, 1.0], [5.0, 5.0, 5.0, 5.0]]], "float32")
     labels = np.array([[2, 1, 0]], "int32")  # the last position is padding
