@@ -31,15 +31,13 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     from app.decoding import DecodingConfig
-    from app.export import ExportError, export, load_translator
+    from app.export import ExportError, export, export_metadata, load_translator
 
     try:
         decoding = DecodingConfig(args.beam_size, args.alpha, args.max_extra_length)
         translator, weights = load_translator(args.model_dir, args.checkpoint, args.average_last, decoding)
         base = args.output or os.path.join("saved_models", args.name)
-        metadata = {"model_dir": os.path.abspath(args.model_dir), "weights": weights,
-                    "beam_size": decoding.beam_size, "alpha": decoding.alpha,
-                    "max_extra_length": decoding.max_extra_length}
+        metadata = export_metadata(args.model_dir, weights, decoding)
         path = export(translator, base, args.version, metadata)
     except (ExportError, FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)

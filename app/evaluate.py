@@ -31,7 +31,9 @@ def parse_args(argv=None):
     parser.add_argument("--checkpoint", default="best", help="with --model-dir: best (default), latest, or a path")
     parser.add_argument("--average-last", type=int, help="with --model-dir: average the newest K checkpoints")
     parser.add_argument("--split", default="validation", help="validation (default), test_2016_flickr / test, train")
-    parser.add_argument("--dataset", help="the dataset of --split (default: the run's own)")
+    parser.add_argument("--dataset", help="the dataset of --split (default: the run's or the export's own)")
+    parser.add_argument("--source-lang", help="with --saved-model: the source language (default: from its export_info.json)")
+    parser.add_argument("--target-lang", help="with --saved-model: the target language (default: from its export_info.json)")
     parser.add_argument("--source", help="a source file to translate instead of a split (with --reference)")
     parser.add_argument("--reference", help="the reference translations of --source")
     parser.add_argument("--beam-size", type=int, default=4, help="with --model-dir (a SavedModel uses its exported beam size)")
@@ -55,8 +57,6 @@ def read_references(args, data_config):
             raise DataError("--source and --reference go together")
         sources, references = read_parallel_lines(args.source, args.reference)
         return sources, references, f"{args.source} -> {args.reference}"
-    if data_config is None:
-        raise DataError("--saved-model with --split needs --dataset, --source-lang and --target-lang; or use --source/--reference")
     dataset = args.dataset or data_config.dataset
     corpus = load_corpus(dataset, data_config.source_lang, data_config.target_lang)
     split = SPLIT_ALIASES.get(args.split, args.split)
@@ -67,12 +67,47 @@ def read_references(args, data_config):
     return list(text.source), list(text.target), description
 
 
+def saved_model_data_config(args):
+    """The DataConfig a SavedModel was trained on: its export_info.json, then the flags.
+
+    Exports made before export_info.json recorded the data name none of it; then
+    `--dataset`, `--source-lang` and `--target-lang` must all be given.
+    """
+    from data.config import DataConfig
+    from data.errors import DataError
+
+    path = os.path.join(args.saved_model, "export_info.json")
+    info = {}
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            try:
+                info = json.load(f)
+            except json.JSONDecodeError as error:
+                raise DataError(f"{path} is not valid JSON: {error}") from None
+    fields = {
+        "dataset": args.dataset or info.get("dataset"),
+        "source_lang": args.source_lang or info.get("source_lang"),
+        "target_lang": args.target_lang or info.get("target_lang"),
+    }
+    missing = ["--" + name.replace("_", "-") for name, value in fields.items() if not value]
+    if missing:
+        raise DataError(
+            f"{path} does not say which data {args.saved_model} was trained on; "
+            f"give {', '.join(missing)} for --split, or use --source/--reference"
+        )
+    return DataConfig(**fields)
+
+
 def make_translate_fn(args):
     """`(translate(list[str]) -> list[str], description of the weights, data config or None)`."""
     import tensorflow as tf
 
     if args.saved_model:
         import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
+
+        # Before loading, so a missing language pair fails at once.
+        needs_data = not (args.source or args.reference)
+        data_config = saved_model_data_config(args) if needs_data else None
 
         signature = tf.saved_model.load(args.saved_model).signatures["translate_with_options"]
 
@@ -85,7 +120,7 @@ def make_translate_fn(args):
             )
             return [t.decode("utf-8") for t in out["translations"].numpy()]
 
-        return translate, args.saved_model, None
+        return translate, args.saved_model, data_config
 
     from app.decoding import DecodingConfig
     from app.export import load_translator

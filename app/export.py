@@ -179,6 +179,25 @@ def load_translator(model_dir, checkpoint="best", average_last=None, decoding=De
     return Translator(model, model_config, tokenizer, decoding), weights
 
 
+def export_metadata(model_dir, weights, decoding):
+    """What `export_info.json` records beside a SavedModel: where its weights came from,
+    how it decodes, and the data it was trained on, so `python -m app.evaluate
+    --saved-model DIR --split NAME` knows the dataset and the language pair."""
+    from app.train_command import load_settings
+
+    _, data_config, _ = load_settings(model_dir)
+    return {
+        "model_dir": os.path.abspath(model_dir),
+        "weights": weights,
+        "beam_size": decoding.beam_size,
+        "alpha": decoding.alpha,
+        "max_extra_length": decoding.max_extra_length,
+        "dataset": data_config.dataset,
+        "source_lang": data_config.source_lang,
+        "target_lang": data_config.target_lang,
+    }
+
+
 def next_version(base):
     """One more than the largest integer version under `base` (1 if there is none)."""
     if not os.path.isdir(base):

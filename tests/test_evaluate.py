@@ -2,7 +2,9 @@
 
 import pytest
 
-from app.evaluate import parse_args, read_references, score, translate_all
+import json
+
+from app.evaluate import parse_args, read_references, saved_model_data_config, score, translate_all
 from data.config import DataConfig
 from data.errors import DataError
 
@@ -45,3 +47,23 @@ def test_source_and_reference_files_must_align(tmp_path):
     args = parse_args(["--model-dir", "x", "--source", str(tmp_path / "s"), "--reference", str(tmp_path / "r")])
     with pytest.raises(DataError, match="2 .* 1|1 .* 2"):
         read_references(args, None)
+
+
+def test_a_saved_model_names_its_data_in_export_info_and_flags_override_it(tmp_path):
+    (tmp_path / "export_info.json").write_text(json.dumps({"dataset": "multi30k", "source_lang": "en", "target_lang": "fr"}))
+    config = saved_model_data_config(parse_args(["--saved-model", str(tmp_path), "--split", "test_2016_flickr"]))
+    assert (config.dataset, config.source_lang, config.target_lang) == ("multi30k", "en", "fr")
+    sources, references, description = read_references(parse_args(["--saved-model", str(tmp_path), "--split", "test"]), config)
+    assert description == "multi30k test en->fr" and len(sources) == len(references) == 1000
+    flagged = saved_model_data_config(parse_args(["--saved-model", str(tmp_path), "--target-lang", "de"]))
+    assert flagged.target_lang == "de"
+
+
+def test_a_saved_model_without_data_names_the_flags_it_needs(tmp_path):
+    (tmp_path / "export_info.json").write_text(json.dumps({"weights": "ckpt-9"}))
+    args = parse_args(["--saved-model", str(tmp_path), "--split", "test", "--dataset", "multi30k"])
+    with pytest.raises(DataError, match="give --source-lang, --target-lang for --split"):
+        saved_model_data_config(args)
+    (tmp_path / "export_info.json").write_text("{not json")
+    with pytest.raises(DataError, match="export_info.json is not valid JSON"):
+        saved_model_data_config(args)

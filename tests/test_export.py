@@ -152,3 +152,17 @@ def test_export_command_reports_a_missing_model_dir(tmp_path):
     assert result.returncode == 1
     assert f"{tmp_path / 'nope'} is not a model directory: no settings.json in it" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_export_info_names_the_weights_decoding_and_data_of_the_run(model_dir):
+    from app.decoding import DecodingConfig
+    from app.export import export_metadata
+    from app.train_command import load_settings
+
+    _, data_config, _ = load_settings(model_dir)
+    info = export_metadata(model_dir, "ckpt-4", DecodingConfig(4, 0.6, 50))
+    assert info == {
+        "model_dir": os.path.abspath(model_dir), "weights": "ckpt-4", "beam_size": 4, "alpha": 0.6,
+        "max_extra_length": 50, "dataset": data_config.dataset,
+        "source_lang": data_config.source_lang, "target_lang": data_config.target_lang,
+    }
