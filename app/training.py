@@ -101,13 +101,13 @@ class TrainConfig:
             return max(1, min(4000, round(0.08 * total_steps)))
         return 4000
 
-
     def resolved_cooldown(self, total_steps):
         return round(self.cooldown_fraction * total_steps) if total_steps else 0
 
 
 def make_optimizer(model_config: ModelConfig, config: TrainConfig, total_steps):
-    """Adam(0.9, 0.98, 1e-9) on the warmup / inverse-square-root schedule."""
+    """Adam(0.9, 0.98, 1e-9) on the warmup / inverse-square-root schedule, with the
+    configured share of `total_steps` at the end annealed linearly to zero."""
     schedule = WarmupInverseSqrt(
         model_config.d_model,
         config.resolved_warmup(total_steps),
