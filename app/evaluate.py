@@ -73,10 +73,11 @@ def saved_model_data_config(args):
     Exports made before export_info.json recorded the data name none of it; then
     `--dataset`, `--source-lang` and `--target-lang` must all be given.
     """
+    from app.export import EXPORT_INFO
     from data.config import DataConfig
     from data.errors import DataError
 
-    path = os.path.join(args.saved_model, "export_info.json")
+    path = os.path.join(args.saved_model, EXPORT_INFO)
     info = {}
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:

@@ -42,6 +42,8 @@ from app.train_command import load_settings
 from data.tokenizer import MODEL_FILENAME, SubwordTokenizer
 
 DEFAULT_BASE = os.path.join("saved_models", "translator")
+# Written beside saved_model.pb: the weights, decoding and data of the export (export_metadata).
+EXPORT_INFO = "export_info.json"
 # Ops that are registered in stock TensorFlow but call back into Python, which a
 # TensorFlow Serving process does not have.
 PYTHON_OPS = {"PyFunc", "PyFuncStateless", "EagerPyFunc"}
@@ -183,8 +185,6 @@ def export_metadata(model_dir, weights, decoding):
     """What `export_info.json` records beside a SavedModel: where its weights came from,
     how it decodes, and the data it was trained on, so `python -m app.evaluate
     --saved-model DIR --split NAME` knows the dataset and the language pair."""
-    from app.train_command import load_settings
-
     _, data_config, _ = load_settings(model_dir)
     return {
         "model_dir": os.path.abspath(model_dir),
@@ -218,7 +218,7 @@ def export(translator, base=DEFAULT_BASE, version=None, metadata=None):
     temporary = os.path.join(base, f".tmp-{version}-{os.getpid()}")
     try:
         tf.saved_model.save(translator, temporary, signatures=translator.signatures())
-        with open(os.path.join(temporary, "export_info.json"), "w") as f:
+        with open(os.path.join(temporary, EXPORT_INFO), "w") as f:
             json.dump(metadata or {}, f, indent=2)
         unsupported = unsupported_serving_ops(temporary)
         if unsupported:
