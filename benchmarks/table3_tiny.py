@@ -46,6 +46,9 @@ ROWS = {
 # matches that run's step-1,000 evaluation) and without the default's final cooldown,
 # which would make a short row's last steps unlike the default run's.
 ROW_WARMUP_STEPS = 720
+# The vocabulary of that run, 8k pieces; the default has been 4k since (README). A row
+# trained before keeps its vocabulary: changing it would orphan the row's checkpoints.
+ROW_VOCAB_SIZE = 8000
 
 
 def parse_args(argv=None):
@@ -55,6 +58,10 @@ def parse_args(argv=None):
     parser.add_argument(
         "--warmup-steps", type=int, default=ROW_WARMUP_STEPS,
         help=f"warmup of every row (default: {ROW_WARMUP_STEPS}, as the README's rows)",
+    )
+    parser.add_argument(
+        "--vocab-size", type=int, default=ROW_VOCAB_SIZE,
+        help=f"subword vocabulary of every row (default: {ROW_VOCAB_SIZE}, as the README's rows)",
     )
     parser.add_argument("--runs-dir", default=os.path.join(ROOT, "runs", "table3"))
     parser.add_argument("--print-only", action="store_true", help="print the table from finished runs; train nothing")
@@ -75,6 +82,7 @@ def train_command(args, row):
         sys.executable, os.path.join(ROOT, "train.py"),
         "--model-dir", os.path.join(args.runs_dir, row),
         "--train-steps", str(args.steps), "--warmup-steps", str(args.warmup_steps), "--cooldown-fraction", "0",
+        "--vocab-size", str(args.vocab_size),
         # Only the final evaluation; two checkpoints are enough to resume.
         "--eval-every", "0", "--checkpoint-every", "250", "--keep-checkpoints", "2",
         *flags, *args.extra,

@@ -11,12 +11,13 @@ from benchmarks import table3_tiny
 
 def test_every_row_trains_the_default_recipe_with_only_its_own_change(tmp_path):
     args = table3_tiny.parse_args(["--steps", "300", "--runs-dir", str(tmp_path), "--", "--eval-sentences", "50"])
-    assert args.warmup_steps == 720
+    assert (args.warmup_steps, args.vocab_size) == (720, 8000)
     base = table3_tiny.train_command(args, "base")
     assert base[1:] == [
         table3_tiny.os.path.join(table3_tiny.ROOT, "train.py"),
         "--model-dir", str(tmp_path / "base"),
         "--train-steps", "300", "--warmup-steps", "720", "--cooldown-fraction", "0",
+        "--vocab-size", "8000",
         "--eval-every", "0", "--checkpoint-every", "250", "--keep-checkpoints", "2",
         "--eval-sentences", "50",
     ]
