@@ -9,9 +9,9 @@ from typing import Optional
 
 from data.errors import DataError
 
-# A shared BPE vocabulary of 4k pieces suits Multi30k (29k training pairs); see the
+# A shared BPE vocabulary of 8k pieces suits Multi30k (29k training pairs); see the
 # measurements in data/tokenizer.py. WMT-sized corpora want ~32k-37k.
-DEFAULT_VOCAB_SIZE = 4000
+DEFAULT_VOCAB_SIZE = 8000
 # Longer than any Multi30k sentence (longest: 50 source / 56 target ids); on WMT it drops
 # the rare very long lines, whose batches would hold only a few rows.
 DEFAULT_MAX_LENGTH = 256

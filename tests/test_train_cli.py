@@ -34,7 +34,7 @@ def test_each_size_resolves_its_own_recipe_and_flags_override_it():
     from app.train_command import train_config_from_args
 
     tiny = train_config_from_args(train.parse_args([]))
-    assert (tiny.train_steps, tiny.learning_rate_scale, tiny.cooldown_fraction) == (13000, 1.0, 0.2)
+    assert (tiny.train_steps, tiny.learning_rate_scale, tiny.cooldown_fraction) == (9500, 1.0, 0.2)
     # Checkpoints close together at the end of a short run, for --average-last 10.
     assert (tiny.checkpoint_every, tiny.keep_checkpoints) == (250, 10)
     base = train_config_from_args(train.parse_args(["--size", "base"]))
