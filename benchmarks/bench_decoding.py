@@ -32,6 +32,7 @@ from app.beam_search import END_ID, PAD_ID, START_ID, beam_search  # noqa: E402
 from app.config import ModelConfig  # noqa: E402
 from app.decoding import translate_ids  # noqa: E402
 from app.model import Transformer, build_transformer  # noqa: E402
+from data.config import DEFAULT_VOCAB_SIZE  # noqa: E402
 
 
 def cached_decoder(transformer, beam_size, alpha, max_extra_length):
@@ -85,7 +86,7 @@ def main():
     parser.add_argument("--batch-sizes", default="1,32")
     parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--alpha", type=float, default=0.6)
-    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE)
     parser.add_argument("--source-length", type=int, default=16)
     parser.add_argument("--max-extra-length", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per measurement; the best counts")

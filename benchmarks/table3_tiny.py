@@ -46,8 +46,8 @@ ROWS = {
 # matches that run's step-1,000 evaluation) and without the default's final cooldown,
 # which would make a short row's last steps unlike the default run's.
 ROW_WARMUP_STEPS = 720
-# The vocabulary of that run, 8k pieces; the default has been 4k since (README). A row
-# trained before keeps its vocabulary: changing it would orphan the row's checkpoints.
+# And that run's vocabulary, pinned for the same reason: a row trained before must keep
+# its vocabulary, or its checkpoints could not be resumed.
 ROW_VOCAB_SIZE = 8000
 
 
