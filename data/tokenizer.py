@@ -32,8 +32,8 @@ Choices, measured on Multi30k en-de (train: 29,000 pairs; val: 1,014):
   halves the output layer, close to half of the tiny model's arithmetic, so tiny trains
   ~25% more target tokens a second (median 13,800 against 11,000); it learned as fast
   per step for 2,000 steps, then fell behind: greedy validation BLEU 37.0 after 12,000
-  steps of the default recipe, against 38.9 with 8k after 9,000 (README, "What was
-  tried").
+  steps of the default recipe, against 38.6 with 8k after the default 9,500 (README,
+  "What was tried").
 - Byte fallback: a character outside the vocabulary becomes its UTF-8 bytes (pieces
   <0x00>..<0xFF>) instead of <unk>, so any Unicode text round-trips and the unknown id
   is never produced. Characters covering 99.95% of the text get their own piece.
