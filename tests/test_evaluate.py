@@ -1,8 +1,8 @@
 """app.evaluate: metrics, order of translations, and its inputs."""
 
-import pytest
-
 import json
+
+import pytest
 
 from app.evaluate import parse_args, read_references, saved_model_data_config, score, translate_all
 from data.config import DataConfig
