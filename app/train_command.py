@@ -113,8 +113,7 @@ def save_settings(model_dir, model_config, data_config, train_config):
         "train": dataclasses.asdict(train_config),
     }
     if os.path.exists(path):
-        with open(path) as f:
-            previous = json.load(f)
+        previous = _read_settings(path)
         for section in ("model", "data"):
             changed = {
                 k: (previous[section].get(k), v)
@@ -141,9 +140,28 @@ def load_settings(model_dir):
     path = os.path.join(model_dir, "settings.json")
     if not os.path.exists(path):
         raise FileNotFoundError(f"{model_dir} is not a model directory: no settings.json in it")
-    with open(path) as f:
-        settings = json.load(f)
-    return ModelConfig.from_dict(settings["model"]), DataConfig(**settings["data"]), settings["train"]
+    settings = _read_settings(path)
+    try:
+        return ModelConfig.from_dict(settings["model"]), DataConfig(**settings["data"]), settings["train"]
+    except TypeError as error:  # A field this version does not know, or one missing.
+        raise ValueError(f"{path} does not match this version's configuration: {error}") from error
+
+
+def _read_settings(path):
+    """The parsed settings.json at `path`, with its three sections.
+
+    Raises:
+        ValueError: naming `path`, if it is not JSON or lacks a section.
+    """
+    try:
+        with open(path) as f:
+            settings = json.load(f)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not valid JSON ({error}); restore it or use a new --model-dir") from error
+    missing = [section for section in ("model", "data", "train") if not isinstance(settings, dict) or section not in settings]
+    if missing:
+        raise ValueError(f"{path} lacks the section(s) {', '.join(missing)}; restore it or use a new --model-dir")
+    return settings
 
 
 def run(args):

@@ -239,6 +239,29 @@ def test_resuming_with_another_model_configuration_is_refused(tmp_path):
         save_settings(str(tmp_path), ModelConfig.from_size("tiny", d_model=256), data_config, train_config)
 
 
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('{"model": {', "is not valid JSON"),
+        ('{"model": {}, "data": {}}', "lacks the section(s) train"),
+        ('{"model": {"no_such_field": 1}, "data": {}, "train": {}}', "does not match this version's configuration"),
+    ],
+)
+def test_a_damaged_settings_file_is_named_in_the_error(tmp_path, text, message):
+    from app.train_command import load_settings, save_settings
+
+    path = tmp_path / "settings.json"
+    path.write_text(text)
+    with pytest.raises(ValueError) as error:
+        load_settings(str(tmp_path))
+    assert str(path) in str(error.value) and message in str(error.value)
+    if "JSON" in message or "lacks" in message:
+        # Resuming reads it too, and must not overwrite what it could not read.
+        with pytest.raises(ValueError, match="settings.json"):
+            save_settings(str(tmp_path), ModelConfig.from_size("tiny"), DataConfig(batch_tokens=512), TrainConfig(train_steps=1))
+        assert path.read_text() == text
+
+
 def test_a_checkpoint_cut_off_while_saving_is_never_the_one_resumed(small_data, tmp_path):
     run_training(small_data, tmp_path, train_steps=3, checkpoint_every=3)
     # What a crash in the middle of saving step 6 leaves: data files, no index entry.
