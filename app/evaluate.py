@@ -194,7 +194,12 @@ def moses_lowercase_bleu(hypotheses, references, target_lang=None):
     # force: the input is tokenized on purpose (sacreBLEU would warn about it).
     bleu = sacrebleu.metrics.BLEU(tokenize="none", force=True)
     value = bleu.corpus_score(tokenize(hypotheses), [tokenize(references)]).score
-    signature = f"case:lc|moses:{lang}|sacremoses:{sacremoses.__version__}|{bleu.get_signature()}"
+    # sacreBLEU's own signature, saying what was done before it saw the text.
+    signature = (
+        str(bleu.get_signature())
+        .replace("case:mixed", "case:lc")
+        .replace("tok:none", f"tok:moses-{lang}(sacremoses-{sacremoses.__version__})")
+    )
     return value, signature
 
 
