@@ -12,7 +12,8 @@ from data.config import DEFAULT_MAX_LENGTH, DEFAULT_VOCAB_SIZE, DataConfig
 
 
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:
-    """Adds --dataset, --source-lang, --target-lang, --vocab-size, --batch-tokens, --max-length."""
+    """Adds --dataset, --source-lang, --target-lang, --vocab-size, --batch-tokens,
+    --max-length and --bpe-dropout."""
     group = parser.add_argument_group("data")
     group.add_argument(
         "--dataset",
@@ -44,6 +45,13 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
         help="longest source or target sequence in ids, start/end included; longer "
         f"pairs are dropped and counted (default: {DEFAULT_MAX_LENGTH})",
     )
+    group.add_argument(
+        "--bpe-dropout",
+        type=float,
+        default=0.0,
+        help="BPE-dropout for training batches: the probability of skipping each merge, "
+        "giving each epoch a fresh segmentation (default: 0, off; 0.1 in Provilkov et al.)",
+    )
 
 
 def data_config_from_args(args: argparse.Namespace) -> DataConfig:
@@ -55,4 +63,5 @@ def data_config_from_args(args: argparse.Namespace) -> DataConfig:
         vocab_size=args.vocab_size,
         batch_tokens=args.batch_tokens,
         max_length=args.max_length,
+        bpe_dropout=args.bpe_dropout,
     )

@@ -35,6 +35,11 @@ class DataConfig:
     # Longest source or target row, in ids, markers included (source ends with the end
     # id; target has start and end). Longer pairs are dropped and counted.
     max_length: int = DEFAULT_MAX_LENGTH
+    # BPE-dropout (Provilkov et al., 2020): in training batches only, each BPE merge is
+    # skipped with this probability, so every epoch sees a fresh segmentation of the
+    # same sentences. Validation, test and translation keep the deterministic one.
+    # 0 turns it off. See data/tokenizer.py for what it costs in sequence length.
+    bpe_dropout: float = 0.0
 
     def __post_init__(self):
         if self.source_lang == self.target_lang:
@@ -47,6 +52,8 @@ class DataConfig:
             raise DataError(f"vocab_size must be at least 300, got {self.vocab_size}")
         if self.max_length < 4:
             raise DataError(f"max_length must be at least 4, got {self.max_length}")
+        if not 0.0 <= self.bpe_dropout < 1.0:
+            raise DataError(f"bpe_dropout must be in [0, 1), got {self.bpe_dropout}")
         if self.batch_tokens is not None and self.batch_tokens < self.max_length:
             raise DataError(
                 f"batch_tokens {self.batch_tokens} cannot hold one row of max_length "

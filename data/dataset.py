@@ -26,13 +26,15 @@ from data.buckets import BatchPlan, BucketScheme
 from data.config import DataConfig
 from data.corpora import ParallelText, load_corpus
 from data.errors import DataError
-from data.pipeline import TokenizedPairs, make_batches, tokenize_pairs
+from data.pipeline import TokenizedPairs, make_batches, sample_pairs, tokenize_pairs
 from data.tokenizer import SubwordTokenizer, load_or_train
 
 # The vocabulary is trained on at most this many sentences (source and target lines
 # together), evenly spaced through train: enough for a 37k BPE, and it keeps WMT-sized
 # corpora (9M lines) within the trainer's memory.
 MAX_VOCAB_TRAINING_SENTENCES = 2_000_000
+# Keeps the BPE-dropout draws independent of the shuffle, which is seeded by (seed, epoch).
+_BPE_DROPOUT_STREAM = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,10 +66,30 @@ class PreparedData:
     # How validation was made when the source has none ("held out N pairs of train").
     validation_note: Optional[str] = None
 
+    # The last epoch's BPE-dropout segmentation, {(seed, epoch): TokenizedPairs}: the
+    # trainer asks for an epoch's plan and then its batches.
+    _sampled: Dict[Tuple[int, int], TokenizedPairs] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+    def train_tokens(self, epoch: int, seed: int = 0) -> TokenizedPairs:
+        """Epoch `epoch`'s training ids: `tokens["train"]`, or with BPE-dropout a fresh
+        segmentation of the same pairs, the same for the same (seed, epoch)."""
+        if self.config.bpe_dropout == 0.0:
+            return self.tokens["train"]
+        if (seed, epoch) not in self._sampled:
+            # One int from (seed, epoch): sentencepiece's generator takes a single seed.
+            draw_seed = int(np.random.default_rng([seed, epoch, _BPE_DROPOUT_STREAM]).integers(2**31))
+            pairs = sample_pairs(self.tokenizer, self.text["train"], self.config.bpe_dropout, draw_seed)
+            source_lengths, target_lengths = pairs.lengths()
+            # Longer pieces-wise than the deterministic split: a pair can outgrow max_length.
+            fits = (source_lengths <= self.config.max_length) & (target_lengths <= self.config.max_length)
+            self._sampled.clear()
+            self._sampled[(seed, epoch)] = pairs if fits.all() else pairs.select(fits)
+        return self._sampled[(seed, epoch)]
+
     def train_plan(self, epoch: int, seed: int = 0) -> BatchPlan:
         """Epoch `epoch`'s batches; the same for the same (seed, epoch)."""
         rng = np.random.default_rng([seed, epoch])
-        return self.scheme.plan(*self.tokens["train"].lengths(), rng=rng)
+        return self.scheme.plan(*self.train_tokens(epoch, seed).lengths(), rng=rng)
 
     def train_batches(self, epoch: int, seed: int = 0, skip: int = 0) -> tf.data.Dataset:
         """One epoch of shuffled training batches: (source, target), int32 [B, L] each.
@@ -77,7 +99,7 @@ class PreparedData:
             seed: the run's seed.
             skip: batches already trained on in this epoch (resuming mid-epoch).
         """
-        return make_batches(self.tokens["train"], self.train_plan(epoch, seed), skip=skip)
+        return make_batches(self.train_tokens(epoch, seed), self.train_plan(epoch, seed), skip=skip)
 
     def eval_plan(self, split: str = "validation") -> BatchPlan:
         """A split's batches in a fixed order (buckets ascending, pairs in file order)."""

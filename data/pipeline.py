@@ -56,6 +56,30 @@ def tokenize_pairs(tokenizer: SubwordTokenizer, text: ParallelText) -> Tokenized
     )
 
 
+def sample_pairs(tokenizer: SubwordTokenizer, text: ParallelText, dropout: float, seed: int) -> TokenizedPairs:
+    """Like `tokenize_pairs`, with a BPE-dropout segmentation drawn for `seed` (training only).
+
+    Source and target are drawn from one seeded generator, source first, so a seed
+    fixes both sides.
+    """
+    both_sides = tokenizer.sample(list(text.source) + list(text.target), dropout, seed)
+    source, target = both_sides[: len(text)], both_sides[len(text) :]
+    return TokenizedPairs(
+        source=_with_markers(source, add_start=False),
+        target=_with_markers(target, add_start=True),
+    )
+
+
+def _with_markers(id_lists, add_start) -> tf.RaggedTensor:
+    """int32 [N, None]: each list of ids + [end], with [start] first if add_start."""
+    prefix = [START_ID] if add_start else []
+    flat = np.fromiter(
+        (i for ids in id_lists for i in (*prefix, *ids, END_ID)), dtype=np.int32
+    )
+    lengths = np.fromiter((len(ids) + len(prefix) + 1 for ids in id_lists), dtype=np.int64, count=len(id_lists))
+    return tf.RaggedTensor.from_row_lengths(flat, lengths)
+
+
 def _tokenize_all(tokenizer, sentences, add_start) -> tf.RaggedTensor:
     """int32 [N, None]: each sentence's ids + [end], with [start] first if add_start."""
 

@@ -23,7 +23,8 @@ def padding_efficiency(pairs: TokenizedPairs, plan: BatchPlan) -> float:
 
 def summarize(data: PreparedData) -> dict:
     """Per-split pair counts, vocabulary size and training batch figures for one epoch."""
-    train = data.tokens["train"]
+    # Epoch 0 as trained: with BPE-dropout its ids differ from tokens["train"].
+    train = data.train_tokens(epoch=0)
     plan = data.train_plan(epoch=0)
     source_lengths, target_lengths = train.lengths()
     splits = {
