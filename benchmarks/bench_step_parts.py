@@ -1,0 +1,127 @@
+"""Two parts of the tiny training step, each timed against an alternative in one run.
+
+    python benchmarks/bench_step_parts.py                  # tiny's shapes: 4,096 tokens
+    python benchmarks/bench_step_parts.py --tokens 8192 --d-model 256 --vocab 8000
+
+- loss: the label-smoothed cross-entropy's forward and backward over `[tokens, vocab]`
+  logits, as `app.losses` computes it (gradient written out, p - t) against TensorFlow's
+  autodiff of the same loss (one-hot target, product, log-softmax).
+- projections: the query, key and value projections of one self-attention layer,
+  forward and backward, as three `[d_model, d_model]` matmuls (what
+  `layers/multi_head_attention.py` does) against one fused `[d_model, 3 d_model]`
+  matmul split three ways.
+
+Each figure is the median of `--repeats` timings of `--iterations` calls of a
+`tf.function`, after one untimed call; the two sides of a pair alternate, so drift in
+the machine's speed hits both.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from app.losses import smoothed_cross_entropy  # noqa: E402
+
+
+def autodiff_smoothed_loss(labels, logits, label_smoothing):
+    """The same loss as `smoothed_cross_entropy`, left to autodiff: `[B, T]`."""
+    vocab_size = tf.shape(logits)[-1]
+    off_value = label_smoothing / tf.cast(vocab_size - 1, tf.float32)
+    targets = tf.one_hot(labels, vocab_size) * (1.0 - label_smoothing - off_value) + off_value
+    return -tf.reduce_sum(targets * tf.nn.log_softmax(logits), axis=-1) * tf.cast(labels != 0, tf.float32)
+
+
+def loss_steps(tokens, vocab_size, rng):
+    """`{name: step}`: loss forward + gradient over `[tokens / 32, 32, vocab]` logits."""
+    logits = tf.constant(rng.normal(scale=3.0, size=(tokens // 32, 32, vocab_size)).astype("float32"))
+    labels = tf.constant(rng.integers(1, vocab_size, size=(tokens // 32, 32)).astype("int32"))
+
+    def step_of(loss_fn):
+        @tf.function
+        def step():
+            with tf.GradientTape() as tape:
+                tape.watch(logits)
+                loss = tf.reduce_sum(loss_fn(labels, logits, 0.1))
+            return loss, tape.gradient(loss, logits)
+
+        return step
+
+    return {
+        "loss, gradient written out (this project)": step_of(lambda *args: smoothed_cross_entropy(*args)[0]),
+        "loss, autodiff": step_of(autodiff_smoothed_loss),
+    }
+
+
+def projection_steps(tokens, d_model, rng):
+    """`{name: step}`: Q, K, V projections of `[tokens / 32, 32, d_model]`, forward + gradient."""
+    inputs = tf.constant(rng.normal(size=(tokens // 32, 32, d_model)).astype("float32"))
+    kernels = [tf.Variable(rng.normal(scale=0.05, size=(d_model, d_model)).astype("float32")) for _ in range(3)]
+    biases = [tf.Variable(tf.zeros([d_model])) for _ in range(3)]
+    fused_kernel = tf.Variable(tf.concat(kernels, axis=1))
+    fused_bias = tf.Variable(tf.zeros([3 * d_model]))
+
+    def separate():
+        return [tf.tensordot(inputs, kernel, 1) + bias for kernel, bias in zip(kernels, biases)]
+
+    def fused():
+        return tf.split(tf.tensordot(inputs, fused_kernel, 1) + fused_bias, 3, axis=-1)
+
+    def step_of(project, variables):
+        @tf.function
+        def step():
+            with tf.GradientTape() as tape:
+                # A stand-in for the rest of the layer: any scalar of all three outputs.
+                loss = tf.add_n([tf.reduce_sum(output * output) for output in project()])
+            return tape.gradient(loss, variables)
+
+        return step
+
+    return {
+        "Q/K/V, three matmuls (this project)": step_of(separate, kernels + biases),
+        "Q/K/V, one fused matmul": step_of(fused, [fused_kernel, fused_bias]),
+    }
+
+
+def time_pair(steps, iterations, repeats):
+    """Median seconds per call of each step, timed alternately."""
+    for step in steps.values():
+        step()  # trace
+    timings = {name: [] for name in steps}
+    for _ in range(repeats):
+        for name, step in steps.items():
+            started = time.perf_counter()
+            for _ in range(iterations):
+                step()
+            timings[name].append((time.perf_counter() - started) / iterations)
+    return {name: statistics.median(values) for name, values in timings.items()}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokens", type=int, default=4096, help="target tokens in the batch (a multiple of 32)")
+    parser.add_argument("--vocab", type=int, default=8000)
+    parser.add_argument("--d-model", type=int, default=128)
+    parser.add_argument("--iterations", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    print(f"{args.tokens} tokens, vocabulary {args.vocab}, d_model {args.d_model}; "
+          f"median of {args.repeats} x {args.iterations} calls")
+    for steps in (loss_steps(args.tokens, args.vocab, rng), projection_steps(args.tokens, args.d_model, rng)):
+        timings = time_pair(steps, args.iterations, args.repeats)
+        reference = next(iter(timings.values()))
+        for name, seconds in timings.items():
+            print(f"  {name:<45}{seconds * 1000:8.2f} ms{seconds / reference:8.2f}x")
+
+
+if __name__ == "__main__":
+    main()
