@@ -113,7 +113,10 @@ def save_settings(model_dir, model_config, data_config, train_config):
         "train": dataclasses.asdict(train_config),
     }
     if os.path.exists(path):
-        previous = _read_settings(path)
+        # Read through the config classes, so a field added since the run began (say
+        # data.bpe_dropout) compares as its default rather than as missing.
+        previous_model, previous_data, _ = load_settings(model_dir)
+        previous = {"model": previous_model.to_dict(), "data": dataclasses.asdict(previous_data)}
         for section in ("model", "data"):
             changed = {
                 k: (previous[section].get(k), v)

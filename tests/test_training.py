@@ -282,6 +282,21 @@ def test_a_damaged_settings_file_is_named_in_the_error(tmp_path, text, message):
         assert path.read_text() == text
 
 
+def test_a_run_from_before_a_new_setting_resumes_with_its_default(tmp_path):
+    from app.train_command import load_settings, save_settings
+
+    model, data, train_config = ModelConfig.from_size("tiny"), DataConfig(batch_tokens=512), TrainConfig(train_steps=1)
+    save_settings(str(tmp_path), model, data, train_config)
+    path = tmp_path / "settings.json"
+    older = json.loads(path.read_text())
+    del older["data"]["bpe_dropout"]  # settings.json as written before the flag existed
+    path.write_text(json.dumps(older))
+    save_settings(str(tmp_path), model, data, train_config)  # resumes
+    assert load_settings(str(tmp_path))[1] == data
+    with pytest.raises(ValueError, match=r"another data configuration \(bpe_dropout: 0.0 -> 0.1\)"):
+        save_settings(str(tmp_path), model, dataclasses.replace(data, bpe_dropout=0.1), train_config)
+
+
 def test_a_checkpoint_cut_off_while_saving_is_never_the_one_resumed(small_data, tmp_path):
     run_training(small_data, tmp_path, train_steps=3, checkpoint_every=3)
     # What a crash in the middle of saving step 6 leaves: data files, no index entry.
