@@ -24,6 +24,7 @@ from data.corpora import ParallelText
 from data.tokenizer import END_ID, START_ID, SubwordTokenizer
 
 _TOKENIZE_CHUNK = 4096  # Sentences per tokenizer call; big enough to amortize op overhead.
+_SAMPLE_CHUNK = 100_000  # Sentences per BPE-dropout draw (see _sample_side).
 _ASSEMBLE_THREADS = 2  # Batches gathered and padded at once (microseconds each).
 _PREFETCH_BATCHES = 2  # Batches ready ahead of the training step.
 
@@ -57,27 +58,28 @@ def tokenize_pairs(tokenizer: SubwordTokenizer, text: ParallelText) -> Tokenized
 
 
 def sample_pairs(tokenizer: SubwordTokenizer, text: ParallelText, dropout: float, seed: int) -> TokenizedPairs:
-    """Like `tokenize_pairs`, with a BPE-dropout segmentation drawn for `seed` (training only).
-
-    Source and target are drawn from one seeded generator, source first, so a seed
-    fixes both sides.
-    """
-    both_sides = tokenizer.sample(list(text.source) + list(text.target), dropout, seed)
-    source, target = both_sides[: len(text)], both_sides[len(text) :]
+    """Like `tokenize_pairs`, with a BPE-dropout segmentation drawn for `seed` (training only)."""
     return TokenizedPairs(
-        source=_with_markers(source, add_start=False),
-        target=_with_markers(target, add_start=True),
+        source=_sample_side(tokenizer, text.source, dropout, seed, side=0, add_start=False),
+        target=_sample_side(tokenizer, text.target, dropout, seed, side=1, add_start=True),
     )
 
 
-def _with_markers(id_lists, add_start) -> tf.RaggedTensor:
-    """int32 [N, None]: each list of ids + [end], with [start] first if add_start."""
+def _sample_side(tokenizer, sentences, dropout, seed, side, add_start) -> tf.RaggedTensor:
+    """int32 [N, None]: sampled ids + [end], with [start] first if add_start.
+
+    In chunks, each with its own seed from (seed, side, chunk): the ids of a chunk pass
+    through Python lists, which a WMT-sized side (4.5M sentences) would not fit in memory
+    all at once.
+    """
     prefix = [START_ID] if add_start else []
-    flat = np.fromiter(
-        (i for ids in id_lists for i in (*prefix, *ids, END_ID)), dtype=np.int32
-    )
-    lengths = np.fromiter((len(ids) + len(prefix) + 1 for ids in id_lists), dtype=np.int64, count=len(id_lists))
-    return tf.RaggedTensor.from_row_lengths(flat, lengths)
+    flat_parts, length_parts = [np.zeros([0], np.int32)], [np.zeros([0], np.int64)]
+    for start in range(0, len(sentences), _SAMPLE_CHUNK):
+        chunk_seed = int(np.random.default_rng([seed, side, start]).integers(2**31))
+        id_lists = tokenizer.sample(sentences[start : start + _SAMPLE_CHUNK], dropout, chunk_seed)
+        flat_parts.append(np.fromiter((i for ids in id_lists for i in (*prefix, *ids, END_ID)), dtype=np.int32))
+        length_parts.append(np.fromiter((len(prefix) + len(ids) + 1 for ids in id_lists), dtype=np.int64))
+    return tf.RaggedTensor.from_row_lengths(np.concatenate(flat_parts), np.concatenate(length_parts))
 
 
 def _tokenize_all(tokenizer, sentences, add_start) -> tf.RaggedTensor:

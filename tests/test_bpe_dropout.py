@@ -112,3 +112,17 @@ def test_the_flag_reaches_the_config():
     config = data_config_from_args(parser.parse_args(["--bpe-dropout", "0.1"]))
     assert config.bpe_dropout == 0.1
     assert dataclasses.replace(config, bpe_dropout=0.0) == data_config_from_args(parser.parse_args([]))
+
+
+def test_chunked_draws_keep_every_sentence_in_order(corpus, monkeypatch):
+    """A big corpus is drawn in chunks; the chunks' ids must line up with their pairs."""
+    import data.pipeline
+
+    monkeypatch.setattr(data.pipeline, "_SAMPLE_CHUNK", 7)
+    data = _prepare(corpus, bpe_dropout=0.1)
+    sampled = data.train_tokens(epoch=0)
+    tokenizer, fixed = data.tokenizer, data.tokens["train"]
+    for side in ("source", "target"):
+        want = tokenizer.detokenize(getattr(fixed, side)).numpy().tolist()
+        assert tokenizer.detokenize(getattr(sampled, side)).numpy().tolist() == want
+    assert _rows(_prepare(corpus, bpe_dropout=0.1).train_tokens(epoch=0)) == _rows(sampled)
