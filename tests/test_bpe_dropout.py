@@ -3,10 +3,7 @@
 import argparse
 import collections
 import dataclasses
-import gzip
-import os
 
-import numpy as np
 import pytest
 
 from data.cli import add_data_arguments, data_config_from_args
@@ -14,23 +11,14 @@ from data.config import DataConfig
 from data.dataset import prepare_data
 from data.errors import DataError
 from data.tokenizer import END_ID, START_ID
-
-MULTI30K_DIR = os.path.join(os.path.dirname(__file__), os.pardir, "data", "multi30k")
-
-
-def _write_subset(directory, name, lines=600):
-    with gzip.open(os.path.join(MULTI30K_DIR, name), "rt", encoding="utf-8") as file:
-        text = [line for _, line in zip(range(lines), file)]
-    path = directory / name.removesuffix(".gz")
-    path.write_text("".join(text), encoding="utf-8")
-    return str(path)
+from tests.tiny_run import write_multi30k_slice
 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     """(dataset spec, model directory with a trained 600-piece vocabulary)."""
     directory = tmp_path_factory.mktemp("bpe_dropout")
-    spec = f"files:{_write_subset(directory, 'train.en.gz')},{_write_subset(directory, 'train.de.gz')}"
+    spec = "files:" + ",".join(write_multi30k_slice(directory, train=600, validation=40))
     model_dir = str(directory / "model")
     prepare_data(DataConfig(dataset=spec, vocab_size=600, batch_tokens=1024), model_dir)
     return spec, model_dir
