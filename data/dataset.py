@@ -79,9 +79,8 @@ class PreparedData:
             # One int from (seed, epoch): sentencepiece's generator takes a single seed.
             draw_seed = int(np.random.default_rng([seed, epoch, _BPE_DROPOUT_STREAM]).integers(2**31))
             pairs = sample_pairs(self.tokenizer, self.text["train"], self.config.bpe_dropout, draw_seed)
-            source_lengths, target_lengths = pairs.lengths()
             # Longer pieces-wise than the deterministic split: a pair can outgrow max_length.
-            fits = (source_lengths <= self.config.max_length) & (target_lengths <= self.config.max_length)
+            fits = pairs.fits(self.config.max_length)
             self._sampled.clear()
             self._sampled[(seed, epoch)] = pairs if fits.all() else pairs.select(fits)
         return self._sampled[(seed, epoch)]
@@ -144,8 +143,7 @@ def prepare_data(config: DataConfig, model_dir: str, num_replicas: int = 1) -> P
     tokens, counts = {}, {}
     for split, text in corpus.splits.items():
         pairs = tokenize_pairs(tokenizer, text)
-        source_lengths, target_lengths = pairs.lengths()
-        fits = (source_lengths <= config.max_length) & (target_lengths <= config.max_length)
+        fits = pairs.fits(config.max_length)
         tokens[split] = pairs.select(fits)
         counts[split] = SplitCounts(
             read=corpus.read[split],

@@ -43,6 +43,11 @@ class TokenizedPairs:
         """(source lengths, target lengths), int64 [N] each, markers included."""
         return self.source.row_lengths().numpy(), self.target.row_lengths().numpy()
 
+    def fits(self, max_length: int) -> np.ndarray:
+        """bool [N]: both sides at most `max_length` ids long, markers included."""
+        source_lengths, target_lengths = self.lengths()
+        return (source_lengths <= max_length) & (target_lengths <= max_length)
+
     def select(self, keep: np.ndarray) -> "TokenizedPairs":
         """The pairs where `keep` (bool [N]) is true."""
         indices = np.flatnonzero(keep)
