@@ -11,7 +11,8 @@ def make_bleu_evaluator(tokenizer, sources, references, max_sentences=None, batc
     """Returns `evaluate(transformer) -> {"bleu", "bleu_signature", "eval_sentences"}`.
 
     Sentences are decoded in batches of similar length (less padding), then put back in
-    order and scored with sacreBLEU's default (cased, 13a-tokenized, detokenized input).
+    order and scored with sacreBLEU's default (cased, 13a-tokenized, detokenized input),
+    or lowercased BLEU for a tokenizer that lowercases (its output is all lowercase).
 
     Args:
         tokenizer: the run's `SubwordTokenizer`.
@@ -40,7 +41,7 @@ def make_bleu_evaluator(tokenizer, sources, references, max_sentences=None, batc
                 batch[row, : len(source_ids[i])] = source_ids[i]
             for i, text in zip(indices, translate(batch).numpy()):
                 hypotheses[i] = text.decode("utf-8")
-        bleu = sacrebleu.metrics.BLEU()
+        bleu = sacrebleu.metrics.BLEU(lowercase=tokenizer.lowercase)
         score = bleu.corpus_score(hypotheses, [references])
         return {
             "bleu": score.score,

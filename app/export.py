@@ -152,11 +152,11 @@ def load_translator(model_dir, checkpoint="best", average_last=None, decoding=De
             "latest", or a checkpoint path.
         average_last: average the newest K kept checkpoints instead.
     """
-    model_config, _, _ = load_settings(model_dir)
+    model_config, data_config, _ = load_settings(model_dir)
     vocabulary = os.path.join(model_dir, MODEL_FILENAME)
     if not os.path.exists(vocabulary):
         raise ExportError(f"{model_dir} has no vocabulary file {MODEL_FILENAME}")
-    tokenizer = SubwordTokenizer.load(vocabulary)
+    tokenizer = SubwordTokenizer.load(vocabulary, lowercase=data_config.lowercase)
     model = build_transformer(model_config)
     kept = checkpoints.checkpoint_paths(model_dir)
     if average_last:
@@ -195,6 +195,8 @@ def export_metadata(model_dir, weights, decoding):
         "dataset": data_config.dataset,
         "source_lang": data_config.source_lang,
         "target_lang": data_config.target_lang,
+        # Whether the model reads and writes lowercased text (trained with --lowercase).
+        "lowercase": data_config.lowercase,
     }
 
 

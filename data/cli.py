@@ -13,7 +13,7 @@ from data.config import DEFAULT_MAX_LENGTH, DEFAULT_VOCAB_SIZE, DataConfig
 
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds --dataset, --source-lang, --target-lang, --vocab-size, --batch-tokens,
-    --max-length and --bpe-dropout."""
+    --max-length, --bpe-dropout and --lowercase."""
     group = parser.add_argument_group("data")
     group.add_argument(
         "--dataset",
@@ -52,6 +52,13 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
         help="BPE-dropout for training batches: the probability of skipping each merge, "
         "giving each epoch a fresh segmentation (default: 0, off; 0.1 in Provilkov et al.)",
     )
+    group.add_argument(
+        "--lowercase",
+        action="store_true",
+        help="lowercase all text before it is segmented, in training and in the exported "
+        "model, which then reads and writes lowercase (the published Multi30k baselines' "
+        "preprocessing; default: keep case)",
+    )
 
 
 def data_config_from_args(args: argparse.Namespace) -> DataConfig:
@@ -64,4 +71,5 @@ def data_config_from_args(args: argparse.Namespace) -> DataConfig:
         batch_tokens=args.batch_tokens,
         max_length=args.max_length,
         bpe_dropout=args.bpe_dropout,
+        lowercase=args.lowercase,
     )

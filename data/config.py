@@ -40,6 +40,10 @@ class DataConfig:
     # same sentences. Validation, test and translation keep the deterministic one.
     # 0 turns it off. See data/tokenizer.py for what it costs in sequence length.
     bpe_dropout: float = 0.0
+    # Lowercase all text before it is segmented, in training, evaluation and the exported
+    # graph: the published Multi30k baselines' preprocessing. Off by default, because the
+    # model then writes lowercase German, which is not what a reader wants.
+    lowercase: bool = False
 
     def __post_init__(self):
         if self.source_lang == self.target_lang:

@@ -138,7 +138,9 @@ def prepare_data(config: DataConfig, model_dir: str, num_replicas: int = 1) -> P
     scheme = BucketScheme.for_budget(config.batch_tokens, config.max_length, num_replicas)
     corpus = load_corpus(config.dataset, config.source_lang, config.target_lang)
     train = corpus.splits["train"]
-    tokenizer = load_or_train(model_dir, lambda: _vocab_training_text(train), config.vocab_size)
+    tokenizer = load_or_train(
+        model_dir, lambda: _vocab_training_text(train), config.vocab_size, lowercase=config.lowercase
+    )
 
     tokens, counts = {}, {}
     for split, text in corpus.splits.items():

@@ -41,6 +41,7 @@ def summarize(data: PreparedData) -> dict:
         "source_lang": data.config.source_lang,
         "target_lang": data.config.target_lang,
         "vocab_size": data.tokenizer.vocab_size,
+        "lowercase": data.tokenizer.lowercase,
         "max_length": data.config.max_length,
         "batch_tokens": data.config.batch_tokens,
         "num_replicas": data.scheme.num_replicas,
@@ -60,7 +61,9 @@ def format_summary(summary: dict) -> List[str]:
     """`summarize`'s dict as aligned, human-readable lines."""
     lines = [
         f"data: {summary['dataset']} {summary['source_lang']}->{summary['target_lang']}, "
-        f"vocabulary {summary['vocab_size']} subwords, max length {summary['max_length']}",
+        f"vocabulary {summary['vocab_size']} subwords"
+        + (" of lowercased text" if summary.get("lowercase") else "")
+        + f", max length {summary['max_length']}",
     ]
     for split, counts in summary["splits"].items():
         lines.append(

@@ -51,6 +51,13 @@ Choices, measured on Multi30k en-de (train: 29,000 pairs; val: 1,014):
   train, the differences are all doubled spaces.) Identity normalization would be exact,
   but web-crawled corpora (WMT) are full of compatibility characters (full-width
   forms, ligatures, odd spaces) that NFKC folds into one spelling.
+- Case kept by default: output is what users read, and German capitalizes every noun.
+  `lowercase=True` (`--lowercase`) lowercases every input before it is segmented,
+  in training, evaluation and the exported graph alike, so the model reads and writes
+  lowercased text: the preprocessing of the published Multi30k baselines, whose BLEU
+  is computed on lowercased text. It is a property of the run (settings.json), not of
+  the vocabulary file; pass it back to `SubwordTokenizer.load`. Lowercasing is
+  `tf.strings.lower` (ICU, full Unicode; "ß" stays), one definition for Python and graph.
 - Deterministic training: the trainer reads the sentences in the order given and does
   not sample them, and uses a fixed thread count, because its result depends on the
   thread count (1, 2 and 16 threads give three different vocabularies; the same count
@@ -103,7 +110,7 @@ class SubwordTokenizer(tf.Module):
     `load_or_train(model_dir, ...)`.
     """
 
-    def __init__(self, model_proto: bytes, name: str = "subword_tokenizer"):
+    def __init__(self, model_proto: bytes, lowercase: bool = False, name: str = "subword_tokenizer"):
         super().__init__(name=name)
         processor = sentencepiece.SentencePieceProcessor(model_proto=model_proto)
         reserved = (processor.pad_id(), processor.bos_id(), processor.eos_id(), processor.unk_id())
@@ -114,13 +121,16 @@ class SubwordTokenizer(tf.Module):
             )
         self._model_proto = model_proto
         self._vocab_size = processor.get_piece_size()
+        self._lowercase = bool(lowercase)
 
     def _sentencepiece(self) -> tf_text.SentencepieceTokenizer:
         # Per call, not once: see "Why the TF-Text tokenizer is created per call" above.
         return tf_text.SentencepieceTokenizer(model=self._model_proto, out_type=tf.int32)
 
     @classmethod
-    def train(cls, texts: Iterable[str], vocab_size: int, model_path: str) -> "SubwordTokenizer":
+    def train(
+        cls, texts: Iterable[str], vocab_size: int, model_path: str, lowercase: bool = False
+    ) -> "SubwordTokenizer":
         """Trains a vocabulary on `texts` (in their order) and writes it to `model_path`.
 
         Args:
@@ -128,7 +138,10 @@ class SubwordTokenizer(tf.Module):
             vocab_size: pieces wanted, reserved ids and byte pieces included; a small
                 corpus may give fewer.
             model_path: file to write; written atomically, parent directories created.
+            lowercase: train on (and later tokenize) lowercased text.
         """
+        if lowercase:
+            texts = lowercase_lines(list(texts))
         model = io.BytesIO()
         sentencepiece.SentencePieceTrainer.train(
             sentence_iterator=iter(texts), model_writer=model, vocab_size=vocab_size, **_TRAINER_OPTIONS
@@ -138,15 +151,15 @@ class SubwordTokenizer(tf.Module):
         with open(partial_path, "wb") as file:
             file.write(model.getvalue())
         os.replace(partial_path, model_path)  # Never leave a half-written vocabulary.
-        return cls(model.getvalue())
+        return cls(model.getvalue(), lowercase=lowercase)
 
     @classmethod
-    def load(cls, model_path: str) -> "SubwordTokenizer":
-        """Reads a vocabulary file written by `train`."""
+    def load(cls, model_path: str, lowercase: bool = False) -> "SubwordTokenizer":
+        """Reads a vocabulary file written by `train`; `lowercase` as it was trained."""
         if not os.path.isfile(model_path):
             raise DataError(f"subword model not found: {model_path}")
         with open(model_path, "rb") as file:
-            return cls(file.read())
+            return cls(file.read(), lowercase=lowercase)
 
     @property
     def vocab_size(self) -> int:
@@ -170,6 +183,11 @@ class SubwordTokenizer(tf.Module):
         return UNKNOWN_ID
 
     @property
+    def lowercase(self) -> bool:
+        """Whether text is lowercased before it is segmented (output is then lowercase)."""
+        return self._lowercase
+
+    @property
     def model_proto(self) -> bytes:
         """The serialized sentencepiece model (the bytes of the vocabulary file)."""
         return self._model_proto
@@ -183,6 +201,8 @@ class SubwordTokenizer(tf.Module):
         Returns:
             int32 RaggedTensor [B, None].
         """
+        if self._lowercase:
+            strings = lowercase_strings(strings)
         return self._sentencepiece().tokenize(strings)
 
     def sample(self, sentences: List[str], dropout: float, seed: int) -> List[List[int]]:
@@ -200,12 +220,13 @@ class SubwordTokenizer(tf.Module):
         Returns:
             N lists of ids, no start or end id added.
         """
+        sentences = lowercase_lines(list(sentences)) if self._lowercase else list(sentences)
         processor = sentencepiece.SentencePieceProcessor(model_proto=self._model_proto)
         # The generator is process-wide; one thread keeps the draws in sentence order,
         # so the result depends on the seed alone (more threads interleave the draws).
         sentencepiece.set_random_generator_seed(seed)
         return processor.encode(
-            list(sentences), out_type=int, enable_sampling=True, alpha=dropout, nbest_size=-1, num_threads=1
+            sentences, out_type=int, enable_sampling=True, alpha=dropout, nbest_size=-1, num_threads=1
         )
 
     def detokenize(self, ids) -> tf.Tensor:
@@ -229,6 +250,18 @@ class SubwordTokenizer(tf.Module):
         return self._sentencepiece().detokenize(tf.ragged.boolean_mask(ids, keep))  # [B]
 
 
+def lowercase_strings(strings: tf.Tensor) -> tf.Tensor:
+    """string [...] -> string [...]: UTF-8 text lowercased (ICU's full Unicode mapping)."""
+    return tf.strings.lower(strings, encoding="utf-8")
+
+
+def lowercase_lines(lines: List[str]) -> List[str]:
+    """`lowercase_strings` for Python strings, so Python and graph agree character for character."""
+    if not lines:
+        return []
+    return [line.decode("utf-8") for line in lowercase_strings(tf.constant(lines, tf.string)).numpy()]
+
+
 def trained_vocab_size(model_proto: bytes) -> int:
     """The vocab_size the model was trained with (its actual size may be smaller)."""
     model = sentencepiece_model_pb2.ModelProto()
@@ -237,17 +270,20 @@ def trained_vocab_size(model_proto: bytes) -> int:
 
 
 def load_or_train(
-    model_dir: str, texts_fn: Callable[[], Iterable[str]], vocab_size: int
+    model_dir: str, texts_fn: Callable[[], Iterable[str]], vocab_size: int, lowercase: bool = False
 ) -> SubwordTokenizer:
     """The vocabulary in `model_dir`, trained on `texts_fn()` first if it is not there yet.
+
+    `lowercase` is not recorded in the vocabulary file: the run's settings.json holds it,
+    and resuming with another value is refused there.
 
     Raises:
         DataError: the existing vocabulary was trained for another `vocab_size`.
     """
     model_path = os.path.join(model_dir, MODEL_FILENAME)
     if not os.path.exists(model_path):
-        return SubwordTokenizer.train(texts_fn(), vocab_size, model_path)
-    tokenizer = SubwordTokenizer.load(model_path)
+        return SubwordTokenizer.train(texts_fn(), vocab_size, model_path, lowercase=lowercase)
+    tokenizer = SubwordTokenizer.load(model_path, lowercase=lowercase)
     trained_for = trained_vocab_size(tokenizer.model_proto)
     if trained_for != vocab_size:
         raise DataError(
