@@ -164,5 +164,5 @@ def test_export_info_names_the_weights_decoding_and_data_of_the_run(model_dir):
     assert info == {
         "model_dir": os.path.abspath(model_dir), "weights": "ckpt-4", "beam_size": 4, "alpha": 0.6,
         "max_extra_length": 50, "dataset": data_config.dataset,
-        "source_lang": data_config.source_lang, "target_lang": data_config.target_lang,
+        "source_lang": data_config.source_lang, "target_lang": data_config.target_lang, "lowercase": False,
     }

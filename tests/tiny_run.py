@@ -26,8 +26,10 @@ def write_multi30k_slice(directory, train=300, validation=20, source_lang="en", 
     return paths
 
 
-def train_tiny_run(directory):
+def train_tiny_run(directory, lowercase=False):
     """Trains a 1-layer, 32-wide model for 4 steps in `directory`; returns it as a string.
+
+    `lowercase` trains it as `python train.py --lowercase` would.
 
     The directory ends up as `python train.py` leaves one: settings.json, the vocabulary,
     checkpoints 2..4 (3 kept) and best/.
@@ -41,7 +43,10 @@ def train_tiny_run(directory):
     from data.dataset import prepare_data
 
     corpus = write_multi30k_slice(directory)
-    data_config = DataConfig(dataset="files:" + ",".join(corpus), vocab_size=400, batch_tokens=512, max_length=48)
+    data_config = DataConfig(
+        dataset="files:" + ",".join(corpus), vocab_size=400, batch_tokens=512, max_length=48,
+        lowercase=lowercase,
+    )
     data = prepare_data(data_config, str(directory))
     model_config = ModelConfig.from_size(
         "tiny", vocab_size=data.tokenizer.vocab_size, num_layers=1, d_model=32, d_ff=64, num_heads=2, max_length=48
