@@ -96,7 +96,7 @@ def saved_model_data_config(args):
             f"{path} does not say which data {args.saved_model} was trained on; "
             f"give {', '.join(missing)} for --split, or use --source/--reference"
         )
-    return DataConfig(**fields)
+    return DataConfig(**fields, lowercase=bool(info.get("lowercase", False)))
 
 
 def make_translate_fn(args):
@@ -235,12 +235,17 @@ def main(argv=None):
         "seconds": round(seconds, 2),
         "sentences_per_second": round(len(sources) / seconds, 2),
         "words_per_second": round(sum(len(h.split()) for h in hypotheses) / seconds, 1),
+        # Whether the model was trained with --lowercase; None: not known (a SavedModel
+        # scored on --source/--reference files is not asked for its export_info.json).
+        "lowercase_model": data_config.lowercase if data_config else None,
     }
     if args.json:
         print(json.dumps(result))
         return 0
     print(f"{description}: {len(sources)} sentences, weights {weights}")
     print(f"decoding: beam {result['beam_size']}, alpha {args.alpha}, max length input + {args.max_extra_length}")
+    if result["lowercase_model"]:
+        print("the model was trained with --lowercase and writes lowercase: compare the lowercased scores")
     print(f"BLEU            {result['bleu']:6.2f}  {result['bleu_signature']}")
     print(f"chrF            {result['chrf']:6.2f}  {result['chrf_signature']}")
     print(f"BLEU lowercased {result['bleu_lowercase']:6.2f}  {result['bleu_lowercase_signature']}")

@@ -69,10 +69,13 @@ def test_a_saved_model_names_its_data_in_export_info_and_flags_override_it(tmp_p
     (tmp_path / "export_info.json").write_text(json.dumps({"dataset": "multi30k", "source_lang": "en", "target_lang": "fr"}))
     config = saved_model_data_config(parse_args(["--saved-model", str(tmp_path), "--split", "test_2016_flickr"]))
     assert (config.dataset, config.source_lang, config.target_lang) == ("multi30k", "en", "fr")
+    assert config.lowercase is False  # Exports from before --lowercase: cased.
     sources, references, description = read_references(parse_args(["--saved-model", str(tmp_path), "--split", "test"]), config)
     assert description == "multi30k test en->fr" and len(sources) == len(references) == 1000
     flagged = saved_model_data_config(parse_args(["--saved-model", str(tmp_path), "--target-lang", "de"]))
     assert flagged.target_lang == "de"
+    (tmp_path / "export_info.json").write_text(json.dumps({"dataset": "multi30k", "source_lang": "en", "target_lang": "de", "lowercase": True}))
+    assert saved_model_data_config(parse_args(["--saved-model", str(tmp_path), "--split", "test"])).lowercase is True
 
 
 def test_a_saved_model_without_data_names_the_flags_it_needs(tmp_path):
