@@ -30,8 +30,13 @@ def add_model_arguments(parser: argparse.ArgumentParser):
         group.add_argument("--" + field.replace("_", "-"), type=kind, help=text)
     group.add_argument("--positional", choices=POSITIONAL_KINDS, help="positional encoding")
     group.add_argument("--share-embeddings", choices=SHARING_MODES, help="which embedding matrices are shared")
+    # Both ways: tiny is pre-norm by default, so the paper's post-norm needs a flag too.
     group.add_argument(
-        "--norm-first", action="store_true", default=None, help="pre-norm residual blocks instead of post-norm"
+        "--norm-first",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="pre-norm residual blocks (--norm-first) or the paper's post-norm (--no-norm-first); "
+        "default per size: pre-norm for tiny, post-norm otherwise",
     )
     group.add_argument("--max-positions", type=int, help="most positions the positional encoding covers")
     return group

@@ -45,3 +45,16 @@ def test_each_size_resolves_its_own_recipe_and_flags_override_it():
     overridden = train_config_from_args(train.parse_args(flags))
     assert (overridden.checkpoint_every, overridden.keep_checkpoints, overridden.learning_rate_scale) == (7, 3, 0.5)
     assert overridden.cooldown_fraction == 0.0
+
+
+def test_norm_placement_can_be_set_either_way_whatever_the_size_default():
+    import train
+    from app.cli import model_config_from_args
+
+    def norm_first(*flags):
+        return model_config_from_args(train.parse_args(list(flags)), vocab_size=8000).norm_first
+
+    assert norm_first() is True  # tiny: pre-norm
+    assert norm_first("--no-norm-first") is False  # the paper's post-norm at tiny size
+    assert norm_first("--size", "base") is False
+    assert norm_first("--size", "base", "--norm-first") is True
