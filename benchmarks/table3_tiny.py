@@ -49,6 +49,9 @@ ROW_WARMUP_STEPS = 720
 # And that run's vocabulary, pinned for the same reason: a row trained before must keep
 # its vocabulary, or its checkpoints could not be resumed.
 ROW_VOCAB_SIZE = 8000
+# And that run's dropout, 0.3: tiny's default then (it is 0.2 now). The dropout rows
+# (D1, D2) override it, since their flags come later on the command line.
+ROW_DROPOUT = 0.3
 
 
 def parse_args(argv=None):
@@ -82,7 +85,7 @@ def train_command(args, row):
         sys.executable, os.path.join(ROOT, "train.py"),
         "--model-dir", os.path.join(args.runs_dir, row),
         "--train-steps", str(args.steps), "--warmup-steps", str(args.warmup_steps), "--cooldown-fraction", "0",
-        "--vocab-size", str(args.vocab_size),
+        "--vocab-size", str(args.vocab_size), "--dropout", str(ROW_DROPOUT),
         # Only the final evaluation; two checkpoints are enough to resume.
         "--eval-every", "0", "--checkpoint-every", "250", "--keep-checkpoints", "2",
         *flags, *args.extra,

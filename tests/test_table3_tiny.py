@@ -6,6 +6,7 @@ import pytest
 
 from app.config import ModelConfig
 from app.model import build_transformer
+import train
 from benchmarks import table3_tiny
 
 
@@ -17,13 +18,17 @@ def test_every_row_trains_the_default_recipe_with_only_its_own_change(tmp_path):
         table3_tiny.os.path.join(table3_tiny.ROOT, "train.py"),
         "--model-dir", str(tmp_path / "base"),
         "--train-steps", "300", "--warmup-steps", "720", "--cooldown-fraction", "0",
-        "--vocab-size", "8000",
+        "--vocab-size", "8000", "--dropout", "0.3",
         "--eval-every", "0", "--checkpoint-every", "250", "--keep-checkpoints", "2",
         "--eval-sentences", "50",
     ]
     a1 = table3_tiny.train_command(args, "A1")
     assert a1[3] == str(tmp_path / "A1")
     assert a1[:3] + a1[4:] == [*base[:3], *base[4:-2], "--num-heads", "1", *base[-2:]]
+    # The dropout rows' own rate comes after the pinned one, so it is the one that counts.
+    d2 = train.parse_args(table3_tiny.train_command(args, "D2")[2:])
+    assert d2.dropout == 0.1
+    assert train.parse_args(base[2:]).dropout == 0.3
 
 
 def test_unknown_rows_are_refused():
