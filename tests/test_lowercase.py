@@ -3,7 +3,6 @@
 import argparse
 import dataclasses
 import json
-import os
 
 import pytest
 import tensorflow as tf
@@ -140,4 +139,3 @@ def test_an_export_of_a_lowercase_run_reads_any_case(tmp_path):
             != reads_case.serve(tf.constant(lowered))["scores"].numpy()).all()
     assert export_metadata(model_dir, weights, DecodingConfig())["lowercase"] is True
     assert json.loads((tmp_path / "run" / "settings.json").read_text())["data"]["lowercase"] is True
-    assert os.path.exists(os.path.join(model_dir, MODEL_FILENAME))
