@@ -8,12 +8,12 @@
 
 import argparse
 
-from data.config import DEFAULT_MAX_LENGTH, DEFAULT_VOCAB_SIZE, DataConfig
+from data.config import DEFAULT_MAX_LENGTH, DEFAULT_VOCAB_SIZE, SUBWORD_MODELS, DataConfig
 
 
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:
-    """Adds --dataset, --source-lang, --target-lang, --vocab-size, --batch-tokens,
-    --max-length, --bpe-dropout and --lowercase."""
+    """Adds --dataset, --source-lang, --target-lang, --vocab-size, --subword-model,
+    --batch-tokens, --max-length, --bpe-dropout and --lowercase."""
     group = parser.add_argument_group("data")
     group.add_argument(
         "--dataset",
@@ -30,6 +30,13 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_VOCAB_SIZE,
         help=f"shared subword vocabulary size (default: {DEFAULT_VOCAB_SIZE}, for Multi30k)",
+    )
+    group.add_argument(
+        "--subword-model",
+        choices=SUBWORD_MODELS,
+        default="bpe",
+        help="how the subword vocabulary is learned: byte-pair encoding (default) or "
+        "sentencepiece's unigram language model",
     )
     group.add_argument(
         "--batch-tokens",
@@ -68,6 +75,7 @@ def data_config_from_args(args: argparse.Namespace) -> DataConfig:
         source_lang=args.source_lang,
         target_lang=args.target_lang,
         vocab_size=args.vocab_size,
+        subword_model=args.subword_model,
         batch_tokens=args.batch_tokens,
         max_length=args.max_length,
         bpe_dropout=args.bpe_dropout,

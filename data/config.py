@@ -15,6 +15,9 @@ DEFAULT_VOCAB_SIZE = 8000
 # Longer than any Multi30k sentence (longest: 50 source / 56 target ids); on WMT it drops
 # the rare very long lines, whose batches would hold only a few rows.
 DEFAULT_MAX_LENGTH = 256
+# sentencepiece's segmentation algorithms: byte-pair encoding (Sennrich et al., 2016; the
+# default, as in the paper) or the unigram language model (Kudo, 2018).
+SUBWORD_MODELS = ("bpe", "unigram")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +32,8 @@ class DataConfig:
     target_lang: str = "de"
     # Pieces in the shared source+target subword vocabulary, reserved ids included.
     vocab_size: int = DEFAULT_VOCAB_SIZE
+    # How the vocabulary is learned and text segmented: one of SUBWORD_MODELS.
+    subword_model: str = "bpe"
     # Source (and target) tokens per batch across all replicas, padding included.
     # None means "per model size": the caller resolves it before `prepare_data`.
     batch_tokens: Optional[int] = None
@@ -54,6 +59,15 @@ class DataConfig:
         if self.vocab_size < 300:
             # 4 reserved ids + 256 byte pieces + the corpus's characters.
             raise DataError(f"vocab_size must be at least 300, got {self.vocab_size}")
+        if self.subword_model not in SUBWORD_MODELS:
+            raise DataError(
+                f"subword_model must be one of {SUBWORD_MODELS}, got {self.subword_model!r}"
+            )
+        if self.bpe_dropout and self.subword_model != "bpe":
+            raise DataError(
+                f"bpe_dropout {self.bpe_dropout} needs subword_model 'bpe', "
+                f"got {self.subword_model!r}"
+            )
         if self.max_length < 4:
             raise DataError(f"max_length must be at least 4, got {self.max_length}")
         if not 0.0 <= self.bpe_dropout < 1.0:

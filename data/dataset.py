@@ -139,7 +139,11 @@ def prepare_data(config: DataConfig, model_dir: str, num_replicas: int = 1) -> P
     corpus = load_corpus(config.dataset, config.source_lang, config.target_lang)
     train = corpus.splits["train"]
     tokenizer = load_or_train(
-        model_dir, lambda: _vocab_training_text(train), config.vocab_size, lowercase=config.lowercase
+        model_dir,
+        lambda: _vocab_training_text(train),
+        config.vocab_size,
+        lowercase=config.lowercase,
+        model_type=config.subword_model,
     )
 
     tokens, counts = {}, {}

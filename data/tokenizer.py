@@ -83,7 +83,6 @@ UNKNOWN_ID = 3
 MODEL_FILENAME = "subwords.model"
 
 _TRAINER_OPTIONS = dict(
-    model_type="bpe",
     normalization_rule_name="nmt_nfkc",
     byte_fallback=True,
     character_coverage=0.9995,
@@ -129,7 +128,12 @@ class SubwordTokenizer(tf.Module):
 
     @classmethod
     def train(
-        cls, texts: Iterable[str], vocab_size: int, model_path: str, lowercase: bool = False
+        cls,
+        texts: Iterable[str],
+        vocab_size: int,
+        model_path: str,
+        lowercase: bool = False,
+        model_type: str = "bpe",
     ) -> "SubwordTokenizer":
         """Trains a vocabulary on `texts` (in their order) and writes it to `model_path`.
 
@@ -139,12 +143,15 @@ class SubwordTokenizer(tf.Module):
                 corpus may give fewer.
             model_path: file to write; written atomically, parent directories created.
             lowercase: train on (and later tokenize) lowercased text.
+            model_type: "bpe" or "unigram"; recorded in the file, so loading needs no flag.
         """
         if lowercase:
             texts = lowercase_lines(list(texts))
         model = io.BytesIO()
         sentencepiece.SentencePieceTrainer.train(
-            sentence_iterator=iter(texts), model_writer=model, vocab_size=vocab_size, **_TRAINER_OPTIONS
+            sentence_iterator=iter(texts), model_writer=model, vocab_size=vocab_size,
+            model_type=model_type,
+            **_TRAINER_OPTIONS,
         )
         os.makedirs(os.path.dirname(os.path.abspath(model_path)), exist_ok=True)
         partial_path = model_path + ".partial"
@@ -262,15 +269,29 @@ def lowercase_lines(lines: List[str]) -> List[str]:
     return [line.decode("utf-8") for line in lowercase_strings(tf.constant(lines, tf.string)).numpy()]
 
 
-def trained_vocab_size(model_proto: bytes) -> int:
-    """The vocab_size the model was trained with (its actual size may be smaller)."""
+def _trainer_spec(model_proto: bytes):
     model = sentencepiece_model_pb2.ModelProto()
     model.ParseFromString(model_proto)
-    return model.trainer_spec.vocab_size
+    return model.trainer_spec
+
+
+def trained_vocab_size(model_proto: bytes) -> int:
+    """The vocab_size the model was trained with (its actual size may be smaller)."""
+    return _trainer_spec(model_proto).vocab_size
+
+
+def trained_model_type(model_proto: bytes) -> str:
+    """The segmentation algorithm the model was trained with: "bpe", "unigram", ..."""
+    spec = _trainer_spec(model_proto)
+    return spec.ModelType.Name(spec.model_type).lower()
 
 
 def load_or_train(
-    model_dir: str, texts_fn: Callable[[], Iterable[str]], vocab_size: int, lowercase: bool = False
+    model_dir: str,
+    texts_fn: Callable[[], Iterable[str]],
+    vocab_size: int,
+    lowercase: bool = False,
+    model_type: str = "bpe",
 ) -> SubwordTokenizer:
     """The vocabulary in `model_dir`, trained on `texts_fn()` first if it is not there yet.
 
@@ -278,16 +299,25 @@ def load_or_train(
     and resuming with another value is refused there.
 
     Raises:
-        DataError: the existing vocabulary was trained for another `vocab_size`.
+        DataError: the existing vocabulary was trained for another `vocab_size` or
+            `model_type`.
     """
     model_path = os.path.join(model_dir, MODEL_FILENAME)
     if not os.path.exists(model_path):
-        return SubwordTokenizer.train(texts_fn(), vocab_size, model_path, lowercase=lowercase)
+        return SubwordTokenizer.train(
+            texts_fn(), vocab_size, model_path, lowercase=lowercase, model_type=model_type
+        )
     tokenizer = SubwordTokenizer.load(model_path, lowercase=lowercase)
     trained_for = trained_vocab_size(tokenizer.model_proto)
     if trained_for != vocab_size:
         raise DataError(
             f"{model_path} was trained with vocab_size {trained_for}, but vocab_size "
             f"{vocab_size} was asked; use a new model directory or the old size"
+        )
+    trained_type = trained_model_type(tokenizer.model_proto)
+    if trained_type != model_type:
+        raise DataError(
+            f"{model_path} is a {trained_type!r} vocabulary, but subword model "
+            f"{model_type!r} was asked; use a new model directory or the old model"
         )
     return tokenizer
