@@ -151,7 +151,9 @@ class SubwordTokenizer(tf.Module):
             texts = lowercase_lines(list(texts))
         model = io.BytesIO()
         sentencepiece.SentencePieceTrainer.train(
-            sentence_iterator=iter(texts), model_writer=model, vocab_size=vocab_size,
+            sentence_iterator=iter(texts),
+            model_writer=model,
+            vocab_size=vocab_size,
             model_type=model_type,
             **_TRAINER_OPTIONS,
         )
