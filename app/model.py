@@ -5,6 +5,8 @@
 
     transformer = Transformer(model, config)             # the same layers, step by step
     memory, memory_mask = transformer.encode(source_ids)
+    states = transformer.decoder_states(target_ids, memory, memory_mask)   # [B, T, D]
+    logits = ops.matmul(states, ops.transpose(transformer.output_matrix()))  # as above
     cache = transformer.init_cache(memory, memory_mask, max_length=64)
     logits, cache = transformer.decode_step(token_ids, step, cache)   # [B, V]
 
@@ -97,13 +99,24 @@ class Transformer:
     the very same layers (a loaded model works too), so the two paths cannot drift apart.
     """
 
-    def __init__(self, model: keras.Model, config: ModelConfig):
+    def __init__(self, model: keras.Model, config: ModelConfig = None):
+        """Finds the layers of `model`, checking them against `config`.
+
+        With no `config` the layer count is read off the model: enough to encode and to
+        compute decoder states (training), not to decode, which needs the vocabulary size
+        and the longest length from the configuration.
+        """
+
         def find(name):
             try:
                 return model.get_layer(name)
             except ValueError:
                 return None
 
+        if config is None:
+            num_layers = sum(layer.name.startswith("decoder_layer_") for layer in model.layers)
+        else:
+            num_layers = config.num_layers
         shared = find("shared_embedding")
         layers = dict(
             source_embedding=shared or find("source_embedding"),
@@ -113,8 +126,8 @@ class Transformer:
             target_positions=find("target_positions"),
             source_dropout=find("source_dropout"),
             target_dropout=find("target_dropout"),
-            encoder_layers=[find(f"encoder_layer_{i}") for i in range(config.num_layers)],
-            decoder_layers=[find(f"decoder_layer_{i}") for i in range(config.num_layers)],
+            encoder_layers=[find(f"encoder_layer_{i}") for i in range(num_layers)],
+            decoder_layers=[find(f"decoder_layer_{i}") for i in range(num_layers)],
             encoder_norm=find("encoder_norm"),
             decoder_norm=find("decoder_norm"),
         )
@@ -175,6 +188,22 @@ class Transformer:
             logits float32 `[B, T, V]`, followed by lists of per-layer self-attention
             weights `[B, H, T, T]` and cross-attention weights `[B, H, T, S]` if asked for.
         """
+        outputs = self.decoder_states(target_ids, memory, memory_mask, training, return_attention_scores)
+        if return_attention_scores:
+            states, self_weights, cross_weights = outputs
+            return self._project(states), self_weights, cross_weights
+        return self._project(outputs)
+
+    def decoder_states(self, target_ids, memory, memory_mask, training=None, return_attention_scores=False):
+        """`decode` up to the pre-softmax projection: the decoder's final states.
+
+        Training projects these itself (`app.output_loss`), a slice of rows at a time,
+        so that the `[B, T, V]` logits never exist whole.
+
+        Returns:
+            states `[B, T, D]` in the compute dtype (normalized, for pre-norm stacks),
+            followed by the attention weights as in `decode` if asked for.
+        """
         self_attention_mask = decoder_self_attention_mask(target_ids)  # [B, T, T]
         x = self.target_positions(self.target_embedding(target_ids))  # [B, T, D]
         x = self.target_dropout(x, training=training)
@@ -192,8 +221,8 @@ class Transformer:
                 x, self_w, cross_w = x
                 self_weights.append(self_w)
                 cross_weights.append(cross_w)
-        logits = self._logits(x)
-        return (logits, self_weights, cross_weights) if return_attention_scores else logits
+        states = self._final_norm(x)
+        return (states, self_weights, cross_weights) if return_attention_scores else states
 
     # Decoder, one position at a time (inference).
 
@@ -237,16 +266,28 @@ class Transformer:
                 cache_index=step,
             )
             new_layer_caches.append(layer_cache)
-        logits = self._logits(x)[:, 0, :]  # [B, V]
+        logits = self._project(self._final_norm(x))[:, 0, :]  # [B, V]
         return logits, {"memory_mask": cache["memory_mask"], "layers": new_layer_caches}
 
-    def _logits(self, x):
-        if self.decoder_norm is not None:
-            x = self.decoder_norm(x)
+    # The pre-softmax projection.
+
+    def output_matrix(self):
+        """The pre-softmax projection as a `[V, D]` matrix in the compute dtype:
+        `logits = states @ output_matrix()^T`, the same product `decode` computes."""
         if self.output_projection is not None:
-            logits = self.output_projection(x)
+            kernel = self.output_projection.kernel  # [D, V]
+            return ops.transpose(ops.cast(kernel, self.output_projection.compute_dtype))
+        return ops.cast(self.target_embedding.embeddings, self.target_embedding.compute_dtype)
+
+    def _final_norm(self, x):
+        # Pre-norm stacks end un-normalized; post-norm layers already end with a LayerNorm.
+        return x if self.decoder_norm is None else self.decoder_norm(x)
+
+    def _project(self, states):
+        if self.output_projection is not None:
+            logits = self.output_projection(states)
         else:
-            logits = self.target_embedding(x, reverse=True)
+            logits = self.target_embedding(states, reverse=True)
         return ops.cast(logits, "float32")  # [B, T, V]
 
 

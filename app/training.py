@@ -27,6 +27,7 @@ from app import checkpoints
 from app.config import ModelConfig
 from app.losses import summed_loss, summed_loss_and_nll
 from app.model import Transformer, build_transformer
+from app.output_loss import projected_loss_sum
 from app.schedule import WarmupInverseSqrt
 from app.strategy import check_same_on_all_workers, is_chief
 
@@ -128,7 +129,7 @@ def make_optimizer(model_config: ModelConfig, config: TrainConfig, total_steps):
 # The distributed step.
 
 
-def make_train_step(model, optimizer, strategy, label_smoothing, accumulate=1, jit=False):
+def make_train_step(model, optimizer, strategy, label_smoothing, accumulate=1, jit=False, fused_loss=True):
     """Returns `step(micro_batches) -> (loss_sum, target_tokens)`, both global.
 
     `micro_batches` is a tuple of `accumulate` distributed `(source [B, S], target [B, T])`
@@ -136,14 +137,32 @@ def make_train_step(model, optimizer, strategy, label_smoothing, accumulate=1, j
     number of non-padding target tokens in the whole global batch; the optimizer sums
     gradients over replicas, so the update is that of the global mean token loss,
     however the batch was split.
+
+    `fused_loss` projects the decoder states onto the vocabulary inside the loss, a slice
+    of real target positions at a time (`app.output_loss`), instead of making the whole
+    `[B, T, V]` logits; the two give the same loss and gradients. Under XLA (`jit`) the
+    plain path is used: XLA fuses it itself and wants static shapes.
     """
     variables = model.trainable_variables
     scale_loss = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+    transformer = Transformer(model)
+    fused_loss = fused_loss and not jit
+
+    def summed_token_loss(source, target):
+        labels = target[:, 1:]  # [B, T-1]
+        if not fused_loss:
+            logits = model([source, target[:, :-1]], training=True)  # [B, T-1, V]
+            return summed_loss(labels, logits, label_smoothing)[0]
+        memory, memory_mask = transformer.encode(source, training=True)
+        states = transformer.decoder_states(target[:, :-1], memory, memory_mask, training=True)  # [B, T-1, D]
+        real = labels != 0
+        return projected_loss_sum(
+            tf.boolean_mask(states, real), transformer.output_matrix(), tf.boolean_mask(labels, real), label_smoothing
+        )
 
     def loss_and_grads(source, target, global_tokens):
         with tf.GradientTape() as tape:
-            logits = model([source, target[:, :-1]], training=True)  # [B, T-1, V]
-            loss_sum, _ = summed_loss(target[:, 1:], logits, label_smoothing)
+            loss_sum = summed_token_loss(source, target)
             normalized = loss_sum / global_tokens
             if scale_loss:
                 normalized = optimizer.scale_loss(normalized)

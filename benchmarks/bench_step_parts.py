@@ -1,4 +1,4 @@
-"""Two parts of the tiny training step, each timed against an alternative in one run.
+"""Three parts of the tiny training step, each timed against an alternative in one run.
 
     python benchmarks/bench_step_parts.py                  # tiny's shapes: 4,096 tokens
     python benchmarks/bench_step_parts.py --tokens 8192 --d-model 256 --vocab 8000
@@ -6,6 +6,10 @@
 - loss: the label-smoothed cross-entropy's forward and backward over `[tokens, vocab]`
   logits, as `app.losses` computes it (gradient written out, p - t) against TensorFlow's
   autodiff of the same loss (one-hot target, product, log-softmax).
+- output: the pre-softmax projection of `[tokens, d_model]` decoder states onto the
+  vocabulary followed by that loss, forward and backward: the whole `[tokens, vocab]`
+  logits (the plain path) against `app.output_loss`, which projects, scores and
+  back-projects 512 rows at a time.
 - projections: the query, key and value projections of one self-attention layer,
   forward and backward, as three `[d_model, d_model]` matmuls (what
   `layers/multi_head_attention.py` does) against one fused `[d_model, 3 d_model]`
@@ -30,6 +34,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from app.losses import smoothed_cross_entropy  # noqa: E402
+from app.output_loss import projected_loss_sum  # noqa: E402
 
 
 def autodiff_smoothed_loss(labels, logits, label_smoothing):
@@ -59,6 +64,32 @@ def loss_steps(tokens, vocab_size, rng):
         "loss, gradient written out (this project)": step_of(lambda *args: smoothed_cross_entropy(*args)[0]),
         "loss, autodiff": step_of(autodiff_smoothed_loss),
     }
+
+
+def output_steps(tokens, vocab_size, d_model, rng):
+    """`{name: step}`: projection onto the vocabulary + loss, forward + gradient of both inputs."""
+    states = tf.constant(rng.normal(size=(tokens, d_model)).astype("float32"))
+    matrix = tf.Variable(rng.normal(scale=d_model**-0.5, size=(vocab_size, d_model)).astype("float32"))
+    labels = tf.constant(rng.integers(1, vocab_size, size=tokens).astype("int32"))
+
+    def plain():
+        logits = tf.matmul(states, matrix, transpose_b=True)  # [tokens, vocab]
+        return tf.reduce_sum(smoothed_cross_entropy(labels[None], logits[None], 0.1)[0])
+
+    def fused():
+        return projected_loss_sum(states, tf.convert_to_tensor(matrix), labels, 0.1)
+
+    def step_of(loss_fn):
+        @tf.function
+        def step():
+            with tf.GradientTape() as tape:
+                tape.watch(states)
+                loss = loss_fn()
+            return loss, tape.gradient(loss, [states, matrix])
+
+        return step
+
+    return {"output, whole logits (plain)": step_of(plain), "output, fused, 512 rows at a time (this project)": step_of(fused)}
 
 
 def projection_steps(tokens, d_model, rng):
@@ -116,11 +147,16 @@ def main():
     rng = np.random.default_rng(0)
     print(f"{args.tokens} tokens, vocabulary {args.vocab}, d_model {args.d_model}; "
           f"median of {args.repeats} x {args.iterations} calls")
-    for steps in (loss_steps(args.tokens, args.vocab, rng), projection_steps(args.tokens, args.d_model, rng)):
+    pairs = (
+        loss_steps(args.tokens, args.vocab, rng),
+        output_steps(args.tokens, args.vocab, args.d_model, rng),
+        projection_steps(args.tokens, args.d_model, rng),
+    )
+    for steps in pairs:
         timings = time_pair(steps, args.iterations, args.repeats)
         reference = next(iter(timings.values()))
         for name, seconds in timings.items():
-            print(f"  {name:<45}{seconds * 1000:8.2f} ms{seconds / reference:8.2f}x")
+            print(f"  {name:<50}{seconds * 1000:8.2f} ms{seconds / reference:8.2f}x")
 
 
 if __name__ == "__main__":

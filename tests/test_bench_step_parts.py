@@ -15,6 +15,7 @@ def test_bench_step_parts_prints_each_pair():
     assert lines[0] == "64 tokens, vocabulary 50, d_model 16; median of 1 x 1 calls"
     names = [line.split("  ")[1].strip() for line in lines[1:]]
     assert names == ["loss, gradient written out (this project)", "loss, autodiff",
+                     "output, whole logits (plain)", "output, fused, 512 rows at a time (this project)",
                      "Q/K/V, three matmuls (this project)", "Q/K/V, one fused matmul"]
     # Each pair's first line is the reference its ratio is taken against.
-    assert lines[1].endswith(" 1.00x") and lines[3].endswith(" 1.00x")
+    assert lines[1].endswith(" 1.00x") and lines[3].endswith(" 1.00x") and lines[5].endswith(" 1.00x")

@@ -1,0 +1,143 @@
+"""The fused projection and loss against the plain path: same loss, same gradients."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from app.config import ModelConfig
+from app.losses import smoothed_cross_entropy
+from app.model import build_transformer
+from app.output_loss import projected_loss_sum
+from app.training import make_train_step
+
+NUM_ROWS, WIDTH, VOCAB = 7, 6, 11
+
+
+def random_inputs(scale=1.0, seed=0):
+    rng = np.random.default_rng(seed)
+    states = tf.constant(rng.normal(scale=scale, size=(NUM_ROWS, WIDTH)).astype("float32"))
+    matrix = tf.constant(rng.normal(size=(VOCAB, WIDTH)).astype("float32"))
+    labels = tf.constant(rng.integers(1, VOCAB, size=NUM_ROWS).astype("int32"))
+    return states, matrix, labels
+
+
+def plain_loss_and_grads(states, matrix, labels, label_smoothing):
+    """The reference: whole logits, the project's loss, TensorFlow's autodiff."""
+    with tf.GradientTape() as tape:
+        tape.watch([states, matrix])
+        logits = tf.matmul(states, matrix, transpose_b=True)[None]  # [1, N, V]
+        loss = tf.reduce_sum(smoothed_cross_entropy(labels[None], logits, label_smoothing)[0])
+    return loss, tape.gradient(loss, [states, matrix])
+
+
+def fused_loss_and_grads(states, matrix, labels, label_smoothing, rows_per_slice, upstream=1.0):
+    with tf.GradientTape() as tape:
+        tape.watch([states, matrix])
+        loss = projected_loss_sum(states, matrix, labels, label_smoothing, rows_per_slice)
+        scaled = loss * upstream
+    return loss, tape.gradient(scaled, [states, matrix])
+
+
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("rows_per_slice", [1, 3, 7, 512])
+def test_loss_and_gradients_match_the_plain_path_for_any_slice_size(label_smoothing, rows_per_slice):
+    states, matrix, labels = random_inputs()
+    want_loss, (want_states_grad, want_matrix_grad) = plain_loss_and_grads(states, matrix, labels, label_smoothing)
+    loss, (states_grad, matrix_grad) = fused_loss_and_grads(states, matrix, labels, label_smoothing, rows_per_slice)
+    np.testing.assert_allclose(float(loss), float(want_loss), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(states_grad), np.asarray(want_states_grad), atol=1e-6)
+    np.testing.assert_allclose(np.asarray(matrix_grad), np.asarray(want_matrix_grad), atol=1e-6)
+
+
+def test_the_upstream_gradient_scales_both_gradients():
+    states, matrix, labels = random_inputs()
+    _, (unit_states, unit_matrix) = fused_loss_and_grads(states, matrix, labels, 0.1, 3)
+    _, (scaled_states, scaled_matrix) = fused_loss_and_grads(states, matrix, labels, 0.1, 3, upstream=0.25)
+    np.testing.assert_allclose(np.asarray(scaled_states), 0.25 * np.asarray(unit_states), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(scaled_matrix), 0.25 * np.asarray(unit_matrix), rtol=1e-6)
+
+
+def test_logits_hundreds_apart_give_the_exact_finite_loss():
+    # The label's probability underflows to 0 in float32, so log(p_label) would be -inf.
+    states, matrix, labels = random_inputs(scale=100.0)
+    logits = np.asarray(tf.matmul(states, matrix, transpose_b=True), "float64")
+    shifted = logits - logits.max(-1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    off = 0.1 / (VOCAB - 1)
+    targets = np.full_like(log_probs, off)
+    targets[np.arange(NUM_ROWS), np.asarray(labels)] = 0.9
+    want = -(targets * log_probs).sum()
+    assert float(tf.exp(tf.reduce_min(tf.nn.log_softmax(logits)))) == 0.0  # the hard case
+    loss = projected_loss_sum(states, matrix, labels, 0.1, rows_per_slice=3)
+    assert np.isfinite(float(loss))
+    np.testing.assert_allclose(float(loss), want, rtol=1e-5)
+
+
+def test_no_rows_give_zero_loss_and_zero_gradients():
+    states, matrix, labels = random_inputs()
+    loss, (states_grad, matrix_grad) = fused_loss_and_grads(states[:0], matrix, labels[:0], 0.1, 3)
+    assert float(loss) == 0.0
+    assert tuple(states_grad.shape) == (0, WIDTH)
+    np.testing.assert_array_equal(np.asarray(matrix_grad), np.zeros((VOCAB, WIDTH), "float32"))
+
+
+def test_bfloat16_inputs_get_bfloat16_gradients_close_to_float32():
+    states, matrix, labels = random_inputs()
+    _, (want_states, want_matrix) = plain_loss_and_grads(states, matrix, labels, 0.1)
+    loss, (states_grad, matrix_grad) = fused_loss_and_grads(
+        tf.cast(states, tf.bfloat16), tf.cast(matrix, tf.bfloat16), labels, 0.1, 3
+    )
+    assert loss.dtype == tf.float32
+    assert states_grad.dtype == tf.bfloat16 and matrix_grad.dtype == tf.bfloat16
+    np.testing.assert_allclose(np.asarray(tf.cast(states_grad, tf.float32)), np.asarray(want_states), atol=0.05)
+    np.testing.assert_allclose(np.asarray(tf.cast(matrix_grad, tf.float32)), np.asarray(want_matrix), atol=0.05)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [dict(), dict(share_embeddings="target"), dict(share_embeddings="none"), dict(norm_first=False)],
+    ids=["shared", "target_shared", "unshared", "post_norm"],
+)
+def test_a_train_step_with_the_fused_loss_makes_the_plain_steps_update(overrides):
+    config = ModelConfig.from_size(
+        "tiny", vocab_size=30, num_layers=1, d_model=16, d_ff=32, num_heads=2, dropout=0.0, **overrides
+    )
+    rng = np.random.default_rng(3)
+    source = rng.integers(3, 30, (3, 5)).astype("int32")
+    target = rng.integers(3, 30, (3, 6)).astype("int32")
+    target[1, 3:] = 0  # padding rows are left out of the fused loss
+    source[2, 4:] = 0
+
+    results = []
+    for fused in (False, True):
+        keras.utils.set_random_seed(0)
+        model = build_transformer(config)
+        optimizer = keras.optimizers.SGD(learning_rate=1.0)
+        step = make_train_step(model, optimizer, tf.distribute.get_strategy(), 0.1, fused_loss=fused)
+        loss_sum, tokens = step(((source, target),))
+        results.append((float(loss_sum), float(tokens), [np.asarray(v) for v in model.trainable_variables]))
+    (plain_loss, plain_tokens, plain_weights), (fused_loss, fused_tokens, fused_weights) = results
+    assert fused_tokens == plain_tokens == 3 * 5 - 3
+    assert fused_loss == pytest.approx(plain_loss, rel=1e-6)
+    for plain, fused in zip(plain_weights, fused_weights):
+        np.testing.assert_allclose(fused, plain, atol=1e-6)
+
+
+def test_one_graph_with_unknown_row_counts_serves_full_and_empty_batches():
+    states, matrix, labels = random_inputs()
+    traced = tf.function(
+        lambda s, m, y: fused_loss_and_grads(s, m, y, 0.1, 3),
+        input_signature=[
+            tf.TensorSpec([None, WIDTH], tf.float32),
+            tf.TensorSpec([VOCAB, WIDTH], tf.float32),
+            tf.TensorSpec([None], tf.int32),
+        ],
+    )
+    want_loss, (want_states_grad, _) = plain_loss_and_grads(states, matrix, labels, 0.1)
+    loss, (states_grad, _) = traced(states, matrix, labels)
+    np.testing.assert_allclose(float(loss), float(want_loss), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(states_grad), np.asarray(want_states_grad), atol=1e-6)
+    empty_loss, (empty_states_grad, empty_matrix_grad) = traced(states[:0], matrix, labels[:0])
+    assert float(empty_loss) == 0.0 and tuple(empty_states_grad.shape) == (0, WIDTH)
+    assert not np.any(np.asarray(empty_matrix_grad))
