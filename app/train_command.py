@@ -17,7 +17,8 @@ import shutil
 import sys
 import tempfile
 
-from app.training import PRECISIONS, TrainConfig
+from app.precision import AUTO, PRECISIONS, resolve_precision
+from app.training import TrainConfig
 
 # What a size trains with when the command line does not say: token budget per batch
 # (all replicas together) and length of training.
@@ -55,7 +56,12 @@ def add_training_arguments(parser):
     group.add_argument("--warmup-steps", type=int, help="warmup steps (default: 4000, or 8%% of a shorter run)")
     group.add_argument("--learning-rate-scale", type=float, help="multiplier on the paper's schedule (default: per size)")
     group.add_argument("--cooldown-fraction", type=float, help="final fraction of the run over which the learning rate falls linearly to zero (default: per size)")
-    group.add_argument("--precision", choices=PRECISIONS, default="float32")
+    group.add_argument(
+        "--precision",
+        choices=(AUTO,) + PRECISIONS,
+        default=AUTO,
+        help="auto (default): mixed_bfloat16 on a CPU-only machine whose CPU has bfloat16 instructions (AMX or AVX512-BF16), float32 elsewhere",
+    )
     group.add_argument("--jit", action="store_true", help="compile forward and backward passes with XLA")
     group.add_argument("--log-every", type=int, default=50, help="steps between metrics records")
     group.add_argument("--eval-every", type=int, default=1000, help="steps between evaluations (0: only at the end)")
@@ -87,7 +93,7 @@ def train_config_from_args(args):
         warmup_steps=args.warmup_steps,
         learning_rate_scale=_or_default(args.learning_rate_scale, defaults["learning_rate_scale"]),
         cooldown_fraction=_or_default(args.cooldown_fraction, defaults.get("cooldown_fraction", 0.0)),
-        precision=args.precision,
+        precision=resolve_precision(args.precision),
         jit=args.jit,
         log_every=args.log_every,
         eval_every=args.eval_every,
@@ -244,7 +250,10 @@ def run(args):
         evaluate_fn = make_bleu_evaluator(
             data.tokenizer, list(validation.source), list(validation.target), train_config.eval_sentences
         )
-    print(f"training {args.size} in {model_dir} on {strategy.num_replicas_in_sync} replica(s)")
+    print(
+        f"training {args.size} in {model_dir} on {strategy.num_replicas_in_sync} replica(s), "
+        f"precision {train_config.precision}" + (" (auto)" if args.precision == AUTO else "")
+    )
     try:
         result = train(model_config, data, train_config, model_dir, strategy, evaluate_fn)
     except NonFiniteLoss as error:

@@ -28,10 +28,9 @@ from app.config import ModelConfig
 from app.losses import summed_loss, summed_loss_and_nll
 from app.model import Transformer, build_transformer
 from app.output_loss import projected_loss_sum
+from app.precision import PRECISIONS
 from app.schedule import WarmupInverseSqrt
 from app.strategy import check_same_on_all_workers, is_chief
-
-PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 
 
 # ---------------------------------------------------------------------------------------
@@ -276,9 +275,15 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
     restored = tracker.restore_latest()
     if restored:
         log(f"resumed from {restored} at step {int(progress.step)} (epoch {int(progress.epoch)}, batch {int(progress.batch_in_epoch)})")
-    # Multi-worker: every worker must start at the same step with the same vocabulary.
+    # Multi-worker: every worker must start at the same step with the same vocabulary, and
+    # compute in the same precision (`--precision auto` could differ between CPUs).
     check_same_on_all_workers(
-        strategy, {"restored step": int(progress.step), "vocabulary checksum": zlib.crc32(data.tokenizer.model_proto)}
+        strategy,
+        {
+            "restored step": int(progress.step),
+            "vocabulary checksum": zlib.crc32(data.tokenizer.model_proto),
+            f"precision ({', '.join(f'{i} {name}' for i, name in enumerate(PRECISIONS))})": PRECISIONS.index(config.precision),
+        },
     )
 
     train_step = make_train_step(
