@@ -3,8 +3,9 @@
 `auto` picks mixed bfloat16 (bfloat16 matrix products and activations, float32 weights,
 softmax and loss) on a CPU-only machine whose CPU multiplies bfloat16 natively (x86
 flags `amx_bf16` or `avx512_bf16`), and float32 everywhere else. On the 2-core Intel Xeon
-with AMX of 2026-11-22 a tiny step ran 1.2x faster in mixed bfloat16 and the default
-recipe scored as in float32 (README, "What was tried"); a CPU without those instructions
+with AMX of 2026-11-22 a tiny step ran 1.31x faster in mixed bfloat16
+(`benchmarks/bench_training.py`) and the default recipe scored within the spread of its
+float32 runs (README, "What was tried"); a CPU without those instructions
 emulates bfloat16 and would run slower than float32. GPUs keep float32 unless asked:
 their mixed precision was not measured here.
 """
@@ -47,7 +48,7 @@ def read_cpu_flags(path="/proc/cpuinfo"):
         with open(path) as f:
             for line in f:
                 key, _, value = line.partition(":")
-                if key.strip() in ("flags", "Features"):
+                if key.strip() == "flags":
                     return set(value.split())
     except OSError:
         pass
