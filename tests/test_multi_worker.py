@@ -106,22 +106,25 @@ class Launch:
             )
         self.processes[name] = (process, log)
 
-    def start_workers(self, args, model_dir, tasks, scratch):
-        """One worker per TF_CONFIG task, e.g. [("worker", 0), ("worker", 1)]; scratch: TMPDIRs."""
+    def start_workers(self, args, model_dir, tasks, scratch, task_args=None):
+        """One worker per TF_CONFIG task, e.g. [("worker", 0), ("worker", 1)]; scratch: TMPDIRs.
+
+        task_args: more flags for each task, in the order of `tasks` (None: none).
+        """
         cluster = {}
         for kind, _ in tasks:
             cluster.setdefault(kind, []).append(None)
         ports = iter(free_ports(len(tasks)))
         cluster = {kind: [f"{ADDRESS}:{next(ports)}" for _ in hosts] for kind, hosts in cluster.items()}
-        for (kind, index), tmp in zip(tasks, scratch):
+        for (kind, index), tmp, extra in zip(tasks, scratch, task_args or [[]] * len(tasks)):
             tmp.mkdir(exist_ok=True)
             config = json.dumps({"cluster": cluster, "task": {"type": kind, "index": index}})
             self.start(
-                f"{kind}{index}", ["--strategy", "multi-worker", *args, "--model-dir", str(model_dir)],
+                f"{kind}{index}", ["--strategy", "multi-worker", *args, *extra, "--model-dir", str(model_dir)],
                 TF_CONFIG=config, TMPDIR=str(tmp),
             )
 
-    def wait(self):
+    def wait(self, expect_success=True):
         """Waits for every process; kills them all and fails if one runs past TIMEOUT."""
         deadline = time.monotonic() + TIMEOUT
         try:
@@ -133,7 +136,9 @@ class Launch:
                 process.wait()
             pytest.fail(f"train.py ran past {TIMEOUT} s (killed)\n{self.output()}")
         failed = [name for name, (process, _) in self.processes.items() if process.returncode != 0]
-        assert not failed, f"{failed} failed\n{self.output()}"
+        if expect_success:
+            assert not failed, f"{failed} failed\n{self.output()}"
+        return failed
 
     def log(self, name):
         return self.processes[name][1].read_text(errors="replace")
@@ -186,3 +191,21 @@ def test_two_workers_train_like_one_process_with_two_replicas(tmp_path):
     assert expected.keys() == actual.keys() and expected
     for name in expected:
         np.testing.assert_allclose(actual[name], expected[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.slow
+def test_workers_in_different_precisions_stop_before_training_and_say_so(tmp_path):
+    # `--precision auto` resolves per machine, so a cluster of unlike CPUs could disagree.
+    launch = Launch(tmp_path)
+    launch.start_workers(
+        ["--dataset", write_corpus(tmp_path), *TINY, "--train-steps", "2"],
+        tmp_path / "multi-worker",
+        [("worker", 0), ("worker", 1)],
+        [tmp_path / "tmp0", tmp_path / "tmp1"],
+        task_args=[["--precision", "float32"], ["--precision", "mixed_bfloat16"]],
+    )
+    assert launch.wait(expect_success=False) == ["worker0", "worker1"], launch.output()
+    for name in ("worker0", "worker1"):
+        log = launch.log(name)
+        assert "the workers disagree on the precision" in log and "[0, 2]" in log, launch.output()
+    assert not (tmp_path / "multi-worker" / "checkpoints").exists(), launch.output()
