@@ -69,8 +69,12 @@ def is_chief(strategy):
     )
 
 
+class WorkersDisagree(ValueError):
+    """The workers of a multi-worker run would train different models or data."""
+
+
 def check_same_on_all_workers(strategy, values):
-    """Raises ValueError unless every worker passed the same `{name: int}`.
+    """Raises WorkersDisagree unless every worker passed the same `{name: int}`.
 
     Under MultiWorkerMirroredStrategy each worker is its own process. One that resumed
     from another checkpoint (a model directory not shared by all workers) or tokenizes
@@ -91,7 +95,7 @@ def check_same_on_all_workers(strategy, values):
     for column, name in enumerate(names):
         seen = sorted(set(gathered[:, column].tolist()))
         if len(seen) > 1:
-            raise ValueError(
+            raise WorkersDisagree(
                 f"the workers disagree on the {name}: {seen}. Every worker must read the same "
-                "model directory (a shared file system) and the same data"
+                "model directory (a shared file system) and the same data, with the same flags"
             )

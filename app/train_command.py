@@ -176,7 +176,7 @@ def _read_settings(path):
 def run(args):
     """Runs `python train.py` for parsed flags; returns the process exit code."""
     # Strategy first: splitting the CPU must happen before TensorFlow touches a device.
-    from app.strategy import is_chief, make_strategy
+    from app.strategy import WorkersDisagree, is_chief, make_strategy
 
     try:
         strategy = make_strategy(args.strategy, args.cpu_replicas)
@@ -256,7 +256,7 @@ def run(args):
     )
     try:
         result = train(model_config, data, train_config, model_dir, strategy, evaluate_fn)
-    except NonFiniteLoss as error:
+    except (NonFiniteLoss, WorkersDisagree) as error:
         return _fail(error)
     except KeyboardInterrupt:
         return 130

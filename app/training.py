@@ -282,7 +282,8 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
         {
             "restored step": int(progress.step),
             "vocabulary checksum": zlib.crc32(data.tokenizer.model_proto),
-            f"precision ({', '.join(f'{i} {name}' for i, name in enumerate(PRECISIONS))})": PRECISIONS.index(config.precision),
+            f"precision ({', '.join(f'{i} {name}' for i, name in enumerate(PRECISIONS))}; "
+            "--precision auto depends on each CPU: give it explicitly)": PRECISIONS.index(config.precision),
         },
     )
 

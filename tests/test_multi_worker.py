@@ -207,5 +207,6 @@ def test_workers_in_different_precisions_stop_before_training_and_say_so(tmp_pat
     assert launch.wait(expect_success=False) == ["worker0", "worker1"], launch.output()
     for name in ("worker0", "worker1"):
         log = launch.log(name)
-        assert "the workers disagree on the precision" in log and "[0, 2]" in log, launch.output()
+        assert "error: the workers disagree on the precision" in log and "[0, 2]" in log, launch.output()
+        assert "--precision auto depends on each CPU" in log and "Traceback" not in log, launch.output()
     assert not (tmp_path / "multi-worker" / "checkpoints").exists(), launch.output()
