@@ -19,6 +19,7 @@ from keras import ops
 
 from app.config import ModelConfig
 from layers.decoder_layer import DecoderLayer
+from layers.dropout import Dropout
 from layers.encoder_layer import EncoderLayer
 from layers.learned_positional_encoding import LearnedPositionalEncoding
 from layers.masks import causal_mask, decoder_self_attention_mask, padding_mask
@@ -82,8 +83,8 @@ def _make_layers(config):
         # Learned position tables are separate per stack; sinusoids have no weights.
         source_positions=positional_class(config.max_length, name="source_positions"),
         target_positions=positional_class(config.max_length, name="target_positions"),
-        source_dropout=keras.layers.Dropout(config.dropout, name="source_dropout"),
-        target_dropout=keras.layers.Dropout(config.dropout, name="target_dropout"),
+        source_dropout=Dropout(config.dropout, name="source_dropout"),
+        target_dropout=Dropout(config.dropout, name="target_dropout"),
         encoder_layers=[EncoderLayer(**layer_args, name=f"encoder_layer_{i}") for i in range(config.num_layers)],
         decoder_layers=[DecoderLayer(**layer_args, name=f"decoder_layer_{i}") for i in range(config.num_layers)],
         encoder_norm=final_norm("encoder_norm"),

@@ -2,6 +2,7 @@
 
 import keras
 
+from layers.dropout import Dropout
 from layers.feed_forward import FeedForward
 from layers.multi_head_attention import MultiHeadAttention
 from layers.residual import residual_block
@@ -76,7 +77,7 @@ class EncoderLayer(keras.layers.Layer):
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=f"{name}_norm"
         )
         norm.build(shape)
-        return norm, keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        return norm, Dropout(self.dropout, dtype=self.dtype_policy)
 
     def call(self, inputs, padding_mask=None, return_attention_scores=False, training=None):
         """Encodes one layer.

@@ -2,6 +2,8 @@
 
 import keras
 
+from layers.dropout import Dropout
+
 
 @keras.saving.register_keras_serializable(package="transformer")
 class FeedForward(keras.layers.Layer):
@@ -28,7 +30,7 @@ class FeedForward(keras.layers.Layer):
             input_shape[-1], dtype=self.dtype_policy, name="output"
         )
         self.output_dense.build((*input_shape[:-1], self.inner_dim))
-        self.dropout_layer = keras.layers.Dropout(self.inner_dropout, dtype=self.dtype_policy)
+        self.dropout_layer = Dropout(self.inner_dropout, dtype=self.dtype_policy)
 
     def call(self, inputs, training=None):
         """`[B, T, D]` -> `[B, T, D]`."""

@@ -9,6 +9,8 @@ import math
 import keras
 from keras import ops
 
+from layers.dropout import Dropout
+
 
 def split_heads(x, num_heads):
     """`[B, T, H * K]` -> `[B, H, T, K]` by reshape + transpose (no per-head loop)."""
@@ -126,7 +128,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.value_dense.build(value_shape)
         self.output_dense = dense(self.output_dim or query_shape[-1], "attention_output")
         self.output_dense.build((*query_shape[:-1], self.num_heads * self.value_dim))
-        self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self.dropout_layer = Dropout(self.dropout, dtype=self.dtype_policy)
 
     def precompute_key_value(self, key, value=None):
         """Projects keys and values once, for a cross-attention cache.
