@@ -1,4 +1,4 @@
-"""Three parts of the tiny training step, each timed against an alternative in one run.
+"""Four parts of the tiny training step, each timed against an alternative in one run.
 
     python benchmarks/bench_step_parts.py                  # tiny's shapes: 4,096 tokens
     python benchmarks/bench_step_parts.py --tokens 8192 --d-model 256 --vocab 8000
@@ -14,6 +14,9 @@
   forward and backward, as three `[d_model, d_model]` matmuls (what
   `layers/multi_head_attention.py` does) against one fused `[d_model, 3 d_model]`
   matmul split three ways.
+- dropout: one dropout (rate 0.2, tiny's) of `[tokens, d_model]` activations, forward and
+  backward, in float32 and in bfloat16: Keras's `Dropout`, one 32-bit random number per
+  element, against `layers/dropout.py`, one per two elements. The tiny model has 22.
 
 Each figure is the median of `--repeats` timings of `--iterations` calls of a
 `tf.function`, after one untimed call; the two sides of a pair alternate, so drift in
@@ -29,12 +32,15 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
+import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from app.losses import smoothed_cross_entropy  # noqa: E402
 from app.output_loss import projected_loss_sum  # noqa: E402
+from layers.dropout import Dropout  # noqa: E402
 
 
 def autodiff_smoothed_loss(labels, logits, label_smoothing):
@@ -122,6 +128,29 @@ def projection_steps(tokens, d_model, rng):
     }
 
 
+def dropout_steps(tokens, d_model, dtype, rng):
+    """`{name: step}`: dropout of `[tokens / 32, 32, d_model]` in `dtype`, forward + gradient."""
+    inputs = tf.cast(rng.normal(size=(tokens // 32, 32, d_model)).astype("float32"), dtype)
+    policy = "mixed_bfloat16" if dtype == "bfloat16" else "float32"
+
+    def step_of(layer):
+        @tf.function
+        def step():
+            with tf.GradientTape() as tape:
+                tape.watch(inputs)
+                outputs = layer(inputs, training=True)
+                # A stand-in for the rest of the step: any scalar of the outputs.
+                loss = tf.reduce_sum(tf.cast(outputs, tf.float32))
+            return tape.gradient(loss, inputs)
+
+        return step
+
+    return {
+        f"dropout {dtype}, Keras, 32-bit draws": step_of(keras.layers.Dropout(0.2, dtype=policy)),
+        f"dropout {dtype}, 16-bit draws (this project)": step_of(Dropout(0.2, dtype=policy)),
+    }
+
+
 def time_pair(steps, iterations, repeats):
     """Median seconds per call of each step, timed alternately."""
     for step in steps.values():
@@ -151,6 +180,8 @@ def main():
         loss_steps(args.tokens, args.vocab, rng),
         output_steps(args.tokens, args.vocab, args.d_model, rng),
         projection_steps(args.tokens, args.d_model, rng),
+        dropout_steps(args.tokens, args.d_model, "float32", rng),
+        dropout_steps(args.tokens, args.d_model, "bfloat16", rng),
     )
     for steps in pairs:
         timings = time_pair(steps, args.iterations, args.repeats)
