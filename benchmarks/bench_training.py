@@ -118,9 +118,13 @@ def main():
     if args.setting:
         return run_one(args)
 
+    names = args.settings.split(",")
+    unknown = [name for name in names if name not in SETTINGS]
+    if unknown:
+        parser.error(f"unknown setting(s) {', '.join(map(repr, unknown))}; known: {', '.join(SETTINGS)}")
     vocab_dir = tempfile.mkdtemp()
     results = {}
-    for name in args.settings.split(","):
+    for name in names:
         command = [sys.executable, __file__, "--setting", name, "--vocab-dir", vocab_dir, "--size", args.size,
                    "--steps", str(args.steps), "--warmup", str(args.warmup), "--batch-tokens", str(args.batch_tokens)]
         if args.warmup_epoch:
@@ -146,4 +150,4 @@ def main():
         print(f"{name:<30}{result['tokens_per_second']:>14,.0f}{ratio:>14.2f}{gap:>30.4f}{result['losses'][-1]:>12.4f}")
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
