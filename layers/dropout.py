@@ -2,10 +2,10 @@
 
 Keras's `Dropout` draws one 32-bit random number per element. On a CPU that draw is
 most of what dropout costs: about a tenth of the tiny model's bfloat16 training step,
-which has 22 dropouts (embeddings and every sub-layer). A decision needs far fewer bits than 32,
-so this layer draws one 32-bit word per two elements and reads it as two 16-bit
-numbers: half the random numbers, for the same result up to the rate's rounding to a
-multiple of 1/65,536 (0.1 becomes 0.100006).
+which has 22 dropouts (embeddings and every sub-layer). A decision needs far fewer
+bits than 32, so this layer draws one 32-bit word per two elements and reads it as two
+16-bit numbers: half the random numbers, for the same result up to the rate's rounding
+to a multiple of 1/65,536 (0.1 becomes 0.100006).
 
 Everything else is Keras's `Dropout`: its arguments, its seed generator (so the
 checkpointed random state is the same variable), inverted scaling at training time and
