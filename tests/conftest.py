@@ -18,6 +18,27 @@ def _seed_everything():
     yield
 
 
+# A slice of Multi30k, for the training tests.
+
+
+@pytest.fixture(scope="module")
+def small_corpus(tmp_path_factory):
+    """300 training and 40 validation pairs of Multi30k en-de, as plain files."""
+    from tests.tiny_run import write_multi30k_slice
+
+    return write_multi30k_slice(tmp_path_factory.mktemp("corpus"), train=300, validation=40)
+
+
+@pytest.fixture(scope="module")
+def small_data(small_corpus, tmp_path_factory):
+    """`small_corpus` prepared: a 400-piece vocabulary, batches of 512 tokens."""
+    from data.config import DataConfig
+    from data.dataset import prepare_data
+
+    config = DataConfig(dataset="files:" + ",".join(small_corpus), vocab_size=400, batch_tokens=512, max_length=64)
+    return prepare_data(config, str(tmp_path_factory.mktemp("vocab")))
+
+
 # A small exported translator, shared by the export and serving tests.
 
 SENTENCES = [

@@ -18,8 +18,6 @@ from app.model import build_transformer
 from app.schedule import WarmupInverseSqrt
 from app.training import NonFiniteLoss, TrainConfig, make_train_step, train
 from data.config import DataConfig
-from data.dataset import prepare_data
-from tests.tiny_run import write_multi30k_slice
 
 
 
@@ -150,16 +148,7 @@ def test_warmup_is_the_papers_unless_the_run_is_short():
 # Whole runs on a small slice of Multi30k.
 
 
-@pytest.fixture(scope="module")
-def small_corpus(tmp_path_factory):
-    """300 training and 40 validation pairs of Multi30k en-de, as plain files."""
-    return write_multi30k_slice(tmp_path_factory.mktemp("corpus"), train=300, validation=40)
-
-
-@pytest.fixture(scope="module")
-def small_data(small_corpus, tmp_path_factory):
-    config = DataConfig(dataset="files:" + ",".join(small_corpus), vocab_size=400, batch_tokens=512, max_length=64)
-    return prepare_data(config, str(tmp_path_factory.mktemp("vocab")))
+# `small_corpus` and `small_data` (tests/conftest.py): 300 pairs of Multi30k, prepared.
 
 
 def small_model_config(data):
