@@ -10,6 +10,11 @@ import keras
 from keras import ops
 
 
+def cooldown_steps(total_steps, cooldown_fraction):
+    """The updates at the end of a `total_steps` run over which the learning rate falls."""
+    return round(cooldown_fraction * total_steps)
+
+
 @keras.saving.register_keras_serializable(package="transformer")
 class WarmupInverseSqrt(keras.optimizers.schedules.LearningRateSchedule):
     """lr(step) = scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) * cooldown(step).
@@ -26,14 +31,25 @@ class WarmupInverseSqrt(keras.optimizers.schedules.LearningRateSchedule):
         scale: a multiplier on the whole schedule (the paper: 1).
         total_steps: the run's length in updates; needed only for a cooldown.
         cooldown_steps: updates of linear decay at the end (the paper: 0, none).
+
+    `total_steps` and `cooldown_steps` may also be integer `tf.Variable`s, read at every
+    update: a time budget (`app.time_budget`) moves the run's end while it trains.
     """
 
     def __init__(self, d_model, warmup_steps=4000, scale=1.0, total_steps=None, cooldown_steps=0):
         if warmup_steps < 1:
             raise ValueError(f"warmup_steps must be at least 1, got {warmup_steps}")
-        if cooldown_steps < 0:
+        variable_length = not isinstance(total_steps, (int, type(None)))
+        if variable_length != (not isinstance(cooldown_steps, int)):
+            raise ValueError(
+                "total_steps and cooldown_steps must be both ints or both variables, got "
+                f"{type(total_steps).__name__} and {type(cooldown_steps).__name__}"
+            )
+        if variable_length:
+            pass  # Their values change while training; app.time_budget keeps them consistent.
+        elif cooldown_steps < 0:
             raise ValueError(f"cooldown_steps must not be negative, got {cooldown_steps}")
-        if cooldown_steps and (total_steps is None or cooldown_steps > total_steps):
+        elif cooldown_steps and (total_steps is None or cooldown_steps > total_steps):
             raise ValueError(
                 f"cooldown_steps={cooldown_steps} needs a run of at least that many steps, "
                 f"got total_steps={total_steps}"
@@ -48,16 +64,26 @@ class WarmupInverseSqrt(keras.optimizers.schedules.LearningRateSchedule):
         step = ops.cast(iteration, "float32") + 1.0
         decay = ops.minimum(ops.rsqrt(step), step * self.warmup_steps**-1.5)
         rate = self.scale * self.d_model**-0.5 * decay
-        if self.cooldown_steps:
-            remaining = (self.total_steps - step + 1.0) / self.cooldown_steps
-            rate = rate * ops.clip(remaining, 0.0, 1.0)
-        return rate
+        if isinstance(self.cooldown_steps, int):
+            if self.cooldown_steps:
+                remaining = (self.total_steps - step + 1.0) / self.cooldown_steps
+                rate = rate * ops.clip(remaining, 0.0, 1.0)
+            return rate
+        total = ops.cast(self.total_steps, "float32")
+        cooldown = ops.cast(self.cooldown_steps, "float32")
+        remaining = (total - step + 1.0) / ops.maximum(cooldown, 1.0)
+        return rate * ops.where(cooldown > 0, ops.clip(remaining, 0.0, 1.0), 1.0)
 
     def get_config(self):
         return {
             "d_model": self.d_model,
             "warmup_steps": self.warmup_steps,
             "scale": self.scale,
-            "total_steps": self.total_steps,
-            "cooldown_steps": self.cooldown_steps,
+            # A variable length is saved as its value now.
+            "total_steps": _integer(self.total_steps),
+            "cooldown_steps": _integer(self.cooldown_steps),
         }
+
+
+def _integer(value):
+    return value if value is None or isinstance(value, int) else int(value.numpy())
