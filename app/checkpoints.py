@@ -27,14 +27,28 @@ import tensorflow as tf
 
 
 class Progress(tf.Module):
-    """Where training is: optimizer steps, and the position in the data."""
+    """Where training is: optimizer steps, the position in the data, and where it ends.
 
-    def __init__(self):
+    A checkpoint written before a field existed restores the others and leaves that one
+    at its initial value.
+    """
+
+    def __init__(self, planned_steps=0, cooldown_steps=0):
         super().__init__(name="progress")
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
         self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
         # Batches of the current epoch already trained on (micro-batches, not steps).
         self.batch_in_epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="batch_in_epoch")
+        # The run's length and its annealed end, as the learning-rate schedule reads them;
+        # a time budget (app.time_budget) may shorten the run while it trains.
+        self.planned_steps = tf.Variable(planned_steps, dtype=tf.int64, trainable=False, name="planned_steps")
+        self.cooldown_steps = tf.Variable(cooldown_steps, dtype=tf.int64, trainable=False, name="cooldown_steps")
+        # Wall-clock seconds spent by the invocations of the run, up to this checkpoint.
+        self.seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="seconds")
+
+    def set_plan(self, planned_steps, cooldown_steps):
+        self.planned_steps.assign(planned_steps)
+        self.cooldown_steps.assign(cooldown_steps)
 
     def advance(self, batches):
         self.step.assign_add(1)

@@ -99,3 +99,26 @@ def check_same_on_all_workers(strategy, values):
                 f"the workers disagree on the {name}: {seen}. Every worker must read the same "
                 "model directory (a shared file system) and the same data, with the same flags"
             )
+
+
+def max_over_workers(strategy):
+    """Returns `reduce(values) -> values`: each float's maximum over all workers.
+
+    Workers that time themselves see different clocks; decisions taken from those times
+    (the length of a run under a time budget) must come out the same on every worker,
+    so each takes them from the slowest worker's figures. In one process `reduce` returns
+    the values as they are.
+    """
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return lambda values: [float(value) for value in values]
+
+    @tf.function(autograph=False)  # A tf.function: TensorFlow warns about eager collectives.
+    def gather(local):  # [1, N]
+        per_replica = strategy.run(tf.identity, args=(local,))
+        return strategy.gather(per_replica, axis=0)  # [num_replicas_in_sync, N]
+
+    def reduce(values):
+        gathered = gather(tf.constant([list(values)], tf.float64)).numpy()
+        return gathered.max(axis=0).tolist()
+
+    return reduce

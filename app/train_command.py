@@ -16,6 +16,7 @@ import re
 import shutil
 import sys
 import tempfile
+import time
 
 from app.precision import AUTO, PRECISIONS, resolve_precision
 from app.training import TrainConfig
@@ -28,10 +29,13 @@ SIZE_DEFAULTS = {
     # (8% of the run), and anneals it linearly to zero over the last 20% of the run: with
     # a fixed budget that lowers the validation loss more than the same steps on the
     # paper's slow tail (README, "What was tried"). 9,500 steps of 4,096 tokens (about 68
-    # epochs) fit in an hour on a 2-core CPU, evaluations included. The last 10
-    # checkpoints, 250 steps apart, are kept for `python export.py --average-last K`.
+    # epochs) fit in an hour on a 2-core CPU, evaluations included, on a good day: the
+    # default length comes with a 58-minute budget, so that a slower machine or day ends
+    # the run, cooldown and all, a little sooner rather than over the hour
+    # (app/time_budget.py). The last 10 checkpoints, 250 steps apart, are kept for
+    # `python export.py --average-last K`.
     "tiny": dict(batch_tokens=4096, epochs=None, train_steps=9500, learning_rate_scale=1.0,
-                 cooldown_fraction=0.2, checkpoint_every=250, keep_checkpoints=10),
+                 cooldown_fraction=0.2, checkpoint_every=250, keep_checkpoints=10, time_budget_minutes=58.0),
     # Post-norm like the paper; the quarter learning rate that post-norm tiny needed on
     # Multi30k is assumed here, unmeasured.
     "small": dict(batch_tokens=6144, epochs=None, train_steps=8000, learning_rate_scale=0.25,
@@ -72,6 +76,13 @@ def add_training_arguments(parser):
     group.add_argument("--keep-checkpoints", type=int, help="newest checkpoints kept (default: per size)")
     group.add_argument("--patience", type=int, help="stop after this many evaluations without a better BLEU")
     group.add_argument("--seed", type=int, default=1)
+    group.add_argument(
+        "--time-budget",
+        type=float,
+        metavar="MINUTES",
+        help="end the run, final evaluation included, within this many minutes of the command's start (across "
+        "resumptions), shortening it if needed; 0: no limit (default: 58 for tiny's default length, else none)",
+    )
     group.add_argument("--strategy", choices=STRATEGIES, default="auto", help="tf.distribute strategy")
     group.add_argument("--cpu-replicas", type=int, help="split the CPU into N mirrored devices")
 
@@ -84,8 +95,15 @@ def default_model_dir(args):
 def train_config_from_args(args):
     defaults = SIZE_DEFAULTS[args.size]
     train_steps, epochs = args.train_steps, args.epochs
+    # The size's budget goes with the size's length: a length asked for is trained in full.
+    time_budget = None
     if train_steps is None and epochs is None:
         train_steps, epochs = defaults["train_steps"], defaults["epochs"]
+        time_budget = defaults.get("time_budget_minutes")
+    if args.time_budget is not None:
+        if args.time_budget < 0:
+            raise ValueError(f"--time-budget must be a number of minutes, 0 for no limit; got {args.time_budget}")
+        time_budget = args.time_budget or None
     return TrainConfig(
         train_steps=train_steps,
         epochs=epochs,
@@ -103,6 +121,7 @@ def train_config_from_args(args):
         keep_checkpoints=_or_default(args.keep_checkpoints, defaults["keep_checkpoints"]),
         patience=args.patience,
         seed=args.seed,
+        time_budget_minutes=time_budget,
     )
 
 
@@ -173,8 +192,13 @@ def _read_settings(path):
     return settings
 
 
-def run(args):
-    """Runs `python train.py` for parsed flags; returns the process exit code."""
+def run(args, started=None):
+    """Runs `python train.py` for parsed flags; returns the process exit code.
+
+    `started`: `time.monotonic()` when the command began, where a time budget counts
+    from (default: now); the data preparation counts too.
+    """
+    started = time.monotonic() if started is None else started
     # Strategy first: splitting the CPU must happen before TensorFlow touches a device.
     from app.strategy import WorkersDisagree, is_chief, make_strategy
 
@@ -255,7 +279,7 @@ def run(args):
         f"precision {train_config.precision}" + (" (auto)" if args.precision == AUTO else "")
     )
     try:
-        result = train(model_config, data, train_config, model_dir, strategy, evaluate_fn)
+        result = train(model_config, data, train_config, model_dir, strategy, evaluate_fn, started=started)
     except (NonFiniteLoss, WorkersDisagree) as error:
         return _fail(error)
     except KeyboardInterrupt:

@@ -29,8 +29,9 @@ from app.losses import summed_loss, summed_loss_and_nll
 from app.model import Transformer, build_transformer
 from app.output_loss import projected_loss_sum
 from app.precision import PRECISIONS
-from app.schedule import WarmupInverseSqrt
-from app.strategy import check_same_on_all_workers, is_chief
+from app.schedule import WarmupInverseSqrt, cooldown_steps
+from app.strategy import check_same_on_all_workers, is_chief, max_over_workers
+from app.time_budget import PaceMeter, cooldown_has_begun, describe_plan, plan_run_length
 
 
 # ---------------------------------------------------------------------------------------
@@ -77,6 +78,9 @@ class TrainConfig:
     patience: Optional[int] = None
     # Seed for weights and data order.
     seed: int = 1
+    # Wall-clock minutes the run may take, across resumptions, final evaluation included;
+    # it ends early, cooldown and all, if train_steps would not fit (None: no limit).
+    time_budget_minutes: Optional[float] = None
 
     def __post_init__(self):
         if self.train_steps is None and self.epochs is None:
@@ -93,6 +97,8 @@ class TrainConfig:
             raise ValueError(f"cooldown_fraction must be between 0 and 1, got {self.cooldown_fraction}")
         if self.keep_checkpoints < 1:
             raise ValueError(f"keep_checkpoints must be at least 1, got {self.keep_checkpoints}")
+        if self.time_budget_minutes is not None and not self.time_budget_minutes > 0:
+            raise ValueError(f"time_budget_minutes must be positive, got {self.time_budget_minutes}")
 
     def resolved_warmup(self, total_steps):
         if self.warmup_steps is not None:
@@ -102,18 +108,22 @@ class TrainConfig:
         return 4000
 
     def resolved_cooldown(self, total_steps):
-        return round(self.cooldown_fraction * total_steps) if total_steps else 0
+        return cooldown_steps(total_steps, self.cooldown_fraction) if total_steps else 0
 
 
-def make_optimizer(model_config: ModelConfig, config: TrainConfig, total_steps):
+def make_optimizer(model_config: ModelConfig, config: TrainConfig, total_steps, progress=None):
     """Adam(0.9, 0.98, 1e-9) on the warmup / inverse-square-root schedule, with the
-    configured share of `total_steps` at the end annealed linearly to zero."""
+    configured share of `total_steps` at the end annealed linearly to zero.
+
+    With a `checkpoints.Progress`, the schedule reads the run's length from its
+    variables instead, so that a time budget can move the end; the warmup stays that of
+    `total_steps`.
+    """
+    length = dict(total_steps=total_steps, cooldown_steps=config.resolved_cooldown(total_steps))
+    if progress is not None:
+        length = dict(total_steps=progress.planned_steps, cooldown_steps=progress.cooldown_steps)
     schedule = WarmupInverseSqrt(
-        model_config.d_model,
-        config.resolved_warmup(total_steps),
-        config.learning_rate_scale,
-        total_steps=total_steps,
-        cooldown_steps=config.resolved_cooldown(total_steps),
+        model_config.d_model, config.resolved_warmup(total_steps), config.learning_rate_scale, **length
     )
     optimizer = keras.optimizers.Adam(
         schedule, beta_1=config.adam_beta_1, beta_2=config.adam_beta_2, epsilon=config.adam_epsilon
@@ -234,12 +244,14 @@ class NonFiniteLoss(RuntimeError):
     pass
 
 
-def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate_fn=None, log=print):
+def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate_fn=None, log=print,
+          started=None, clock=time.monotonic):
     """Trains until `config.train_steps` optimizer updates or `config.epochs` epochs.
 
     Resumes from the newest checkpoint in `model_dir` (weights, optimizer, step and the
     position in the data), so running the same command again continues where it stopped
-    and ends at the same total step count.
+    and ends at the same total step count; under `config.time_budget_minutes`, at the
+    step count that fits in the time left (`app.time_budget`).
 
     Args:
         model_config: the model's configuration (its vocab_size matches the tokenizer).
@@ -248,10 +260,14 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
         model_dir: where settings, checkpoints, metrics and TensorBoard logs go.
         strategy: a `tf.distribute.Strategy`.
         evaluate_fn: `evaluate_fn(transformer) -> dict` with at least "bleu"; None skips BLEU.
+        started: `clock()` when the command began, so that a time budget counts the data
+            preparation too (default: now).
+        clock: seconds, monotonic; tests pass a fake one.
 
     Returns:
         A dict: final step, last loss, best BLEU and the checkpoint paths.
     """
+    started = clock() if started is None else started
     chief = is_chief(strategy)
     keras.config.set_dtype_policy(config.precision)
     keras.utils.set_random_seed(config.seed)
@@ -262,25 +278,31 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
             f"the training data makes {len(data.train_plan(0, config.seed))} batches per epoch, "
             f"fewer than --accumulate {config.accumulate}"
         )
-    total_steps = _total_steps(config, steps_per_epoch)
+    max_steps = _total_steps(config, steps_per_epoch)
 
+    progress = checkpoints.Progress(max_steps, config.resolved_cooldown(max_steps))
     with strategy.scope():
         model = build_transformer(model_config)
-        optimizer = make_optimizer(model_config, config, total_steps)
+        optimizer = make_optimizer(model_config, config, max_steps, progress)
         optimizer.build(model.trainable_variables)
-    progress = checkpoints.Progress()
     tracker = checkpoints.CheckpointTracker(
         model_dir, model, optimizer, progress, keep=config.keep_checkpoints, chief=chief
     )
     restored = tracker.restore_latest()
     if restored:
         log(f"resumed from {restored} at step {int(progress.step)} (epoch {int(progress.epoch)}, batch {int(progress.batch_in_epoch)})")
+    seconds_before = float(progress.seconds) if restored else 0.0
+    total_steps = _resumed_run_length(config, progress, max_steps)
+    progress.set_plan(total_steps, config.resolved_cooldown(total_steps))
     # Multi-worker: every worker must start at the same step with the same vocabulary, and
     # compute in the same precision (`--precision auto` could differ between CPUs).
     check_same_on_all_workers(
         strategy,
         {
             "restored step": int(progress.step),
+            "planned steps": total_steps,
+            # The budget's decisions are collective: a worker without one would not join them.
+            "time budget in seconds (0: none)": round(config.time_budget_minutes * 60) if config.time_budget_minutes else 0,
             "vocabulary checksum": zlib.crc32(data.tokenizer.model_proto),
             f"precision ({', '.join(f'{i} {name}' for i, name in enumerate(PRECISIONS))}; "
             "--precision auto depends on each CPU: give it explicitly)": PRECISIONS.index(config.precision),
@@ -338,6 +360,44 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
         inner = optimizer.inner_optimizer if hasattr(optimizer, "inner_optimizer") else optimizer
         return float(inner.learning_rate)
 
+    def say(message):
+        # The progress bar rewrites its line in place; a message mid-run takes the next one.
+        log(("\n" if progbar else "") + message)
+
+    def save(step):
+        progress.seconds.assign(seconds_before + clock() - started)
+        return tracker.save(step)
+
+    # The time budget: the pace of training steps (evaluations left out) and of
+    # evaluations, measured here and agreed on by all workers, decides the run's end.
+    budget_seconds = config.time_budget_minutes * 60.0 if config.time_budget_minutes else None
+    pace = PaceMeter()
+    slowest_worker = max_over_workers(strategy) if budget_seconds else None
+    evaluation_seconds = 0.0  # Spent evaluating in this invocation.
+
+    def replan(step, planned):
+        now = clock()
+        pace.observe_steps(step, now - evaluation_seconds)
+        remaining = budget_seconds - seconds_before - (now - started)
+        unknown = -1.0
+        per_step, per_evaluation, overdue = slowest_worker([
+            pace.seconds_per_step if pace.seconds_per_step is not None else unknown,
+            pace.seconds_per_evaluation if pace.seconds_per_evaluation is not None else unknown,
+            -remaining,
+        ])
+        new = plan_run_length(
+            step, planned, max_steps, config.cooldown_fraction, config.eval_every,
+            per_step if per_step != unknown else None, per_evaluation if per_evaluation != unknown else None,
+            -overdue,
+        )
+        if new != planned:
+            progress.set_plan(new, config.resolved_cooldown(new))
+            say(describe_plan(step, new, max_steps, per_step if per_step != unknown else None, -overdue))
+            record({"step": step, "planned_steps": new})
+            if progbar:
+                progbar.target = new
+        return new
+
     try:
         with interrupted:
             while step < total_steps:
@@ -370,37 +430,45 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
                         record({"step": step, "loss": window_loss / max(window_tokens, 1.0), "learning_rate": learning_rate(),
                                 "tokens_per_second": window_tokens / elapsed, "epoch": epoch})
                         window_tokens, window_loss, window_start = 0.0, 0.0, time.time()
+                    if budget_seconds and step % config.log_every == 0:
+                        total_steps = replan(step, total_steps)
                     if _due(step, config.checkpoint_every) or _minutes_since(last_checkpoint_time) >= (config.checkpoint_minutes or math.inf):
-                        tracker.save(step)
+                        save(step)
                         last_checkpoint_time = time.time()
                     if _due(step, config.eval_every) and step < total_steps:
+                        evaluation_start = clock()
                         entry = evaluate(step)
-                        log(_format_eval(entry))
+                        say(_format_eval(entry))
                         if tracker.offer_best(entry, step):
                             evaluations_without_gain = 0
                         else:
                             evaluations_without_gain += 1
+                        this_evaluation = clock() - evaluation_start
+                        evaluation_seconds += this_evaluation
+                        pace.observe_evaluation(this_evaluation)
                         if config.patience and evaluations_without_gain >= config.patience:
-                            log(f"early stopping: no better BLEU in {config.patience} evaluations")
+                            say(f"early stopping: no better BLEU in {config.patience} evaluations")
                             total_steps = step
+                            progress.set_plan(step, config.resolved_cooldown(step))
                     if interrupted.raised:
                         raise KeyboardInterrupt
                 else:
                     break
                 progress.next_epoch()
     except KeyboardInterrupt:
-        path = tracker.save(step)
+        path = save(step)
         log(f"\ninterrupted at step {step}; saved {path}. Run the same command to resume.")
         raise
     except NonFiniteLoss:
         raise
 
-    final_checkpoint = tracker.save(step)
+    final_checkpoint = save(step)
     entry = evaluate(step)
     log(_format_eval(entry))
     tracker.offer_best(entry, step)
     return {
         "step": step,
+        "seconds": seconds_before + clock() - started,
         "loss": last_loss,
         "checkpoint": final_checkpoint,
         "best_checkpoint": tracker.best_path(),
@@ -415,6 +483,16 @@ def _total_steps(config, steps_per_epoch):
     if config.epochs is not None:
         limits.append(config.epochs * steps_per_epoch)
     return min(limits)
+
+
+def _resumed_run_length(config, progress, max_steps):
+    """The run's length on (re)starting: `max_steps`, unless a time budget had already
+    shortened it and the cooldown of that shorter run has begun, which fixes its end."""
+    planned = int(progress.planned_steps)
+    step = int(progress.step)
+    if config.time_budget_minutes and 0 < planned <= max_steps and cooldown_has_begun(step, planned, config.cooldown_fraction):
+        return planned
+    return max_steps
 
 
 def _distribute(strategy, dataset):

@@ -47,6 +47,25 @@ def test_each_size_resolves_its_own_recipe_and_flags_override_it():
     assert overridden.cooldown_fraction == 0.0
 
 
+def test_the_default_length_comes_with_a_time_budget_and_a_length_asked_for_without():
+    import pytest
+
+    import train
+    from app.train_command import train_config_from_args
+
+    def budget(*flags):
+        return train_config_from_args(train.parse_args(list(flags))).time_budget_minutes
+
+    assert budget() == 58.0  # tiny's 9,500 steps, ended early on a slow machine
+    assert budget("--train-steps", "20000") is None
+    assert budget("--epochs", "3") is None
+    assert budget("--train-steps", "20000", "--time-budget", "90") == 90.0
+    assert budget("--time-budget", "0") is None
+    assert budget("--size", "base") is None
+    with pytest.raises(ValueError, match="--time-budget must be a number of minutes, 0 for no limit; got -5.0"):
+        budget("--time-budget", "-5")
+
+
 def test_norm_placement_can_be_set_either_way_whatever_the_size_default():
     import train
     from app.cli import model_config_from_args

@@ -1,0 +1,238 @@
+"""The time budget: where a run ends (`app.time_budget`), and training under it.
+
+The training runs here keep time on a fake clock that the data and the evaluations
+advance (0.5 s a batch, 3 s an evaluation), so the run's end can be worked out by hand.
+"""
+
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from app import checkpoints
+from app.schedule import WarmupInverseSqrt
+from app.time_budget import (
+    PaceMeter,
+    cooldown_has_begun,
+    earliest_end_without_cooldown_yet,
+    evaluations_before,
+    longest_run_that_fits,
+    plan_run_length,
+)
+from app.training import TrainConfig, _resumed_run_length, train
+from tests.test_training import checkpoint_weights, run_training, small_model_config
+
+# ---------------------------------------------------------------------------------------
+# Where the run ends.
+
+
+@pytest.mark.parametrize("step", range(795, 810))
+def test_the_cooldown_begins_where_the_schedule_first_lowers_the_rate(step):
+    schedule = WarmupInverseSqrt(d_model=128, warmup_steps=100, total_steps=1000, cooldown_steps=200)
+    paper = 128**-0.5 * step**-0.5
+    annealed = float(schedule(step - 1)) < paper * (1 - 1e-6)
+    assert cooldown_has_begun(step, 1000, 0.2) == annealed
+    assert cooldown_has_begun(step, 1000, 0.2) == (step >= 802)
+
+
+def test_evaluations_before_the_end_are_the_multiples_of_eval_every_in_between():
+    assert evaluations_before(0, 9500, 1000) == 9  # 1000 .. 9000
+    assert evaluations_before(1000, 9500, 1000) == 8  # the one at 1000 is done
+    assert evaluations_before(999, 1000, 1000) == 0  # at the end only the final one
+    assert evaluations_before(0, 1001, 1000) == 1
+    assert evaluations_before(5, 100, 0) == 0
+
+
+def test_the_longest_run_that_fits_leaves_time_for_every_evaluation():
+    # cost(n) = 0.25 n + 30 (evaluations before n + the final one); 8 before any n in
+    # 8001..9000: 0.25 n + 270 <= 2400 up to n = 8520, exactly.
+    assert longest_run_that_fits(0, 9500, 0.25, 30.0, 1000, 2400.0) == 8520
+    assert longest_run_that_fits(0, 9500, 0.25, 30.0, 1000, 2399.99) == 8519
+    assert longest_run_that_fits(0, 9500, 0.25, 30.0, 1000, 1e9) == 9500  # never past the cap
+    assert longest_run_that_fits(4000, 9500, 0.25, 30.0, 1000, 20.0) == 4000  # not even the final one
+
+
+def test_the_earliest_end_keeps_every_update_taken_so_far_out_of_the_cooldown():
+    # End n needs step <= n - round(0.2 n) + 1: 1001 - 200 + 1 = 802, 1000 - 200 + 1 = 801.
+    assert earliest_end_without_cooldown_yet(802, 9500, 0.2) == 1001
+    assert earliest_end_without_cooldown_yet(5000, 9500, 0.2) == 6249
+    assert earliest_end_without_cooldown_yet(5000, 6000, 0.2) == 6000  # capped
+    assert earliest_end_without_cooldown_yet(5000, 9500, 0.0) == 5000
+    for fraction in (0.0, 0.1, 0.2, 0.5, 0.9):
+        for step in range(0, 400, 7):
+            end = earliest_end_without_cooldown_yet(step, 9500, fraction)
+            assert not cooldown_has_begun(step, end, fraction)
+            assert end == step or cooldown_has_begun(step, end - 1, fraction)
+
+
+def test_the_plan_shrinks_to_fit_grows_back_to_the_cap_and_freezes_in_the_cooldown():
+    def plan(step, planned, remaining, per_step=0.25, per_evaluation=30.0):
+        return plan_run_length(step, planned, 9500, 0.2, 1000, per_step, per_evaluation, remaining)
+
+    # 0.25 (n - 2000) + 30 (evaluations at 3000..8000 + the final one) <= 1800: n = 8360.
+    assert plan(2000, 9500, 1800.0) == 8360
+    assert plan(2000, 8360, 1e9) == 9500  # faster after all: back to the configured length
+    assert plan(2000, 9500, 1800.0, per_step=None) == 9500  # no pace yet: unchanged
+    # In the cooldown (updates past 7601 of 9500 were annealed) the end stays, short of time or not.
+    assert plan(7602, 9500, 100.0) == 9500
+    # Too little time for even a short cooldown: the shortest run that keeps it whole.
+    assert plan(5000, 9500, 10.0) == 6249
+    assert plan(5000, 9500, 0.0) == 5000  # the deadline has passed: end now
+    assert plan(5000, 9500, -3.0) == 5000
+
+
+def test_the_pace_is_the_mean_over_the_newest_records():
+    pace = PaceMeter(window=2)
+    assert pace.seconds_per_step is None
+    pace.observe_steps(50, 100.0)
+    assert pace.seconds_per_step is None
+    for step, seconds in ((100, 120.0), (150, 130.0), (200, 150.0)):
+        pace.observe_steps(step, seconds)
+    assert pace.seconds_per_step == pytest.approx((150.0 - 120.0) / 100)  # records 100..200
+
+
+def test_a_variable_run_length_gives_the_fixed_schedule_and_follows_its_variables():
+    total, cooldown = tf.Variable(1000, dtype=tf.int64), tf.Variable(200, dtype=tf.int64)
+    variable = WarmupInverseSqrt(d_model=128, warmup_steps=100, total_steps=total, cooldown_steps=cooldown)
+    fixed = WarmupInverseSqrt(d_model=128, warmup_steps=100, total_steps=1000, cooldown_steps=200)
+    rate = tf.function(lambda iteration: variable(iteration))
+    for iteration in (0, 99, 500, 800, 801, 900, 999, 1000):
+        assert float(rate(iteration)) == pytest.approx(float(fixed(iteration)), rel=1e-6)
+    total.assign(500)
+    cooldown.assign(100)
+    shorter = WarmupInverseSqrt(d_model=128, warmup_steps=100, total_steps=500, cooldown_steps=100)
+    for iteration in (300, 400, 401, 450, 499, 500):
+        assert float(rate(iteration)) == pytest.approx(float(shorter(iteration)), rel=1e-6)
+    cooldown.assign(0)  # no cooldown: the paper's rate to the end
+    assert float(rate(499)) == pytest.approx(128**-0.5 * 500**-0.5, rel=1e-6)
+    assert variable.get_config()["total_steps"] == 500
+    with pytest.raises(ValueError, match="must be both ints or both variables, got ResourceVariable and int"):
+        WarmupInverseSqrt(d_model=128, total_steps=total, cooldown_steps=200)
+
+
+def test_a_resumed_run_keeps_a_shortened_end_only_once_its_cooldown_has_begun():
+    budget = TrainConfig(train_steps=100, cooldown_fraction=0.2, time_budget_minutes=1.0)
+    progress = checkpoints.Progress(60, 12)  # shortened to 60: updates past 49 annealed
+    progress.step.assign(50)
+    assert _resumed_run_length(budget, progress, 100) == 60
+    progress.step.assign(49)
+    assert _resumed_run_length(budget, progress, 100) == 100  # to be planned again
+    progress.step.assign(50)
+    no_budget = TrainConfig(train_steps=100, cooldown_fraction=0.2)
+    assert _resumed_run_length(no_budget, progress, 100) == 100  # a length asked for is trained in full
+    assert _resumed_run_length(budget, progress, 55) == 55  # a shorter --train-steps wins
+
+
+# ---------------------------------------------------------------------------------------
+# Training under a budget.
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+class BatchesThatTakeTime:
+    """`data` whose training batches each advance `clock` when they are taken.
+
+    With no prefetching, `Dataset.from_generator` runs the generator only when the loop
+    asks for the next batch, so the clock reads `seconds_per_batch` times the steps taken.
+    """
+
+    def __init__(self, data, clock, seconds_per_batch):
+        self._data, self._clock, self._seconds = data, clock, seconds_per_batch
+
+    def __getattr__(self, name):
+        return getattr(self._data, name)
+
+    def train_batches(self, epoch, seed, skip=0):
+        batches = self._data.train_batches(epoch, seed=seed, skip=skip)
+
+        def generate():
+            for batch in batches:
+                self._clock.now += self._seconds
+                yield batch
+
+        options = tf.data.Options()
+        options.experimental_optimization.inject_prefetch = False  # no batch taken ahead
+        dataset = tf.data.Dataset.from_generator(generate, output_signature=batches.element_spec)
+        return dataset.with_options(options)
+
+
+def budgeted_run(data, model_dir, evaluate_fn=None, **overrides):
+    """100 steps asked for, a 30-second budget; batches take 0.5 s, evaluations 3 s."""
+    clock = FakeClock()
+
+    def evaluate(transformer):
+        clock.now += 3.0
+        return evaluate_fn(transformer) if evaluate_fn else {}
+
+    fields = dict(train_steps=100, warmup_steps=2, cooldown_fraction=0.2, eval_every=20, log_every=5,
+                  checkpoint_every=10, seed=3, time_budget_minutes=0.5)
+    fields.update(overrides)
+    result = train(
+        small_model_config(data), BatchesThatTakeTime(data, clock, 0.5), TrainConfig(**fields), str(model_dir),
+        tf.distribute.get_strategy(), evaluate, log=lambda *_: None, started=0.0, clock=clock,
+    )
+    return result
+
+
+def test_a_budget_ends_the_run_in_time_with_its_cooldown_whole(small_data, tmp_path):
+    result = budgeted_run(small_data, tmp_path)
+    # By hand: at step 10 the pace is known (0.5 s) and 25 s are left, for 50 more steps:
+    # end 60. The evaluation at 20 takes 3 s; at step 25, 14.5 s left: 15 s of steps to
+    # 40, the evaluation there and the final one, 2 more steps: end 42, cooldown 8. From
+    # step 36 the cooldown has begun and the end stays; 42 steps and 3 evaluations
+    # spend 21 + 9 s, the whole budget.
+    assert result["step"] == 42
+    assert result["seconds"] == 30.0
+    records = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+    assert [(r["step"], r["planned_steps"]) for r in records if "planned_steps" in r] == [(10, 60), (25, 42)]
+    rates = [(r["step"], r["learning_rate"]) for r in records if "learning_rate" in r]
+    # The schedule followed the plan: after the 42nd update the rate is zero, and after
+    # the warmup it never rose.
+    assert rates[-1] == (42, 0.0)
+    assert all(later <= earlier for (_, earlier), (_, later) in zip(rates, rates[1:]))
+
+
+def test_a_budgeted_run_resumed_after_a_crash_ends_where_it_would_have(small_data, tmp_path):
+    straight = budgeted_run(small_data, tmp_path / "straight")
+    evaluations = iter([{}, RuntimeError("simulated crash")])
+
+    def crash_at_step_40(transformer):
+        outcome = next(evaluations)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        budgeted_run(small_data, tmp_path / "resumed", evaluate_fn=crash_at_step_40)
+    # Step 40's checkpoint holds the end (42) and the 23 s spent; the cooldown has begun.
+    resumed = budgeted_run(small_data, tmp_path / "resumed")
+    assert resumed["step"] == straight["step"] == 42
+    assert resumed["seconds"] == 23.0 + 1.0 + 3.0  # two steps and the final evaluation
+    expected, actual = checkpoint_weights(straight["checkpoint"]), checkpoint_weights(resumed["checkpoint"])
+    assert expected.keys() == actual.keys() and expected
+    for name in expected:
+        np.testing.assert_allclose(actual[name], expected[name], atol=1e-6, err_msg=name)
+    # Run once more, the command finds the run finished and trains no further.
+    assert budgeted_run(small_data, tmp_path / "resumed")["step"] == 42
+
+
+def test_a_budget_that_fits_the_run_changes_nothing(small_data, tmp_path):
+    plain = run_training(small_data, tmp_path / "plain", cooldown_fraction=0.5)
+    budgeted = run_training(small_data, tmp_path / "budgeted", cooldown_fraction=0.5, time_budget_minutes=60.0)
+    assert budgeted["step"] == plain["step"] == 6
+    expected, actual = checkpoint_weights(plain["checkpoint"]), checkpoint_weights(budgeted["checkpoint"])
+    for name in expected:
+        np.testing.assert_array_equal(actual[name], expected[name], err_msg=name)
+
+
+def test_a_spent_budget_stops_training_at_the_next_record(small_data, tmp_path):
+    result = budgeted_run(small_data, tmp_path, time_budget_minutes=0.05)  # 3 s: 6 batches
+    # At step 5 (2.5 s) no pace is known yet; at step 10 (5 s) the deadline has passed.
+    assert result["step"] == 10
