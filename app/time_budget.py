@@ -3,11 +3,12 @@
 A fixed step count ends within the hour on one machine and runs over on a slower one, or
 on the same machine on a slower day (README, "Quality"). Under a budget the run keeps its
 schedule, the same warmup, peak and linear cooldown over the same final fraction, and
-only its length changes: at each progress record the planner measures the pace of the
-recent steps and the cost of an evaluation, and ends the run at the most steps, up to
+only its length changes: at each progress record, the pace of the recent steps and the
+time of the latest evaluation (`PaceMeter`) set the run's end to the most steps, up to
 the configured ones, that leave time for the evaluations still due, the final one
-included. The end moves only until the cooldown begins; from then on it is fixed, so the
-learning rate never jumps. If the deadline passes all the same, training stops there.
+included (`plan_run_length`). The end moves only until the cooldown begins; from then on
+it is fixed, so the learning rate never jumps. If the deadline passes all the same,
+training stops at the next record.
 
     pace = PaceMeter()
     pace.observe_steps(step, training_seconds)        # at each progress record
