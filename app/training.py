@@ -375,7 +375,10 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
     slowest_worker = max_over_workers(strategy) if budget_seconds else None
     evaluation_seconds = 0.0  # Spent evaluating in this invocation.
 
+    reported_plan = total_steps  # The end the log and metrics.jsonl last gave.
+
     def replan(step, planned):
+        nonlocal reported_plan
         now = clock()
         pace.observe_steps(step, now - evaluation_seconds)
         remaining = budget_seconds - seconds_before - (now - started)
@@ -392,10 +395,17 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
         )
         if new != planned:
             progress.set_plan(new, config.resolved_cooldown(new))
-            say(describe_plan(step, new, max_steps, per_step if per_step != unknown else None, -overdue))
-            record({"step": step, "planned_steps": new})
             if progbar:
                 progbar.target = new
+        # The pace wavers by a few percent from record to record, and the end with it:
+        # only moves of 1% of the run or more, and the last word (the full length
+        # again, or the end now), are worth a line and a record.
+        if new != reported_plan and (
+            abs(new - reported_plan) >= max(1, 0.01 * max_steps) or new in (max_steps, step)
+        ):
+            say(describe_plan(step, new, max_steps, per_step if per_step != unknown else None, -overdue))
+            record({"step": step, "planned_steps": new})
+            reported_plan = new
         return new
 
     try:
