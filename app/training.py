@@ -382,16 +382,16 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
         now = clock()
         pace.observe_steps(step, now - evaluation_seconds)
         remaining = budget_seconds - seconds_before - (now - started)
-        unknown = -1.0
+        unknown = -1.0  # Not measured yet: a collective carries floats, not None.
         per_step, per_evaluation, overdue = slowest_worker([
-            pace.seconds_per_step if pace.seconds_per_step is not None else unknown,
-            pace.seconds_per_evaluation if pace.seconds_per_evaluation is not None else unknown,
+            unknown if pace.seconds_per_step is None else pace.seconds_per_step,
+            unknown if pace.seconds_per_evaluation is None else pace.seconds_per_evaluation,
             -remaining,
         ])
+        per_step, per_evaluation = (None if value == unknown else value for value in (per_step, per_evaluation))
+        remaining = -overdue
         new = plan_run_length(
-            step, planned, max_steps, config.cooldown_fraction, config.eval_every,
-            per_step if per_step != unknown else None, per_evaluation if per_evaluation != unknown else None,
-            -overdue,
+            step, planned, max_steps, config.cooldown_fraction, config.eval_every, per_step, per_evaluation, remaining
         )
         if new != planned:
             progress.set_plan(new, config.resolved_cooldown(new))
@@ -403,7 +403,7 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
         if new != reported_plan and (
             abs(new - reported_plan) >= max(1, 0.01 * max_steps) or new in (max_steps, step)
         ):
-            say(describe_plan(step, new, max_steps, per_step if per_step != unknown else None, -overdue))
+            say(describe_plan(step, new, max_steps, per_step, remaining))
             record({"step": step, "planned_steps": new})
             reported_plan = new
         return new
