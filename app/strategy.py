@@ -84,14 +84,7 @@ def check_same_on_all_workers(strategy, values):
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return
     names = sorted(values)
-    local = tf.constant([[values[name] for name in names]], tf.int64)  # [1, N]
-
-    @tf.function(autograph=False)  # A tf.function: TensorFlow warns about eager collectives.
-    def gather():
-        per_replica = strategy.run(tf.identity, args=(local,))
-        return strategy.gather(per_replica, axis=0)  # [num_replicas_in_sync, N]
-
-    gathered = gather().numpy()
+    gathered = _gather_from_workers(strategy)(tf.constant([[values[name] for name in names]], tf.int64)).numpy()
     for column, name in enumerate(names):
         seen = sorted(set(gathered[:, column].tolist()))
         if len(seen) > 1:
@@ -111,14 +104,24 @@ def max_over_workers(strategy):
     """
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return lambda values: [float(value) for value in values]
-
-    @tf.function(autograph=False)  # A tf.function: TensorFlow warns about eager collectives.
-    def gather(local):  # [1, N]
-        per_replica = strategy.run(tf.identity, args=(local,))
-        return strategy.gather(per_replica, axis=0)  # [num_replicas_in_sync, N]
+    gather = _gather_from_workers(strategy)
 
     def reduce(values):
         gathered = gather(tf.constant([list(values)], tf.float64)).numpy()
         return gathered.max(axis=0).tolist()
 
     return reduce
+
+
+def _gather_from_workers(strategy):
+    """`gather(local [1, N]) -> [num_replicas_in_sync, N]`: every replica's row, on every worker.
+
+    Built once per caller, so that repeated gathers reuse one trace.
+    """
+
+    @tf.function(autograph=False)  # A tf.function: TensorFlow warns about eager collectives.
+    def gather(local):
+        per_replica = strategy.run(tf.identity, args=(local,))
+        return strategy.gather(per_replica, axis=0)
+
+    return gather
