@@ -45,11 +45,11 @@ class WarmupInverseSqrt(keras.optimizers.schedules.LearningRateSchedule):
                 "total_steps and cooldown_steps must be both ints or both variables, got "
                 f"{type(total_steps).__name__} and {type(cooldown_steps).__name__}"
             )
-        if variable_length:
-            pass  # Their values change while training; app.time_budget keeps them consistent.
-        elif cooldown_steps < 0:
+        # Variables change while training (app.time_budget keeps them consistent); ints are
+        # checked here.
+        if not variable_length and cooldown_steps < 0:
             raise ValueError(f"cooldown_steps must not be negative, got {cooldown_steps}")
-        elif cooldown_steps and (total_steps is None or cooldown_steps > total_steps):
+        if not variable_length and cooldown_steps and (total_steps is None or cooldown_steps > total_steps):
             raise ValueError(
                 f"cooldown_steps={cooldown_steps} needs a run of at least that many steps, "
                 f"got total_steps={total_steps}"
