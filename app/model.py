@@ -21,6 +21,7 @@ from app.config import ModelConfig
 from layers.decoder_layer import DecoderLayer
 from layers.dropout import Dropout
 from layers.encoder_layer import EncoderLayer
+from layers.layer_normalization import LayerNormalization
 from layers.learned_positional_encoding import LearnedPositionalEncoding
 from layers.masks import causal_mask, decoder_self_attention_mask, padding_mask
 from layers.sinusoidal_positional_encoding import SinusoidalPositionalEncoding
@@ -74,7 +75,7 @@ def _make_layers(config):
         # Pre-norm stacks end un-normalized; post-norm layers already end with a LayerNorm.
         if not config.norm_first:
             return None
-        return keras.layers.LayerNormalization(epsilon=config.layer_norm_epsilon, name=name)
+        return LayerNormalization(epsilon=config.layer_norm_epsilon, name=name)
 
     return dict(
         source_embedding=source_embedding,

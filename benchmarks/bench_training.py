@@ -5,6 +5,7 @@
     python benchmarks/bench_training.py --warmup-epoch --settings float32,float32+xla
     python benchmarks/bench_training.py --settings float32,float32+plain-loss   # the fused loss
     python benchmarks/bench_training.py --settings mixed_bfloat16+keras-dropout,mixed_bfloat16+dropout
+    python benchmarks/bench_training.py --settings mixed_bfloat16+dropout+keras-layernorm,mixed_bfloat16+dropout
 
 Every setting trains the same model from the same initial weights on the same Multi30k
 batches, each in a fresh process (the precision policy is process-wide). Printed: non-
@@ -15,7 +16,9 @@ largest gap to that setting's.
 Settings train without dropout, so that their loss curves compare, except the "dropout"
 ones: they train with the size's dropout, drawn by `layers/dropout.py` (16 random bits a
 decision) or, in "keras-dropout", by Keras's own `Dropout` (32 bits), and their loss gaps
-include dropout's noise.
+include dropout's noise. The "keras-layernorm" ones normalize with Keras's own
+`LayerNormalization` (gradient by autodiff) instead of `layers/layer_normalization.py`
+(gradient written out).
 """
 
 import argparse
@@ -41,6 +44,14 @@ SETTINGS = {
     "float32+keras-dropout": dict(precision="float32", jit=False, fused_loss=True, dropout="keras"),
     "mixed_bfloat16+dropout": dict(precision="mixed_bfloat16", jit=False, fused_loss=True, dropout="project"),
     "mixed_bfloat16+keras-dropout": dict(precision="mixed_bfloat16", jit=False, fused_loss=True, dropout="keras"),
+    "float32+keras-layernorm": dict(precision="float32", jit=False, fused_loss=True, layer_norm="keras"),
+    "mixed_bfloat16+keras-layernorm": dict(precision="mixed_bfloat16", jit=False, fused_loss=True, layer_norm="keras"),
+    "float32+dropout+keras-layernorm": dict(
+        precision="float32", jit=False, fused_loss=True, dropout="project", layer_norm="keras"
+    ),
+    "mixed_bfloat16+dropout+keras-layernorm": dict(
+        precision="mixed_bfloat16", jit=False, fused_loss=True, dropout="project", layer_norm="keras"
+    ),
 }
 
 def run_one(args):
@@ -58,6 +69,7 @@ def run_one(args):
     from data.config import DataConfig
     from data.dataset import prepare_data
     from layers.dropout import Dropout
+    from layers.layer_normalization import LayerNormalization
 
     setting = SETTINGS[args.setting]
     data = prepare_data(DataConfig(batch_tokens=args.batch_tokens), args.vocab_dir)
@@ -65,6 +77,9 @@ def run_one(args):
     if dropout == "keras":
         # This process only: the model's dropouts draw as Keras's own Dropout does.
         Dropout.call = keras.layers.Dropout.call
+    if setting.get("layer_norm") == "keras":
+        # This process only: the model's layer norms differentiate as Keras's own do.
+        LayerNormalization.call = keras.layers.LayerNormalization.call
     overrides = {} if dropout else {"dropout": 0.0}
     config = ModelConfig.from_size(args.size, vocab_size=data.tokenizer.vocab_size, **overrides)
     keras.config.set_dtype_policy(setting["precision"])

@@ -4,6 +4,7 @@ import keras
 
 from layers.dropout import Dropout
 from layers.feed_forward import FeedForward
+from layers.layer_normalization import LayerNormalization
 from layers.multi_head_attention import MultiHeadAttention
 from layers.residual import residual_block
 
@@ -73,7 +74,7 @@ class EncoderLayer(keras.layers.Layer):
 
     def _norm_and_dropout(self, name, shape):
         """The LayerNorm (`<name>_norm`) and residual Dropout around sub-layer `name`."""
-        norm = keras.layers.LayerNormalization(
+        norm = LayerNormalization(
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=f"{name}_norm"
         )
         norm.build(shape)

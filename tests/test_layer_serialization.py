@@ -8,6 +8,7 @@ from layers.decoder_layer import DecoderLayer
 from layers.dropout import Dropout
 from layers.encoder_layer import EncoderLayer
 from layers.feed_forward import FeedForward
+from layers.layer_normalization import LayerNormalization
 from layers.learned_positional_encoding import LearnedPositionalEncoding
 from layers.masks import decoder_self_attention_mask, padding_mask
 from layers.multi_head_attention import MultiHeadAttention
@@ -29,6 +30,7 @@ CASES = {
     # At inference the identity; the round trip is pinned by its config (rate, seed) and class.
     "dropout": (lambda: Dropout(0.2, seed=3), lambda layer: layer(SOURCE)),
     "feed_forward": (lambda: FeedForward(32, inner_dropout=0.2), lambda layer: layer(SOURCE)),
+    "layer_norm": (lambda: LayerNormalization(epsilon=1e-6), lambda layer: layer(SOURCE)),
     "sinusoidal": (lambda: SinusoidalPositionalEncoding(max_length=9), lambda layer: layer(SOURCE)),
     "learned": (lambda: LearnedPositionalEncoding(max_length=9), lambda layer: layer(SOURCE)),
     "embedding": (lambda: TokenEmbedding(12, D), lambda layer: layer(SOURCE_IDS)),
