@@ -158,11 +158,11 @@ def main():
     warmup = "the whole first epoch" if args.warmup_epoch else args.warmup
     print(f"{args.size}, {args.batch_tokens} tokens per batch, {args.steps} timed steps after {warmup}; "
           f"the reference is {reference_name}")
-    print(f"{'setting':<30}{'target tok/s':>14}{'vs reference':>14}{'max |loss - reference loss|':>30}{'final loss':>12}")
+    print(f"{'setting':<40}{'target tok/s':>14}{'vs reference':>14}{'max |loss - reference loss|':>30}{'final loss':>12}")
     for name, result in results.items():
         ratio = result["tokens_per_second"] / reference["tokens_per_second"]
         gap = max(abs(a - b) for a, b in zip(result["losses"], reference["losses"]))
-        print(f"{name:<30}{result['tokens_per_second']:>14,.0f}{ratio:>14.2f}{gap:>30.4f}{result['losses'][-1]:>12.4f}")
+        print(f"{name:<40}{result['tokens_per_second']:>14,.0f}{ratio:>14.2f}{gap:>30.4f}{result['losses'][-1]:>12.4f}")
 
 if __name__ == "__main__":
     sys.exit(main())
