@@ -2,7 +2,7 @@
 
     data = prepare_data(config, model_dir, num_replicas=strategy.num_replicas_in_sync)
     for epoch in range(epochs):
-        for source, target in data.train_batches(epoch, seed=seed):   # int32 [B, L] each
+        for source, target in data.train_batches(epoch, seed=seed):   # int32 [B, S], [B, T]
             ...
     data.eval_batches("validation")                # same batching, fixed order
     data.text["validation"].source / .target       # raw strings for BLEU
@@ -91,7 +91,7 @@ class PreparedData:
         return self.scheme.plan(*self.train_tokens(epoch, seed).lengths(), rng=rng)
 
     def train_batches(self, epoch: int, seed: int = 0, skip: int = 0) -> tf.data.Dataset:
-        """One epoch of shuffled training batches: (source, target), int32 [B, L] each.
+        """One epoch of shuffled training batches: (source int32 [B, S], target int32 [B, T]).
 
         Args:
             epoch: selects the shuffle; another epoch gives another order.
@@ -101,15 +101,15 @@ class PreparedData:
         return make_batches(self.train_tokens(epoch, seed), self.train_plan(epoch, seed), skip=skip)
 
     def eval_plan(self, split: str = "validation") -> BatchPlan:
-        """A split's batches in a fixed order (buckets ascending, pairs in file order)."""
+        """A split's batches in a fixed order (buckets ascending, pairs by length, ties in file order)."""
         return self.scheme.plan(*self._split_tokens(split).lengths(), rng=None)
 
     def eval_batches(self, split: str = "validation") -> tf.data.Dataset:
         """A split's batches, unshuffled, batched like training."""
         return make_batches(self._split_tokens(split), self.eval_plan(split))
 
-    def batch_shapes(self) -> List[Tuple[int, int]]:
-        """Every (rows, length) a batch of source or target ids can have."""
+    def batch_shapes(self) -> List[Tuple[int, int, int]]:
+        """Every (rows, source length, target length) a batch can have."""
         return self.scheme.declared_shapes()
 
     def _split_tokens(self, split):

@@ -4,7 +4,7 @@ Each pair becomes
     source ids = tokens + [end]
     target ids = [start] + tokens + [end]      (the trainer shifts it into decoder
                                                 input and labels)
-int32, 0 = padding. A batch is the tuple (source [B, L], target [B, L]) with the shape
+int32, 0 = padding. A batch is the tuple (source [B, S], target [B, T]) with the shape
 the plan gives it.
 
 Tokenization runs once per split, up front, with the in-graph tokenizer mapped over
@@ -109,7 +109,7 @@ def _tokenize_all(tokenizer, sentences, add_start) -> tf.RaggedTensor:
 
 
 def make_batches(pairs: TokenizedPairs, plan: BatchPlan, skip: int = 0) -> tf.data.Dataset:
-    """The plan's batches as a dataset of (source int32 [B, L], target int32 [B, L]).
+    """The plan's batches as a dataset of (source int32 [B, S], target int32 [B, T]).
 
     Args:
         pairs: the split's ids.
@@ -124,11 +124,10 @@ def make_batches(pairs: TokenizedPairs, plan: BatchPlan, skip: int = 0) -> tf.da
     indices = tf.RaggedTensor.from_row_lengths(flat, row_lengths)  # int64 [num_batches, None]
     source_ids, target_ids = pairs.source, pairs.target
 
-    def assemble(batch_indices, rows, length):
-        shape = tf.stack([rows, length])
+    def assemble(batch_indices, rows, source_length, target_length):
         # Rows past len(batch_indices) come out as all padding (0).
-        source = tf.gather(source_ids, batch_indices).to_tensor(shape=shape)  # [B, L]
-        target = tf.gather(target_ids, batch_indices).to_tensor(shape=shape)  # [B, L]
+        source = tf.gather(source_ids, batch_indices).to_tensor(shape=tf.stack([rows, source_length]))  # [B, S]
+        target = tf.gather(target_ids, batch_indices).to_tensor(shape=tf.stack([rows, target_length]))  # [B, T]
         return source, target
 
     # No autotuning: tf.data's autotuner runs a background thread per iterator, and the
@@ -140,7 +139,7 @@ def make_batches(pairs: TokenizedPairs, plan: BatchPlan, skip: int = 0) -> tf.da
     options = tf.data.Options()
     options.autotune.enabled = False
     return (
-        tf.data.Dataset.from_tensor_slices((indices, plan.rows, plan.lengths))
+        tf.data.Dataset.from_tensor_slices((indices, plan.rows, plan.source_lengths, plan.target_lengths))
         .skip(skip)
         .map(assemble, num_parallel_calls=_ASSEMBLE_THREADS, deterministic=True)
         .prefetch(_PREFETCH_BATCHES)

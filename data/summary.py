@@ -17,7 +17,8 @@ def padding_efficiency(pairs: TokenizedPairs, plan: BatchPlan) -> float:
     """Non-padding ids / all ids in the plan's batches, source and target counted."""
     source_lengths, target_lengths = pairs.lengths()
     real = source_lengths.sum() + target_lengths.sum()
-    total = 2 * int(np.sum(plan.rows.astype(np.int64) * plan.lengths))
+    rows = plan.rows.astype(np.int64)
+    total = int(np.sum(rows * plan.source_lengths) + np.sum(rows * plan.target_lengths))
     return float(real / total) if total else 0.0
 
 
@@ -51,7 +52,7 @@ def summarize(data: PreparedData) -> dict:
         "mean_source_tokens_per_batch": float(source_lengths.sum() / len(plan)),
         "mean_target_tokens_per_batch": float(target_lengths.sum() / len(plan)),
         "padding_efficiency": padding_efficiency(train, plan),
-        "train_batch_shapes": len(set(zip(plan.rows.tolist(), plan.lengths.tolist()))),
+        "train_batch_shapes": len(set(zip(plan.rows.tolist(), plan.source_lengths.tolist(), plan.target_lengths.tolist()))),
         "declared_batch_shapes": len(data.batch_shapes()),
         "validation_batches": len(data.eval_plan("validation")),
     }

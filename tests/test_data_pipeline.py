@@ -75,17 +75,58 @@ def test_markers(small):
 
 def test_budget_and_declared_shapes(small):
     declared = set(small.batch_shapes())
+    boundaries = small.scheme.boundaries
     for source, target in small.train_batches(0):
         assert source.dtype == target.dtype == "int32"
-        assert source.shape == target.shape
-        rows, length = source.shape
-        assert (rows, length) in declared
-        assert rows * length <= small.config.batch_tokens
+        assert source.shape[0] == target.shape[0]
+        rows, source_length, target_length = source.shape[0], source.shape[1], target.shape[1]
+        assert (rows, source_length, target_length) in declared
+        assert rows * max(source_length, target_length) <= small.config.batch_tokens
+        # Each side is padded to the first boundary that holds its longest row.
+        for side in (source.numpy(), target.numpy()):
+            longest = int((side != 0).sum(axis=1).max())
+            assert side.shape[1] == min(b for b in boundaries if b >= longest)
+
+
+def test_each_side_is_padded_to_its_own_length_after_ordering_by_length():
+    # Budget 48 at max length 8: a bucket of length L holds 48 // L rows (6 at L = 8).
+    scheme = BucketScheme.for_budget(batch_tokens=48, max_length=8)
+    assert scheme.boundaries == (4, 5, 6, 7, 8)
+    # Eight pairs in bucket 8 (the longer side is 8), listed out of source order, and
+    # one pair in bucket 5 whose source is the longer side.
+    source_lengths = np.array([8, 3, 8, 2, 5, 4, 3, 6, 5])
+    target_lengths = np.array([6, 8, 8, 8, 8, 8, 8, 8, 2])
+    plan = scheme.plan(source_lengths, target_lengths, rng=None)
+    # Unshuffled: buckets ascending; inside bucket 8, by source then target length
+    # (ties in input order), cut into batches of 6 rows. A leftover batch is rounded up
+    # to 8 rows, capped at its bucket's full batch: 8 in bucket 5 (full: 9), 6 in bucket 8.
+    assert [batch.tolist() for batch in plan.indices] == [[8], [3, 1, 6, 5, 4, 7], [0, 2]]
+    assert plan.rows.tolist() == [8, 6, 6]
+    assert plan.source_lengths.tolist() == [5, 6, 8]
+    assert plan.target_lengths.tolist() == [4, 8, 8]
+
+
+def test_shuffling_keeps_the_order_by_length_inside_a_bucket():
+    scheme = BucketScheme.for_budget(batch_tokens=48, max_length=8)
+    source_lengths = np.array([8, 3, 8, 2, 5, 4, 3, 6, 5, 3, 3])
+    target_lengths = np.full(len(source_lengths), 8)
+    plans = [scheme.plan(source_lengths, target_lengths, rng=np.random.default_rng(seed)) for seed in range(6)]
+    for plan in plans:
+        # Batches of bucket 8: the six shortest sources, then the rest.
+        by_size = sorted(plan.indices, key=len, reverse=True)
+        assert sorted(source_lengths[by_size[0]]) == [2, 3, 3, 3, 3, 4]
+        assert sorted(source_lengths[by_size[1]]) == [5, 5, 6, 8, 8]
+    # Equal lengths are still shuffled: the four sources of length 3 are not always
+    # listed in the same order.
+    threes = {tuple(i for i in max(plan.indices, key=len) if source_lengths[i] == 3) for plan in plans}
+    assert len(threes) > 1
 
 
 def test_rows_are_a_multiple_of_the_replica_count():
     scheme = BucketScheme.for_budget(batch_tokens=4096, max_length=256, num_replicas=4)
-    assert all(rows % 4 == 0 and rows * length <= 4096 for rows, length in scheme.declared_shapes())
+    assert all(
+        rows % 4 == 0 and rows * max(source, target) <= 4096 for rows, source, target in scheme.declared_shapes()
+    )
     lengths = np.arange(3, 60)
     plan = scheme.plan(lengths, lengths + 1, rng=np.random.default_rng(0))
     assert all(rows % 4 == 0 for rows in plan.rows)
@@ -158,8 +199,10 @@ def test_summary(small):
     assert "padding efficiency" in text and "held out 15 pairs of train" in text
 
 
-@pytest.mark.parametrize("batch_tokens", [4096, 25000])
-def test_padding_efficiency_on_multi30k(multi30k, batch_tokens):
+# Measured on epoch 0: 0.965 and 0.924. Before each side was padded to its own length,
+# 0.922 and 0.921 (the source side, shorter in pieces, was padded to the target's).
+@pytest.mark.parametrize("batch_tokens, least_efficiency", [(4096, 0.96), (25000, 0.92)])
+def test_padding_efficiency_on_multi30k(multi30k, batch_tokens, least_efficiency):
     data = multi30k
     if batch_tokens != data.config.batch_tokens:
         # Same vocabulary and tokens, another budget.
@@ -169,5 +212,5 @@ def test_padding_efficiency_on_multi30k(multi30k, batch_tokens):
         source, target = source.numpy(), target.numpy()
         real += int((source != 0).sum() + (target != 0).sum())
         total += source.size + target.size
-    assert real / total >= 0.90
+    assert real / total >= least_efficiency
     assert real / total == pytest.approx(padding_efficiency(data.tokens["train"], data.train_plan(0)))
