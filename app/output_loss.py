@@ -77,7 +77,7 @@ def projected_loss_sum(states, matrix, labels, label_smoothing, rows_per_slice=R
         # At least one (empty) slice when there are no rows: a TensorArray of none cannot concat.
         num_slices = tf.maximum((num_rows + rows_per_slice - 1) // rows_per_slice, 1)
 
-        def one_slice(index, label_loss_sum, log_normalizer_sum, grad_at_matrix, grad_at_states):
+        def one_slice(index, label_loss_sum, log_normalizer_sum, states_grad_slices, matrix_grad_sum):
             start = index * rows_per_slice
             slice_states = states[start : start + rows_per_slice]  # [R, D]
             slice_labels = labels[start : start + rows_per_slice]  # [R]
@@ -90,17 +90,19 @@ def projected_loss_sum(states, matrix, labels, label_smoothing, rows_per_slice=R
             logits_grad = tf.tensor_scatter_nd_update(
                 tf.cast(probs, compute_dtype), label_positions, tf.cast(label_probs - on_minus_off, compute_dtype)
             )  # [R, V]: p - (on - off) * onehot(label)
-            grad_at_matrix = grad_at_matrix.write(index, tf.cast(tf.matmul(logits_grad, matrix), tf.float32))
-            grad_at_states += tf.cast(tf.matmul(logits_grad, slice_states, transpose_a=True), tf.float32)
+            # The states' gradient is one [R, D] slice per slice of rows; the matrix's
+            # sums the [V, D] contribution of every slice.
+            states_grad_slices = states_grad_slices.write(index, tf.cast(tf.matmul(logits_grad, matrix), tf.float32))
+            matrix_grad_sum += tf.cast(tf.matmul(logits_grad, slice_states, transpose_a=True), tf.float32)
             return (
                 index + 1,
                 label_loss_sum + tf.reduce_sum(label_losses),
                 log_normalizer_sum + tf.reduce_sum(log_normalizers),
-                grad_at_matrix,
-                grad_at_states,
+                states_grad_slices,
+                matrix_grad_sum,
             )
 
-        _, label_loss_sum, log_normalizer_sum, grad_at_matrix, grad_at_states = tf.while_loop(
+        _, label_loss_sum, log_normalizer_sum, states_grad_slices, matrix_grad_sum = tf.while_loop(
             lambda index, *_: index < num_slices,
             one_slice,
             (
@@ -118,8 +120,8 @@ def projected_loss_sum(states, matrix, labels, label_smoothing, rows_per_slice=R
         logit_sum = tf.reduce_sum(tf.linalg.matvec(states32, matrix_row_sum))
         vocab = tf.cast(vocab_size, tf.float32)
         loss_sum = on_minus_off * label_loss_sum + off_value * (vocab * log_normalizer_sum - logit_sum)
-        states_grad = grad_at_matrix.concat() - off_value * matrix_row_sum  # [N, D]
-        matrix_grad = grad_at_states - off_value * tf.reduce_sum(states32, 0)  # [V, D]
+        states_grad = states_grad_slices.concat() - off_value * matrix_row_sum  # [N, D]
+        matrix_grad = matrix_grad_sum - off_value * tf.reduce_sum(states32, 0)  # [V, D]
 
         def grad(upstream):
             return tf.cast(states_grad * upstream, compute_dtype), tf.cast(matrix_grad * upstream, compute_dtype)
