@@ -1,4 +1,4 @@
-"""`BucketScheme`: which pairs share a batch, and the few batch shapes that can occur.
+"""`BucketScheme`: which pairs share a batch, and the batch shapes that can occur.
 
 Batches are sized by a token budget, not a sentence count. A pair goes to the bucket of
 the smallest length boundary L >= max(source length, target length), and a full batch
