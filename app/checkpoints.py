@@ -18,6 +18,7 @@ so export and averaging restore the weights alone, without building an optimizer
 
 import json
 import os
+import re
 import shutil
 import tempfile
 import weakref
@@ -143,10 +144,36 @@ def best_checkpoint(model_dir):
 
 
 def restore_weights(model, path):
-    """Loads the weights of checkpoint `path` into `model` (optimizer state is ignored)."""
+    """Loads the weights of checkpoint `path` into `model` (optimizer state is ignored).
+
+    Raises:
+        ValueError: naming them, if the checkpoint holds weights the model has no place
+            for (a model built from another configuration than the checkpoint's).
+    """
+    weights = named_weights(model)
+    unplaced = sorted(saved_weight_paths(path) - set(weights))
+    if unplaced:
+        shown = ", ".join(unplaced[:4]) + (f" and {len(unplaced) - 4} more" if len(unplaced) > 4 else "")
+        raise ValueError(
+            f"{path} holds {len(unplaced)} weight(s) the model has none for ({shown}): "
+            "it was built from another configuration than the checkpoint's"
+        )
     # read(), not restore(): it ignores the save counter, which weights-only use needs not.
-    status = tf.train.Checkpoint(weights=named_weights(model)).read(path)
+    status = tf.train.Checkpoint(weights=weights).read(path)
     status.expect_partial().assert_existing_objects_matched()
+
+
+def saved_weight_paths(path):
+    """The Keras paths of the model weights in checkpoint `path` (optimizer state left out)."""
+    prefix, suffix = "weights/", "/.ATTRIBUTES/VARIABLE_VALUE"
+    names = tf.train.load_checkpoint(path).get_variable_to_shape_map()
+    # A checkpoint key escapes "/" in a dict key as ".S" and "." as "..".
+    unescape = {"S": "/", ".": "."}
+    return {
+        re.sub(r"\.(.)", lambda match: unescape.get(match.group(1), match.group(0)), name[len(prefix) : -len(suffix)])
+        for name in names
+        if name.startswith(prefix) and name.endswith(suffix)
+    }
 
 
 def average_checkpoints(model, paths):

@@ -38,6 +38,12 @@ def add_model_arguments(parser: argparse.ArgumentParser):
         help="pre-norm residual blocks (--norm-first) or the paper's post-norm (--no-norm-first); "
         "default per size: pre-norm for tiny, post-norm otherwise",
     )
+    group.add_argument(
+        "--attention-bias",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="biases in the attention projections (default: none, as in the paper)",
+    )
     group.add_argument("--max-positions", type=int, help="most positions the positional encoding covers")
     return group
 
@@ -52,6 +58,7 @@ def model_config_from_args(args, vocab_size):
         positional=args.positional,
         share_embeddings=args.share_embeddings,
         norm_first=args.norm_first,
+        attention_bias=args.attention_bias,
         max_length=args.max_positions,
         vocab_size=vocab_size,
     )

@@ -51,6 +51,9 @@ class ModelConfig:
     share_embeddings: str = "all"
     # Pre-norm residual blocks (x + Sublayer(LayerNorm(x))) instead of the paper's post-norm.
     norm_first: bool = False
+    # Biases in the attention projections W^Q, W^K, W^V and W^O. The paper has none, and
+    # the feed-forward block's biases stay either way.
+    attention_bias: bool = False
     # LayerNormalization epsilon.
     layer_norm_epsilon: float = 1e-6
 
@@ -106,7 +109,9 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, fields):
-        return cls(**fields)
+        # Configurations written before attention_bias existed described models with the
+        # biases: read them as such, so their checkpoints still load.
+        return cls(**{"attention_bias": True, **fields})
 
     def to_json(self):
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)

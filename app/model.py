@@ -69,6 +69,7 @@ def _make_layers(config):
         inner_dropout=config.inner_dropout,
         norm_first=config.norm_first,
         layer_norm_epsilon=config.layer_norm_epsilon,
+        attention_bias=config.attention_bias,
     )
 
     def final_norm(name):

@@ -23,6 +23,7 @@ class EncoderLayer(keras.layers.Layer):
         inner_dropout: after the feed-forward activation.
         norm_first: pre-norm instead of the paper's post-norm.
         layer_norm_epsilon: LayerNormalization's epsilon.
+        attention_bias: whether the attention projections have biases.
     """
 
     def __init__(
@@ -36,6 +37,7 @@ class EncoderLayer(keras.layers.Layer):
         inner_dropout=0.0,
         norm_first=False,
         layer_norm_epsilon=1e-6,
+        attention_bias=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -48,6 +50,7 @@ class EncoderLayer(keras.layers.Layer):
         self.inner_dropout = inner_dropout
         self.norm_first = norm_first
         self.layer_norm_epsilon = layer_norm_epsilon
+        self.attention_bias = attention_bias
 
     def build(self, input_shape):
         self.self_attention, self.self_attention_norm, self.self_attention_dropout = (
@@ -66,6 +69,7 @@ class EncoderLayer(keras.layers.Layer):
             self.key_dim,
             self.value_dim,
             dropout=self.attention_dropout,
+            use_bias=self.attention_bias,
             dtype=self.dtype_policy,
             name=name,
         )
@@ -142,4 +146,5 @@ class EncoderLayer(keras.layers.Layer):
             "inner_dropout": self.inner_dropout,
             "norm_first": self.norm_first,
             "layer_norm_epsilon": self.layer_norm_epsilon,
+            "attention_bias": self.attention_bias,
         }

@@ -24,6 +24,7 @@ VARIANTS = {
     "unshared": dict(share_embeddings="none"),
     "target_shared": dict(share_embeddings="target"),
     "small_keys": dict(key_dim=4, value_dim=6),
+    "attention_bias": dict(attention_bias=True),
 }
 
 
@@ -116,6 +117,24 @@ def test_paper_sizes_match_the_papers_parameter_counts(size, paper_millions):
     # With the paper's shared 37k vocabulary; the paper rounds its counts.
     model = build_transformer(ModelConfig.from_size(size, vocab_size=37000))
     assert abs(model.count_params() / (paper_millions * 1e6) - 1) < 0.04
+
+
+@pytest.mark.parametrize("attention_bias, biases", [(False, 0), (True, 4 * 6)])
+def test_attention_projections_have_biases_only_when_configured(attention_bias, biases):
+    # 2 layers: 2 encoder self-attentions, 2 decoder self- and 2 cross-attentions.
+    model = build_transformer(tiny_config(attention_bias=attention_bias))
+    attention_biases = [w.path for w in model.weights if "attention" in w.path and w.path.endswith("/bias")]
+    assert len(attention_biases) == biases
+    # The feed-forward blocks keep theirs either way.
+    assert len([w for w in model.weights if "feed_forward" in w.path and w.path.endswith("/bias")]) == 2 * 2 * 2
+
+
+def test_a_configuration_written_before_attention_bias_reads_as_with_biases():
+    written_before = tiny_config(attention_bias=True).to_dict()
+    del written_before["attention_bias"]
+    assert ModelConfig.from_dict(written_before) == tiny_config(attention_bias=True)
+    assert ModelConfig.from_dict(tiny_config().to_dict()) == tiny_config()
+    assert not tiny_config().attention_bias
 
 
 def test_config_overrides_rederive_the_head_width():

@@ -11,11 +11,11 @@ from layers.multi_head_attention import MultiHeadAttention, merge_heads, split_h
 B, T, S, D, H, K = 2, 3, 5, 16, 4, 8
 
 
-def _pair_with_same_weights():
+def _pair_with_same_weights(use_bias=True):
     """Our layer and Keras's, built on the same shapes and holding the same weights."""
-    ours = MultiHeadAttention(num_heads=H, key_dim=K)
+    ours = MultiHeadAttention(num_heads=H, key_dim=K, use_bias=use_bias)
     ours.build((B, T, D), (B, S, D))
-    reference = keras.layers.MultiHeadAttention(num_heads=H, key_dim=K)
+    reference = keras.layers.MultiHeadAttention(num_heads=H, key_dim=K, use_bias=use_bias)
     reference.build((B, T, D), (B, S, D))
     # Keras keeps per-head kernels [D, H, K] and [H, K, D]; ours are the same numbers
     # flattened to [D, H * K] and [H * K, D], heads split by reshape.
@@ -25,15 +25,18 @@ def _pair_with_same_weights():
         (ours.value_dense, reference._value_dense),
         (ours.output_dense, reference._output_dense),
     ]:
-        kernel, bias = (np.asarray(w) for w in theirs.weights)
+        assert len(ours_dense.weights) == len(theirs.weights) == (2 if use_bias else 1)
+        kernel = np.asarray(theirs.kernel)
         ours_dense.kernel.assign(kernel.reshape(ours_dense.kernel.shape))
-        ours_dense.bias.assign(bias.reshape(ours_dense.bias.shape))
+        if use_bias:
+            ours_dense.bias.assign(np.asarray(theirs.bias).reshape(ours_dense.bias.shape))
     return ours, reference
 
 
+@pytest.mark.parametrize("use_bias", [True, False])
 @pytest.mark.parametrize("masked", [False, True])
-def test_equals_keras_multi_head_attention_with_the_same_weights(masked):
-    ours, reference = _pair_with_same_weights()
+def test_equals_keras_multi_head_attention_with_the_same_weights(masked, use_bias):
+    ours, reference = _pair_with_same_weights(use_bias)
     rng = np.random.default_rng(0)
     query = rng.normal(size=(B, T, D)).astype("float32")
     value = rng.normal(size=(B, S, D)).astype("float32")

@@ -19,8 +19,8 @@ def test_dry_run_prints_the_base_configuration_and_parameter_count():
     result = run_train("--size", "base", "--vocab-size", "37000", "--dry-run")
     assert result.returncode == 0, result.stderr
     assert "  d_model: 512" in result.stdout
-    # 63.1M against the paper's 65M: embeddings 18.9M, encoder 18.9M, decoder 25.2M.
-    assert "parameters: 63082496" in result.stdout.splitlines()
+    # 63.0M against the paper's 65M: embeddings 18.9M, encoder 18.9M, decoder 25.2M.
+    assert "parameters: 63045632" in result.stdout.splitlines()
 
 
 def test_dry_run_with_a_bad_override_names_the_value_and_fails():
@@ -77,3 +77,15 @@ def test_norm_placement_can_be_set_either_way_whatever_the_size_default():
     assert norm_first("--no-norm-first") is False  # the paper's post-norm at tiny size
     assert norm_first("--size", "base") is False
     assert norm_first("--size", "base", "--norm-first") is True
+
+
+def test_attention_biases_are_off_unless_asked_for():
+    import train
+    from app.cli import model_config_from_args
+
+    def attention_bias(*flags):
+        return model_config_from_args(train.parse_args(list(flags)), vocab_size=8000).attention_bias
+
+    assert attention_bias() is False  # the paper's W^Q, W^K, W^V and W^O have none
+    assert attention_bias("--size", "base") is False
+    assert attention_bias("--attention-bias") is True

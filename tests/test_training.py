@@ -286,6 +286,44 @@ def test_a_run_from_before_a_new_setting_resumes_with_its_default(tmp_path):
         save_settings(str(tmp_path), model, dataclasses.replace(data, bpe_dropout=0.1), train_config)
 
 
+def test_weights_restore_only_into_a_model_of_the_checkpoints_configuration(tmp_path):
+    from app.train_command import load_settings, save_settings
+
+    def model_of(config):
+        keras.utils.set_random_seed(0)
+        return build_transformer(config)
+
+    with_biases = ModelConfig.from_size("tiny", vocab_size=40, num_layers=1, d_model=16, d_ff=32, num_heads=2,
+                                        max_length=16, attention_bias=True)
+    saved = model_of(with_biases)
+    path = tf.train.Checkpoint(weights=checkpoints.named_weights(saved)).write(str(tmp_path / "ckpt"))
+    assert checkpoints.saved_weight_paths(path) == set(checkpoints.named_weights(saved))
+    assert "encoder_layer_0/self_attention/query/bias" in checkpoints.saved_weight_paths(path)
+
+    # A settings.json written before attention_bias existed reads as with biases, so its
+    # checkpoints restore, weight for weight.
+    save_settings(str(tmp_path), with_biases, DataConfig(batch_tokens=512), TrainConfig(train_steps=1))
+    settings = json.loads((tmp_path / "settings.json").read_text())
+    del settings["model"]["attention_bias"]
+    (tmp_path / "settings.json").write_text(json.dumps(settings))
+    restored = model_of(load_settings(str(tmp_path))[0])
+    for weight in restored.weights:
+        weight.assign(np.zeros(weight.shape, weight.dtype))
+    checkpoints.restore_weights(restored, path)
+    for ours, theirs in zip(restored.weights, saved.weights):
+        np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
+
+    # Without biases, the model has no place for 12 of the checkpoint's weights (3
+    # attentions, 4 projections each): an error naming them, not a model silently without.
+    without_biases = model_of(dataclasses.replace(with_biases, attention_bias=False))
+    with pytest.raises(ValueError, match=r"holds 12 weight\(s\) the model has none for \(decoder_layer_0/cross_attention/attention_output/bias, "):
+        checkpoints.restore_weights(without_biases, path)
+    # The other way round, the model's biases are missing from the checkpoint.
+    other_path = tf.train.Checkpoint(weights=checkpoints.named_weights(without_biases)).write(str(tmp_path / "other"))
+    with pytest.raises(AssertionError):
+        checkpoints.restore_weights(model_of(with_biases), other_path)
+
+
 def test_a_checkpoint_cut_off_while_saving_is_never_the_one_resumed(small_data, tmp_path):
     run_training(small_data, tmp_path, train_steps=3, checkpoint_every=3)
     # What a crash in the middle of saving step 6 leaves: data files, no index entry.
