@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from app import checkpoints
 from app.config import ModelConfig
+from app.fused_adam import FusedAdam
 from app.losses import summed_loss, summed_loss_and_nll
 from app.model import Transformer, build_transformer
 from app.output_loss import projected_loss_sum
@@ -112,8 +113,9 @@ class TrainConfig:
 
 
 def make_optimizer(model_config: ModelConfig, config: TrainConfig, total_steps, progress=None):
-    """Adam(0.9, 0.98, 1e-9) on the warmup / inverse-square-root schedule, with the
-    configured share of `total_steps` at the end annealed linearly to zero.
+    """Adam(0.9, 0.98, 1e-9), fused (`app.fused_adam`), on the warmup / inverse-square-
+    root schedule, with the configured share of `total_steps` at the end annealed
+    linearly to zero.
 
     With a `checkpoints.Progress`, the schedule reads the run's length from its
     variables instead, so that a time budget can move the end; the warmup stays that of
@@ -125,7 +127,7 @@ def make_optimizer(model_config: ModelConfig, config: TrainConfig, total_steps, 
     schedule = WarmupInverseSqrt(
         model_config.d_model, config.resolved_warmup(total_steps), config.learning_rate_scale, **length
     )
-    optimizer = keras.optimizers.Adam(
+    optimizer = FusedAdam(
         schedule, beta_1=config.adam_beta_1, beta_2=config.adam_beta_2, epsilon=config.adam_epsilon
     )
     if config.precision == "mixed_float16":
