@@ -6,6 +6,7 @@
     python benchmarks/bench_training.py --settings float32,float32+plain-loss   # the fused loss
     python benchmarks/bench_training.py --settings mixed_bfloat16+keras-dropout,mixed_bfloat16+dropout
     python benchmarks/bench_training.py --settings mixed_bfloat16+dropout+keras-layernorm,mixed_bfloat16+dropout
+    python benchmarks/bench_training.py --size small --settings float32+dropout+attention-bias,float32+dropout
 
 Every setting trains the same model from the same initial weights on the same Multi30k
 batches, each in a fresh process (the precision policy is process-wide). Printed: non-
@@ -18,7 +19,9 @@ ones: they train with the size's dropout, drawn by `layers/dropout.py` (16 rando
 decision) or, in "keras-dropout", by Keras's own `Dropout` (32 bits), and their loss gaps
 include dropout's noise. The "keras-layernorm" ones normalize with Keras's own
 `LayerNormalization` (gradient by autodiff) instead of `layers/layer_normalization.py`
-(gradient written out).
+(gradient written out). The "attention-bias" ones give the four attention projections
+biases (`--attention-bias`), which the model leaves out by default, as the paper does.
+The "keras-adam" ones update with Keras's `Adam` instead of `app.fused_adam.FusedAdam`.
 """
 
 import argparse
@@ -52,6 +55,18 @@ SETTINGS = {
     "mixed_bfloat16+dropout+keras-layernorm": dict(
         precision="mixed_bfloat16", jit=False, fused_loss=True, dropout="project", layer_norm="keras"
     ),
+    "float32+dropout+keras-adam": dict(
+        precision="float32", jit=False, fused_loss=True, dropout="project", optimizer="keras"
+    ),
+    "mixed_bfloat16+dropout+keras-adam": dict(
+        precision="mixed_bfloat16", jit=False, fused_loss=True, dropout="project", optimizer="keras"
+    ),
+    "float32+dropout+attention-bias": dict(
+        precision="float32", jit=False, fused_loss=True, dropout="project", attention_bias=True
+    ),
+    "mixed_bfloat16+dropout+attention-bias": dict(
+        precision="mixed_bfloat16", jit=False, fused_loss=True, dropout="project", attention_bias=True
+    ),
 }
 
 def run_one(args):
@@ -81,6 +96,14 @@ def run_one(args):
         # This process only: the model's layer norms differentiate as Keras's own do.
         LayerNormalization.call = keras.layers.LayerNormalization.call
     overrides = {} if dropout else {"dropout": 0.0}
+    if setting.get("optimizer") == "keras":
+        # This process only: Keras's own Adam, a dozen ops per variable, in place of the
+        # fused one.
+        import app.training
+
+        app.training.FusedAdam = keras.optimizers.Adam
+    if setting.get("attention_bias"):
+        overrides["attention_bias"] = True
     config = ModelConfig.from_size(args.size, vocab_size=data.tokenizer.vocab_size, **overrides)
     keras.config.set_dtype_policy(setting["precision"])
     keras.utils.set_random_seed(0)

@@ -52,6 +52,9 @@ ROW_VOCAB_SIZE = 8000
 # And that run's dropout, 0.3: tiny's default then (it is 0.2 now). The dropout rows
 # (D1, D2) override it, since their flags come later on the command line.
 ROW_DROPOUT = 0.3
+# And that run's attention projections, which had biases then (they have none now, as in
+# the paper): without them a row trained before could not be resumed either.
+ROW_ATTENTION_BIAS = ["--attention-bias"]
 
 
 def parse_args(argv=None):
@@ -85,7 +88,7 @@ def train_command(args, row):
         sys.executable, os.path.join(ROOT, "train.py"),
         "--model-dir", os.path.join(args.runs_dir, row),
         "--train-steps", str(args.steps), "--warmup-steps", str(args.warmup_steps), "--cooldown-fraction", "0",
-        "--vocab-size", str(args.vocab_size), "--dropout", str(ROW_DROPOUT),
+        "--vocab-size", str(args.vocab_size), "--dropout", str(ROW_DROPOUT), *ROW_ATTENTION_BIAS,
         # Only the final evaluation; two checkpoints are enough to resume.
         "--eval-every", "0", "--checkpoint-every", "250", "--keep-checkpoints", "2",
         *flags, *args.extra,

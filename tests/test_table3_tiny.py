@@ -18,7 +18,7 @@ def test_every_row_trains_the_default_recipe_with_only_its_own_change(tmp_path):
         table3_tiny.os.path.join(table3_tiny.ROOT, "train.py"),
         "--model-dir", str(tmp_path / "base"),
         "--train-steps", "300", "--warmup-steps", "720", "--cooldown-fraction", "0",
-        "--vocab-size", "8000", "--dropout", "0.3",
+        "--vocab-size", "8000", "--dropout", "0.3", "--attention-bias",
         "--eval-every", "0", "--checkpoint-every", "250", "--keep-checkpoints", "2",
         "--eval-sentences", "50",
     ]
@@ -29,6 +29,7 @@ def test_every_row_trains_the_default_recipe_with_only_its_own_change(tmp_path):
     d2 = train.parse_args(table3_tiny.train_command(args, "D2")[2:])
     assert d2.dropout == 0.1
     assert train.parse_args(base[2:]).dropout == 0.3
+    assert train.parse_args(base[2:]).attention_bias is True
 
 
 def test_unknown_rows_are_refused():
