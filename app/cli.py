@@ -42,7 +42,8 @@ def add_model_arguments(parser: argparse.ArgumentParser):
         "--attention-bias",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="biases in the attention projections (default: none, as in the paper)",
+        help="biases in the attention projections (--attention-bias) or none, as in the paper "
+        "(--no-attention-bias); default per size: biases for tiny, none otherwise",
     )
     group.add_argument("--max-positions", type=int, help="most positions the positional encoding covers")
     return group

@@ -52,8 +52,8 @@ ROW_VOCAB_SIZE = 8000
 # And that run's dropout, 0.3: tiny's default then (it is 0.2 now). The dropout rows
 # (D1, D2) override it, since their flags come later on the command line.
 ROW_DROPOUT = 0.3
-# And that run's attention projections, which had biases then (they have none now, as in
-# the paper): without them a row trained before could not be resumed either.
+# And that run's attention projections, with biases (tiny's default; the paper's sizes
+# have none): should tiny's default change, a row trained before still resumes.
 ROW_ATTENTION_BIAS = ["--attention-bias"]
 
 

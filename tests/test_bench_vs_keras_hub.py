@@ -61,16 +61,17 @@ def test_keras_hub_peer_has_the_projects_layers_plus_its_own_embeddings_and_outp
         decoder_layer = 2 * attention + (2 * d * f + f + d) + 3 * 2 * d  # 2 attentions, FFN, 3 norms
         return n * (encoder_layer + decoder_layer)
 
-    # The project's attention projections have no biases, as in the paper; keras-hub's do.
-    assert not ModelConfig.from_size("tiny").attention_bias
+    # Tiny's attention projections have biases, like keras-hub's (the paper's sizes have none).
+    assert ModelConfig.from_size("tiny").attention_bias
+    assert not ModelConfig.from_size("small").attention_bias
     assert (layer_weights(False), layer_weights(True)) == (1_318_912, 1_325_056)
     # One shared embedding, sinusoidal positions; tiny is pre-norm, so each stack ends
     # with a LayerNorm of its own (keras-hub's pre-norm layers leave that out).
     assert ModelConfig.from_size("tiny").norm_first
-    project = layer_weights(False) + v * d + 2 * 2 * d
+    project = layer_weights(True) + v * d + 2 * 2 * d
     # Source and target embeddings, 40 learned positions each, output Dense with bias.
     peer = layer_weights(True) + 2 * v * d + 2 * 40 * d + (d * v + v)
-    assert (project, peer) == (2_343_424, 4_415_296)
+    assert (project, peer) == (2_349_568, 4_415_296)
 
     assert build_transformer(config).count_params() == project
     keras_hub_model = build_keras_hub_transformer(config)

@@ -79,13 +79,14 @@ def test_norm_placement_can_be_set_either_way_whatever_the_size_default():
     assert norm_first("--size", "base", "--norm-first") is True
 
 
-def test_attention_biases_are_off_unless_asked_for():
+def test_attention_biases_follow_the_size_and_can_be_set_either_way():
     import train
     from app.cli import model_config_from_args
 
     def attention_bias(*flags):
         return model_config_from_args(train.parse_args(list(flags)), vocab_size=8000).attention_bias
 
-    assert attention_bias() is False  # the paper's W^Q, W^K, W^V and W^O have none
-    assert attention_bias("--size", "base") is False
-    assert attention_bias("--attention-bias") is True
+    assert attention_bias() is True  # tiny: like the published Transformer-Tiny
+    assert attention_bias("--no-attention-bias") is False
+    assert attention_bias("--size", "base") is False  # the paper's W^Q, W^K, W^V and W^O have none
+    assert attention_bias("--size", "small", "--attention-bias") is True
