@@ -7,15 +7,16 @@ does the same arithmetic in one kernel and one pass. On a 2-core CPU that took K
 update from about 24 ms to about 10 ms a step for the 7.6M parameters of the small
 model (README, Speed).
 
-The arithmetic is Keras's own, term for term:
+The arithmetic is Keras's own, term for term (TensorFlow's CPU kernel writes it the
+same way):
 
-    m <- m + (1 - beta_1) (g - m)           (ResourceApplyAdam: beta_1 m + (1 - beta_1) g)
+    m <- m + (1 - beta_1) (g - m)
     v <- v + (1 - beta_2) (g^2 - v)
     alpha = lr sqrt(1 - beta_2^t) / (1 - beta_1^t)
     variable <- variable - alpha m / (sqrt(v) + epsilon)
 
 with the same variables (`iterations`, the momentums and velocities), so checkpoints
-move freely between this optimizer and Keras's. Other backends, `amsgrad` and gradients
+move freely between this optimizer and Keras's. Other backends, `amsgrad` and variables
 that are not float32 take Keras's path.
 """
 
@@ -38,8 +39,10 @@ class FusedAdam(keras.optimizers.Adam):
             return super().update_step(gradient, variable, learning_rate)
         index = self._get_variable_index(variable)
         momentum, velocity = self._momentums[index].value, self._velocities[index].value
-        # Sparse gradients (an embedding's lookups) are applied densely, as Keras's
-        # arithmetic on them does too.
+        # A sparse gradient (an embedding's lookups) is applied densely, a row looked up
+        # twice by the sum of its slices: the true gradient, and what the train step,
+        # which densifies its gradients, feeds anyway. (Keras's own arithmetic on
+        # IndexedSlices squares such slices one by one.)
         gradient = tf.cast(tf.convert_to_tensor(gradient), tf.float32)
         step = tf.cast(self.iterations + 1, tf.float32)
         beta_1 = tf.constant(self.beta_1, tf.float32)

@@ -20,7 +20,8 @@ decision) or, in "keras-dropout", by Keras's own `Dropout` (32 bits), and their 
 include dropout's noise. The "keras-layernorm" ones normalize with Keras's own
 `LayerNormalization` (gradient by autodiff) instead of `layers/layer_normalization.py`
 (gradient written out). The "attention-bias" ones give the four attention projections
-biases (`--attention-bias`), which the model leaves out by default, as the paper does.
+biases (`--attention-bias`), which the paper's sizes, small among them, leave out (tiny
+has them by default, so for tiny the setting changes nothing).
 The "keras-adam" ones update with Keras's `Adam` instead of `app.fused_adam.FusedAdam`.
 """
 
