@@ -148,16 +148,21 @@ def restore_weights(model, path):
 
     Raises:
         ValueError: naming them, if the checkpoint holds weights the model has no place
-            for (a model built from another configuration than the checkpoint's).
+            for, or lacks weights the model has (a model built from another
+            configuration than the checkpoint's).
     """
     weights = named_weights(model)
-    unplaced = sorted(saved_weight_paths(path) - set(weights))
-    if unplaced:
-        shown = ", ".join(unplaced[:4]) + (f" and {len(unplaced) - 4} more" if len(unplaced) > 4 else "")
-        raise ValueError(
-            f"{path} holds {len(unplaced)} weight(s) the model has none for ({shown}): "
-            "it was built from another configuration than the checkpoint's"
-        )
+    saved = saved_weight_paths(path)
+    for names, what in (
+        (sorted(saved - set(weights)), "holds {} weight(s) the model has none for"),
+        (sorted(set(weights) - saved), "lacks {} weight(s) the model has"),
+    ):
+        if names:
+            shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+            raise ValueError(
+                f"{path} {what.format(len(names))} ({shown}): "
+                "the model was built from another configuration than the checkpoint's"
+            )
     # read(), not restore(): it ignores the save counter, which weights-only use needs not.
     status = tf.train.Checkpoint(weights=weights).read(path)
     status.expect_partial().assert_existing_objects_matched()
