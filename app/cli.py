@@ -14,6 +14,7 @@ _OVERRIDES = {
     "value_dim": (int, "d_v per head (default d_k)"),
     "dropout": (float, "P_drop on sub-layer outputs and embeddings"),
     "attention_dropout": (float, "dropout on attention weights"),
+    "inner_dropout": (float, "dropout after the feed-forward ReLU"),
     "label_smoothing": (float, "epsilon_ls of the loss"),
 }
 

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -48,7 +50,6 @@ def test_each_size_resolves_its_own_recipe_and_flags_override_it():
 
 
 def test_the_default_length_comes_with_a_time_budget_and_a_length_asked_for_without():
-    import pytest
 
     import train
     from app.train_command import train_config_from_args
@@ -90,3 +91,18 @@ def test_attention_biases_follow_the_size_and_can_be_set_either_way():
     assert attention_bias("--no-attention-bias") is False
     assert attention_bias("--size", "base") is False  # the paper's W^Q, W^K, W^V and W^O have none
     assert attention_bias("--size", "small", "--attention-bias") is True
+
+
+def test_the_three_dropouts_are_separate_flags_on_top_of_the_size():
+    import train
+    from app.cli import model_config_from_args
+
+    def dropouts(*flags):
+        config = model_config_from_args(train.parse_args(list(flags)), vocab_size=8000)
+        return config.dropout, config.attention_dropout, config.inner_dropout
+
+    assert dropouts() == (0.2, 0.0, 0.0)  # tiny: P_drop 0.2, nothing on the weights or the ReLU
+    assert dropouts("--inner-dropout", "0.1") == (0.2, 0.0, 0.1)
+    assert dropouts("--attention-dropout", "0.1", "--dropout", "0.3") == (0.3, 0.1, 0.0)
+    with pytest.raises(ValueError, match="inner_dropout must be in \\[0, 1\\), got 1.5"):
+        dropouts("--inner-dropout", "1.5")
