@@ -3,6 +3,7 @@
     python benchmarks/table3_tiny.py                        # every row, 1,000 steps each
     python benchmarks/table3_tiny.py --steps 2000 --rows base,A1,D3
     python benchmarks/table3_tiny.py --print-only           # the table from finished runs
+    python benchmarks/table3_tiny.py --rows base,A1 --seeds 1,2,3   # each row 3 times: mean and range
 
 Each row is `python train.py` (tiny, en->de, the default recipe) with one change, for the
 same number of steps, warmup and seed, so every row sees the same batches in the same
@@ -13,6 +14,13 @@ paper's Table 3) and greedy validation BLEU at the last step, with each row's pa
 
 Short runs answer "which learns faster on 29k sentence pairs", not "which ends better
 after convergence": read the table with its step count.
+
+One run per row cannot tell a change from luck: at 1,000 steps the base row alone spans
+more than a perplexity point and nearly two BLEU points over seeds (README). `--seeds`
+trains every row once per seed (the seed sets the initial weights, the batch order and
+dropout's masks) and prints each figure as the mean over the seeds, with their range.
+Seed 1, train.py's default, keeps a row's plain directory, so rows trained before seeds
+were a flag still count; seed N trains in `<row>-seedN/`.
 """
 
 import argparse
@@ -69,6 +77,9 @@ def parse_args(argv=None):
         "--vocab-size", type=int, default=ROW_VOCAB_SIZE,
         help=f"subword vocabulary of every row (default: {ROW_VOCAB_SIZE}, as the README's rows)",
     )
+    parser.add_argument(
+        "--seeds", default="1", help="comma-separated seeds: every row is trained once per seed (default: 1)"
+    )
     parser.add_argument("--runs-dir", default=os.path.join(ROOT, "runs", "table3"))
     parser.add_argument("--print-only", action="store_true", help="print the table from finished runs; train nothing")
     parser.add_argument("extra", nargs=argparse.REMAINDER, help="after --: more train.py flags for every row")
@@ -77,21 +88,33 @@ def parse_args(argv=None):
     unknown = [row for row in args.rows if row not in ROWS]
     if unknown:
         parser.error(f"unknown rows {unknown}; known: {', '.join(ROWS)}")
+    try:
+        args.seeds = [int(seed) for seed in args.seeds.split(",") if seed.strip()]
+    except ValueError:
+        parser.error(f"--seeds must be comma-separated integers, got {args.seeds!r}")
+    if not args.seeds or len(set(args.seeds)) != len(args.seeds):
+        parser.error(f"--seeds must name at least one seed, each once; got {args.seeds}")
     if args.extra and args.extra[0] == "--":
         args.extra = args.extra[1:]
     return args
 
 
-def train_command(args, row):
+def run_dir(args, row, seed=1):
+    """Where `row` trains with `seed`: the row's own directory for seed 1, train.py's
+    default, so that runs from before seeds were a flag still count."""
+    return os.path.join(args.runs_dir, row if seed == 1 else f"{row}-seed{seed}")
+
+
+def train_command(args, row, seed=1):
     _, flags = ROWS[row]
     return [
         sys.executable, os.path.join(ROOT, "train.py"),
-        "--model-dir", os.path.join(args.runs_dir, row),
+        "--model-dir", run_dir(args, row, seed),
         "--train-steps", str(args.steps), "--warmup-steps", str(args.warmup_steps), "--cooldown-fraction", "0",
         "--vocab-size", str(args.vocab_size), "--dropout", str(ROW_DROPOUT), *ROW_ATTENTION_BIAS,
         # Only the final evaluation; two checkpoints are enough to resume.
         "--eval-every", "0", "--checkpoint-every", "250", "--keep-checkpoints", "2",
-        *flags, *args.extra,
+        "--seed", str(seed), *flags, *args.extra,
     ]
 
 
@@ -117,24 +140,41 @@ def parameter_count(model_dir):
     return build_transformer(config).count_params()
 
 
+def summarize(values):
+    """`12.34` for one value; `12.34 (11.00-13.50)`, the mean and the range, for several."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return ""
+    mean = sum(values) / len(values)
+    if len(values) == 1:
+        return f"{mean:.2f}"
+    return f"{mean:.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
 def table(args):
+    several = len(args.seeds) > 1
     lines = [
-        f"Multi30k en->de validation after {args.steps:,} steps (tiny, greedy decoding for BLEU)",
+        f"Multi30k en->de validation after {args.steps:,} steps (tiny, greedy decoding for BLEU)"
+        + (f"; mean (range) over seeds {', '.join(map(str, args.seeds))}" if several else ""),
         "",
-        "| row | change | params | perplexity | BLEU |",
-        "| --- | --- | --- | --- | --- |",
+        "| row | change | params | " + ("seeds | " if several else "") + "perplexity | BLEU |",
+        "| --- | --- | --- | " + ("--- | " if several else "") + "--- | --- |",
     ]
     for row in args.rows:
-        model_dir = os.path.join(args.runs_dir, row)
-        entry = final_evaluation(model_dir, args.steps)
-        if entry is None:
-            lines.append(f"| {row} | {ROWS[row][0]} | | not run | |")
-            continue
-        perplexity = entry.get("valid_perplexity")
-        lines.append(
-            f"| {row} | {ROWS[row][0]} | {parameter_count(model_dir) / 1e6:.2f}M | "
-            f"{'' if perplexity is None else f'{perplexity:.2f}'} | {entry.get('bleu', float('nan')):.2f} |"
-        )
+        finished = {}
+        for seed in args.seeds:
+            entry = final_evaluation(run_dir(args, row, seed), args.steps)
+            if entry is not None:
+                finished[seed] = entry
+        seeds_cell = [", ".join(map(str, finished))] if several else []
+        if not finished:
+            cells = [row, ROWS[row][0], "", *seeds_cell, "not run", ""]
+        else:
+            params = parameter_count(run_dir(args, row, next(iter(finished)))) / 1e6
+            perplexity = summarize([entry.get("valid_perplexity") for entry in finished.values()])
+            bleu = summarize([entry.get("bleu") for entry in finished.values()])
+            cells = [row, ROWS[row][0], f"{params:.2f}M", *seeds_cell, perplexity, bleu]
+        lines.append("|" + "|".join(f" {cell} " if cell else " " for cell in cells) + "|")
     return "\n".join(lines)
 
 
@@ -143,13 +183,15 @@ def main(argv=None):
     if not args.print_only:
         os.makedirs(args.runs_dir, exist_ok=True)
         for row in args.rows:
-            if final_evaluation(os.path.join(args.runs_dir, row), args.steps) is not None:
-                print(f"{row}: finished earlier, kept", flush=True)
-                continue
-            command = train_command(args, row)
-            print(f"{row}: {' '.join(command[1:])}", flush=True)
-            with open(os.path.join(args.runs_dir, f"{row}.log"), "a") as log:
-                subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+            for seed in args.seeds:
+                name = os.path.basename(run_dir(args, row, seed))
+                if final_evaluation(run_dir(args, row, seed), args.steps) is not None:
+                    print(f"{name}: finished earlier, kept", flush=True)
+                    continue
+                command = train_command(args, row, seed)
+                print(f"{name}: {' '.join(command[1:])}", flush=True)
+                with open(os.path.join(args.runs_dir, f"{name}.log"), "a") as log:
+                    subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
     print(table(args))
 
 

@@ -20,7 +20,7 @@ def test_every_row_trains_the_default_recipe_with_only_its_own_change(tmp_path):
         "--train-steps", "300", "--warmup-steps", "720", "--cooldown-fraction", "0",
         "--vocab-size", "8000", "--dropout", "0.3", "--attention-bias",
         "--eval-every", "0", "--checkpoint-every", "250", "--keep-checkpoints", "2",
-        "--eval-sentences", "50",
+        "--seed", "1", "--eval-sentences", "50",
     ]
     a1 = table3_tiny.train_command(args, "A1")
     assert a1[3] == str(tmp_path / "A1")
@@ -32,9 +32,32 @@ def test_every_row_trains_the_default_recipe_with_only_its_own_change(tmp_path):
     assert train.parse_args(base[2:]).attention_bias is True
 
 
-def test_unknown_rows_are_refused():
+def test_other_seeds_train_the_same_command_in_their_own_directory(tmp_path):
+    args = table3_tiny.parse_args(["--seeds", "1,2,3", "--runs-dir", str(tmp_path)])
+    assert args.seeds == [1, 2, 3]
+    seed_1 = table3_tiny.train_command(args, "A1", 1)
+    seed_3 = table3_tiny.train_command(args, "A1", 3)
+    # Seed 1 keeps the row's plain directory, where runs from before --seeds live.
+    assert seed_1[3] == str(tmp_path / "A1")
+    assert seed_3[3] == str(tmp_path / "A1-seed3")
+    at = seed_3.index("--seed")
+    assert seed_3[at:at + 2] == ["--seed", "3"]
+    assert seed_3[:3] + seed_3[4:at] + seed_3[at + 2:] == seed_1[:3] + seed_1[4:at] + seed_1[at + 2:]
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--rows", "base,Z9"], "unknown rows ['Z9']"),
+        (["--seeds", "1,two"], "--seeds must be comma-separated integers, got '1,two'"),
+        (["--seeds", "2,2"], "each once; got [2, 2]"),
+        (["--seeds", ","], "at least one seed"),
+    ],
+)
+def test_unknown_rows_and_bad_seeds_are_refused_by_name(flags, message, capsys):
     with pytest.raises(SystemExit):
-        table3_tiny.parse_args(["--rows", "base,Z9"])
+        table3_tiny.parse_args(flags)
+    assert message in capsys.readouterr().err
 
 
 def test_the_table_reads_each_rows_final_evaluation(tmp_path, capsys):
@@ -57,3 +80,22 @@ def test_the_table_reads_each_rows_final_evaluation(tmp_path, capsys):
     params = build_transformer(config).count_params() / 1e6
     assert f"| D1 | (D) P_drop = 0.0 | {params:.2f}M | 20.12 | 21.46 |" in lines
     assert "| E | (E) learned positional embedding | | not run | |" in lines
+
+
+def test_several_seeds_print_the_mean_and_range_of_the_seeds_that_finished(tmp_path, capsys):
+    config = ModelConfig.from_size("tiny", vocab_size=300, num_layers=1, d_model=16, d_ff=32, num_heads=2)
+    finals = {"A1": (18.0, 21.0), "A1-seed2": (19.0, 20.0), "A1-seed3": (17.5, 22.6), "E-seed2": (16.0, 25.0)}
+    for name, (perplexity, bleu) in finals.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "settings.json").write_text(json.dumps({"model": config.to_dict()}))
+        record = {"step": 1000, "valid_loss": 3.0, "valid_perplexity": perplexity, "bleu": bleu}
+        (tmp_path / name / "metrics.jsonl").write_text(json.dumps(record) + "\n")
+
+    table3_tiny.main(["--print-only", "--rows", "A1,E,D1", "--seeds", "1,2,3", "--runs-dir", str(tmp_path)])
+    lines = capsys.readouterr().out.splitlines()
+    params = build_transformer(config).count_params() / 1e6
+    assert lines[0].endswith("; mean (range) over seeds 1, 2, 3")
+    assert "| row | change | params | seeds | perplexity | BLEU |" in lines
+    assert f"| A1 | (A) 1 head, d_k = d_v = 128 | {params:.2f}M | 1, 2, 3 | 18.17 (17.50-19.00) | 21.20 (20.00-22.60) |" in lines
+    assert f"| E | (E) learned positional embedding | {params:.2f}M | 2 | 16.00 | 25.00 |" in lines
+    assert "| D1 | (D) P_drop = 0.0 | | | not run | |" in lines
