@@ -184,8 +184,9 @@ def main(argv=None):
         os.makedirs(args.runs_dir, exist_ok=True)
         for row in args.rows:
             for seed in args.seeds:
-                name = os.path.basename(run_dir(args, row, seed))
-                if final_evaluation(run_dir(args, row, seed), args.steps) is not None:
+                model_dir = run_dir(args, row, seed)
+                name = os.path.basename(model_dir)
+                if final_evaluation(model_dir, args.steps) is not None:
                     print(f"{name}: finished earlier, kept", flush=True)
                     continue
                 command = train_command(args, row, seed)

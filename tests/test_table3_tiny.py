@@ -99,3 +99,19 @@ def test_several_seeds_print_the_mean_and_range_of_the_seeds_that_finished(tmp_p
     assert f"| A1 | (A) 1 head, d_k = d_v = 128 | {params:.2f}M | 1, 2, 3 | 18.17 (17.50-19.00) | 21.20 (20.00-22.60) |" in lines
     assert f"| E | (E) learned positional embedding | {params:.2f}M | 2 | 16.00 | 25.00 |" in lines
     assert "| D1 | (D) P_drop = 0.0 | | | not run | |" in lines
+
+
+def test_a_study_trains_only_the_seeds_not_finished_yet(tmp_path, monkeypatch, capsys):
+    config = ModelConfig.from_size("tiny", vocab_size=300, num_layers=1, d_model=16, d_ff=32, num_heads=2)
+    (tmp_path / "A1").mkdir()
+    (tmp_path / "A1" / "settings.json").write_text(json.dumps({"model": config.to_dict()}))
+    record = {"step": 1000, "valid_loss": 3.0, "valid_perplexity": 18.0, "bleu": 21.0}
+    (tmp_path / "A1" / "metrics.jsonl").write_text(json.dumps(record) + "\n")
+    trained = []
+    monkeypatch.setattr(table3_tiny.subprocess, "run", lambda command, **kwargs: trained.append(command))
+
+    table3_tiny.main(["--rows", "A1", "--seeds", "1,2", "--runs-dir", str(tmp_path)])
+    assert [command[3] for command in trained] == [str(tmp_path / "A1-seed2")]
+    assert trained[0] == table3_tiny.train_command(table3_tiny.parse_args(["--runs-dir", str(tmp_path)]), "A1", 2)
+    assert "A1: finished earlier, kept" in capsys.readouterr().out
+    assert (tmp_path / "A1-seed2.log").exists()
