@@ -151,14 +151,20 @@ def summarize(values):
     return f"{mean:.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
+def markdown_row(cells):
+    """`| a | b |`, with an empty cell as `| |`."""
+    return "|" + "|".join(f" {cell} " if cell else " " for cell in cells) + "|"
+
+
 def table(args):
     several = len(args.seeds) > 1
+    header = ["row", "change", "params", *(["seeds"] if several else []), "perplexity", "BLEU"]
     lines = [
         f"Multi30k en->de validation after {args.steps:,} steps (tiny, greedy decoding for BLEU)"
         + (f"; mean (range) over seeds {', '.join(map(str, args.seeds))}" if several else ""),
         "",
-        "| row | change | params | " + ("seeds | " if several else "") + "perplexity | BLEU |",
-        "| --- | --- | --- | " + ("--- | " if several else "") + "--- | --- |",
+        markdown_row(header),
+        markdown_row(["---"] * len(header)),
     ]
     for row in args.rows:
         finished = {}
@@ -174,7 +180,7 @@ def table(args):
             perplexity = summarize([entry.get("valid_perplexity") for entry in finished.values()])
             bleu = summarize([entry.get("bleu") for entry in finished.values()])
             cells = [row, ROWS[row][0], f"{params:.2f}M", *seeds_cell, perplexity, bleu]
-        lines.append("|" + "|".join(f" {cell} " if cell else " " for cell in cells) + "|")
+        lines.append(markdown_row(cells))
     return "\n".join(lines)
 
 
