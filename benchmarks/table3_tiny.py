@@ -18,7 +18,8 @@ after convergence": read the table with its step count.
 One run per row cannot tell a change from luck: at 1,000 steps the base row alone spans
 more than a perplexity point and nearly two BLEU points over seeds (README). `--seeds`
 trains every row once per seed (the seed sets the initial weights, the batch order and
-dropout's masks) and prints each figure as the mean over the seeds, with their range.
+dropout's masks) and prints each figure as the mean over the seeds, with their range,
+and, when the base row is among the rows, each row's difference from it seed by seed.
 Seed 1, train.py's default, keeps a row's plain directory, so rows trained before seeds
 were a flag still count; seed N trains in `<row>-seedN/`.
 """
@@ -156,9 +157,30 @@ def markdown_row(cells):
     return "|" + "|".join(f" {cell} " if cell else " " for cell in cells) + "|"
 
 
+def seed_by_seed(row_finals, base_finals, key):
+    """A row's difference from the base row with each seed both finished: `+1.58, -0.46`.
+
+    The spread between seeds is as large as most rows' effect (README), so the evidence
+    is whether a row differs the same way with every seed, not its mean."""
+    shared = [seed for seed in row_finals if seed in base_finals]
+    return ", ".join(f"{row_finals[seed][key] - base_finals[seed][key]:+.2f}" for seed in shared)
+
+
 def table(args):
+    finals = {}  # row -> {seed: its final evaluation record}, for the seeds that finished
+    for row in args.rows:
+        finals[row] = {}
+        for seed in args.seeds:
+            entry = final_evaluation(run_dir(args, row, seed), args.steps)
+            if entry is not None:
+                finals[row][seed] = entry
     several = len(args.seeds) > 1
-    header = ["row", "change", "params", *(["seeds"] if several else []), "perplexity", "BLEU"]
+    # With several seeds and the base row, each row's difference from it seed by seed.
+    against_base = several and "base" in args.rows
+    header = [
+        "row", "change", "params", *(["seeds"] if several else []), "perplexity", "BLEU",
+        *(["perplexity - base, by seed", "BLEU - base, by seed"] if against_base else []),
+    ]
     lines = [
         f"Multi30k en->de validation after {args.steps:,} steps (tiny, greedy decoding for BLEU)"
         + (f"; mean (range) over seeds {', '.join(map(str, args.seeds))}" if several else ""),
@@ -167,11 +189,7 @@ def table(args):
         markdown_row(["---"] * len(header)),
     ]
     for row in args.rows:
-        finished = {}
-        for seed in args.seeds:
-            entry = final_evaluation(run_dir(args, row, seed), args.steps)
-            if entry is not None:
-                finished[seed] = entry
+        finished = finals[row]
         seeds_cell = [", ".join(map(str, finished))] if several else []
         if not finished:
             cells = [row, ROWS[row][0], "", *seeds_cell, "not run", ""]
@@ -180,6 +198,12 @@ def table(args):
             perplexity = summarize([entry.get("valid_perplexity") for entry in finished.values()])
             bleu = summarize([entry.get("bleu") for entry in finished.values()])
             cells = [row, ROWS[row][0], f"{params:.2f}M", *seeds_cell, perplexity, bleu]
+        if against_base:
+            compared = row != "base" and finished
+            cells += [
+                seed_by_seed(finished, finals["base"], "valid_perplexity") if compared else "",
+                seed_by_seed(finished, finals["base"], "bleu") if compared else "",
+            ]
         lines.append(markdown_row(cells))
     return "\n".join(lines)
 

@@ -101,6 +101,38 @@ def test_several_seeds_print_the_mean_and_range_of_the_seeds_that_finished(tmp_p
     assert "| D1 | (D) P_drop = 0.0 | | | not run | |" in lines
 
 
+def test_with_the_base_row_each_row_is_compared_with_it_seed_by_seed(tmp_path, capsys):
+    config = ModelConfig.from_size("tiny", vocab_size=300, num_layers=1, d_model=16, d_ff=32, num_heads=2)
+    finals = {
+        "base": (17.5, 20.25), "base-seed2": (17.75, 21.5), "base-seed3": (16.75, 22.0),
+        # A1 without seed 2: compared with the seeds both rows finished.
+        "A1": (19.0, 20.5), "A1-seed3": (18.0, 20.75),
+    }
+    for name, (perplexity, bleu) in finals.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "settings.json").write_text(json.dumps({"model": config.to_dict()}))
+        record = {"step": 1000, "valid_loss": 3.0, "valid_perplexity": perplexity, "bleu": bleu}
+        (tmp_path / name / "metrics.jsonl").write_text(json.dumps(record) + "\n")
+
+    table3_tiny.main(["--print-only", "--rows", "base,A1,E", "--seeds", "1,2,3", "--runs-dir", str(tmp_path)])
+    lines = capsys.readouterr().out.splitlines()
+    params = build_transformer(config).count_params() / 1e6
+    assert "| row | change | params | seeds | perplexity | BLEU | perplexity - base, by seed | BLEU - base, by seed |" in lines
+    base_row = [line for line in lines if line.startswith("| base |")]
+    assert base_row == [
+        f"| base | {table3_tiny.ROWS['base'][0]} | {params:.2f}M | 1, 2, 3 | 17.33 (16.75-17.75) | 21.25 (20.25-22.00) | | |"
+    ]
+    assert (
+        f"| A1 | (A) 1 head, d_k = d_v = 128 | {params:.2f}M | 1, 3 | 18.50 (18.00-19.00) | 20.62 (20.50-20.75) "
+        "| +1.50, +1.25 | +0.25, -1.25 |"
+    ) in lines
+    assert "| E | (E) learned positional embedding | | | not run | | | |" in lines
+
+    # Without the base row there is nothing to compare with, and no such columns.
+    table3_tiny.main(["--print-only", "--rows", "A1", "--seeds", "1,3", "--runs-dir", str(tmp_path)])
+    assert "| row | change | params | seeds | perplexity | BLEU |" in capsys.readouterr().out.splitlines()
+
+
 def test_a_study_trains_only_the_seeds_not_finished_yet(tmp_path, monkeypatch, capsys):
     config = ModelConfig.from_size("tiny", vocab_size=300, num_layers=1, d_model=16, d_ff=32, num_heads=2)
     (tmp_path / "A1").mkdir()
