@@ -9,6 +9,9 @@ from app.model import build_transformer
 import train
 from benchmarks import table3_tiny
 
+# The model a fake run's settings.json describes: small, so counting its parameters is quick.
+RUN_CONFIG = ModelConfig.from_size("tiny", vocab_size=300, num_layers=1, d_model=16, d_ff=32, num_heads=2)
+
 
 def test_every_row_trains_the_default_recipe_with_only_its_own_change(tmp_path):
     args = table3_tiny.parse_args(["--steps", "300", "--runs-dir", str(tmp_path), "--", "--eval-sentences", "50"])
@@ -61,10 +64,9 @@ def test_unknown_rows_and_bad_seeds_are_refused_by_name(flags, message, capsys):
 
 
 def test_the_table_reads_each_rows_final_evaluation(tmp_path, capsys):
-    config = ModelConfig.from_size("tiny", vocab_size=300, num_layers=1, d_model=16, d_ff=32, num_heads=2)
     row = tmp_path / "D1"
     row.mkdir()
-    (row / "settings.json").write_text(json.dumps({"model": config.to_dict()}))
+    (row / "settings.json").write_text(json.dumps({"model": RUN_CONFIG.to_dict()}))
     records = [
         {"step": 500, "valid_loss": 4.0, "valid_perplexity": 30.0, "bleu": 10.0},
         {"step": 1000, "loss": 3.0},
@@ -77,23 +79,28 @@ def test_the_table_reads_each_rows_final_evaluation(tmp_path, capsys):
 
     table3_tiny.main(["--print-only", "--steps", "1000", "--rows", "D1,E", "--runs-dir", str(tmp_path)])
     lines = capsys.readouterr().out.splitlines()
-    params = build_transformer(config).count_params() / 1e6
+    params = build_transformer(RUN_CONFIG).count_params() / 1e6
     assert f"| D1 | (D) P_drop = 0.0 | {params:.2f}M | 20.12 | 21.46 |" in lines
     assert "| E | (E) learned positional embedding | | not run | |" in lines
 
 
-def test_several_seeds_print_the_mean_and_range_of_the_seeds_that_finished(tmp_path, capsys):
-    config = ModelConfig.from_size("tiny", vocab_size=300, num_layers=1, d_model=16, d_ff=32, num_heads=2)
-    finals = {"A1": (18.0, 21.0), "A1-seed2": (19.0, 20.0), "A1-seed3": (17.5, 22.6), "E-seed2": (16.0, 25.0)}
+def write_finished_runs(runs_dir, finals):
+    """Run directories that finished 1,000 steps: `finals` maps a directory name to its
+    final (perplexity, BLEU)."""
     for name, (perplexity, bleu) in finals.items():
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "settings.json").write_text(json.dumps({"model": config.to_dict()}))
+        (runs_dir / name).mkdir()
+        (runs_dir / name / "settings.json").write_text(json.dumps({"model": RUN_CONFIG.to_dict()}))
         record = {"step": 1000, "valid_loss": 3.0, "valid_perplexity": perplexity, "bleu": bleu}
-        (tmp_path / name / "metrics.jsonl").write_text(json.dumps(record) + "\n")
+        (runs_dir / name / "metrics.jsonl").write_text(json.dumps(record) + "\n")
+
+
+def test_several_seeds_print_the_mean_and_range_of_the_seeds_that_finished(tmp_path, capsys):
+    finals = {"A1": (18.0, 21.0), "A1-seed2": (19.0, 20.0), "A1-seed3": (17.5, 22.6), "E-seed2": (16.0, 25.0)}
+    write_finished_runs(tmp_path, finals)
 
     table3_tiny.main(["--print-only", "--rows", "A1,E,D1", "--seeds", "1,2,3", "--runs-dir", str(tmp_path)])
     lines = capsys.readouterr().out.splitlines()
-    params = build_transformer(config).count_params() / 1e6
+    params = build_transformer(RUN_CONFIG).count_params() / 1e6
     assert lines[0].endswith("; mean (range) over seeds 1, 2, 3")
     assert "| row | change | params | seeds | perplexity | BLEU |" in lines
     assert f"| A1 | (A) 1 head, d_k = d_v = 128 | {params:.2f}M | 1, 2, 3 | 18.17 (17.50-19.00) | 21.20 (20.00-22.60) |" in lines
@@ -102,21 +109,16 @@ def test_several_seeds_print_the_mean_and_range_of_the_seeds_that_finished(tmp_p
 
 
 def test_with_the_base_row_each_row_is_compared_with_it_seed_by_seed(tmp_path, capsys):
-    config = ModelConfig.from_size("tiny", vocab_size=300, num_layers=1, d_model=16, d_ff=32, num_heads=2)
     finals = {
         "base": (17.5, 20.25), "base-seed2": (17.75, 21.5), "base-seed3": (16.75, 22.0),
         # A1 without seed 2: compared with the seeds both rows finished.
         "A1": (19.0, 20.5), "A1-seed3": (18.0, 20.75),
     }
-    for name, (perplexity, bleu) in finals.items():
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "settings.json").write_text(json.dumps({"model": config.to_dict()}))
-        record = {"step": 1000, "valid_loss": 3.0, "valid_perplexity": perplexity, "bleu": bleu}
-        (tmp_path / name / "metrics.jsonl").write_text(json.dumps(record) + "\n")
+    write_finished_runs(tmp_path, finals)
 
     table3_tiny.main(["--print-only", "--rows", "base,A1,E", "--seeds", "1,2,3", "--runs-dir", str(tmp_path)])
     lines = capsys.readouterr().out.splitlines()
-    params = build_transformer(config).count_params() / 1e6
+    params = build_transformer(RUN_CONFIG).count_params() / 1e6
     assert "| row | change | params | seeds | perplexity | BLEU | perplexity - base, by seed | BLEU - base, by seed |" in lines
     base_row = [line for line in lines if line.startswith("| base |")]
     assert base_row == [
@@ -134,11 +136,7 @@ def test_with_the_base_row_each_row_is_compared_with_it_seed_by_seed(tmp_path, c
 
 
 def test_a_study_trains_only_the_seeds_not_finished_yet(tmp_path, monkeypatch, capsys):
-    config = ModelConfig.from_size("tiny", vocab_size=300, num_layers=1, d_model=16, d_ff=32, num_heads=2)
-    (tmp_path / "A1").mkdir()
-    (tmp_path / "A1" / "settings.json").write_text(json.dumps({"model": config.to_dict()}))
-    record = {"step": 1000, "valid_loss": 3.0, "valid_perplexity": 18.0, "bleu": 21.0}
-    (tmp_path / "A1" / "metrics.jsonl").write_text(json.dumps(record) + "\n")
+    write_finished_runs(tmp_path, {"A1": (18.0, 21.0)})
     trained = []
     monkeypatch.setattr(table3_tiny.subprocess, "run", lambda command, **kwargs: trained.append(command))
 
