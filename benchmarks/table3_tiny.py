@@ -199,10 +199,9 @@ def table(args):
             bleu = summarize([entry.get("bleu") for entry in finished.values()])
             cells = [row, ROWS[row][0], f"{params:.2f}M", *seeds_cell, perplexity, bleu]
         if against_base:
-            compared = row != "base" and finished
             cells += [
-                seed_by_seed(finished, finals["base"], "valid_perplexity") if compared else "",
-                seed_by_seed(finished, finals["base"], "bleu") if compared else "",
+                seed_by_seed(finished, finals["base"], key) if row != "base" else ""
+                for key in ("valid_perplexity", "bleu")
             ]
         lines.append(markdown_row(cells))
     return "\n".join(lines)
