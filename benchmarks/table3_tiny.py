@@ -159,11 +159,17 @@ def markdown_row(cells):
 
 def seed_by_seed(row_finals, base_finals, key):
     """A row's difference from the base row with each seed both finished: `+1.58, -0.46`.
+    Seeds whose records lack `key` (BLEU, with train.py's --no-bleu) are left out, as
+    `summarize` leaves them out of the mean.
 
     The spread between seeds is as large as most rows' effect (README), so the evidence
     is whether a row differs the same way with every seed, not its mean."""
-    shared = [seed for seed in row_finals if seed in base_finals]
-    return ", ".join(f"{row_finals[seed][key] - base_finals[seed][key]:+.2f}" for seed in shared)
+    differences = [
+        row_finals[seed].get(key) - base_finals[seed].get(key)
+        for seed in row_finals
+        if seed in base_finals and None not in (row_finals[seed].get(key), base_finals[seed].get(key))
+    ]
+    return ", ".join(f"{difference:+.2f}" for difference in differences)
 
 
 def table(args):

@@ -86,11 +86,13 @@ def test_the_table_reads_each_rows_final_evaluation(tmp_path, capsys):
 
 def write_finished_runs(runs_dir, finals):
     """Run directories that finished 1,000 steps: `finals` maps a directory name to its
-    final (perplexity, BLEU)."""
+    final (perplexity, BLEU); BLEU None is a run trained with --no-bleu, which records none."""
     for name, (perplexity, bleu) in finals.items():
         (runs_dir / name).mkdir()
         (runs_dir / name / "settings.json").write_text(json.dumps({"model": RUN_CONFIG.to_dict()}))
-        record = {"step": 1000, "valid_loss": 3.0, "valid_perplexity": perplexity, "bleu": bleu}
+        record = {"step": 1000, "valid_loss": 3.0, "valid_perplexity": perplexity}
+        if bleu is not None:
+            record["bleu"] = bleu
         (runs_dir / name / "metrics.jsonl").write_text(json.dumps(record) + "\n")
 
 
@@ -133,6 +135,17 @@ def test_with_the_base_row_each_row_is_compared_with_it_seed_by_seed(tmp_path, c
     # Without the base row there is nothing to compare with, and no such columns.
     table3_tiny.main(["--print-only", "--rows", "A1", "--seeds", "1,3", "--runs-dir", str(tmp_path)])
     assert "| row | change | params | seeds | perplexity | BLEU |" in capsys.readouterr().out.splitlines()
+
+
+def test_runs_without_bleu_leave_its_cells_empty_and_are_compared_on_perplexity(tmp_path, capsys):
+    write_finished_runs(
+        tmp_path, {"base": (17.5, None), "base-seed2": (18.0, None), "D3": (16.25, None), "D3-seed2": (17.5, None)}
+    )
+
+    table3_tiny.main(["--print-only", "--rows", "base,D3", "--seeds", "1,2", "--runs-dir", str(tmp_path)])
+    lines = capsys.readouterr().out.splitlines()
+    params = build_transformer(RUN_CONFIG).count_params() / 1e6
+    assert f"| D3 | (D) epsilon_ls = 0.0 | {params:.2f}M | 1, 2 | 16.88 (16.25-17.50) | | -1.25, -0.50 | |" in lines
 
 
 def test_a_study_trains_only_the_seeds_not_finished_yet(tmp_path, monkeypatch, capsys):
