@@ -59,6 +59,13 @@ def add_training_arguments(parser):
     group.add_argument("--accumulate", type=int, default=1, help="micro-batches per update (gradient accumulation)")
     group.add_argument("--warmup-steps", type=int, help="warmup steps (default: 4000, or 8%% of a shorter run)")
     group.add_argument("--learning-rate-scale", type=float, help="multiplier on the paper's schedule (default: per size)")
+    group.add_argument(
+        "--weight-decay",
+        type=float,
+        default=0.0,
+        help="decoupled weight decay (AdamW) of the weight matrices and embeddings: each step multiplies them by "
+        "1 - learning rate * this (default 0: the paper's Adam)",
+    )
     group.add_argument("--cooldown-fraction", type=float, help="final fraction of the run over which the learning rate falls linearly to zero (default: per size)")
     group.add_argument(
         "--precision",
@@ -111,6 +118,7 @@ def train_config_from_args(args):
         warmup_steps=args.warmup_steps,
         learning_rate_scale=_or_default(args.learning_rate_scale, defaults["learning_rate_scale"]),
         cooldown_fraction=_or_default(args.cooldown_fraction, defaults.get("cooldown_fraction", 0.0)),
+        weight_decay=args.weight_decay,
         precision=resolve_precision(args.precision),
         jit=args.jit,
         log_every=args.log_every,

@@ -60,6 +60,10 @@ class TrainConfig:
     adam_beta_1: float = 0.9
     adam_beta_2: float = 0.98
     adam_epsilon: float = 1e-9
+    # Decoupled weight decay (AdamW, Loshchilov & Hutter, 2019): before each update, every
+    # weight matrix and embedding is multiplied by (1 - learning rate * weight_decay);
+    # biases and layer-norm parameters are not decayed. 0: the paper's plain Adam.
+    weight_decay: float = 0.0
     # "float32", "mixed_float16" (with dynamic loss scaling) or "mixed_bfloat16".
     precision: str = "float32"
     # Compile the forward and backward pass with XLA.
@@ -94,6 +98,8 @@ class TrainConfig:
             raise ValueError(f"accumulate must be at least 1, got {self.accumulate}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision={self.precision!r}, expected one of {PRECISIONS}")
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise ValueError(f"weight_decay must be a non-negative number, got {self.weight_decay}")
         if not 0.0 <= self.cooldown_fraction <= 1.0:
             raise ValueError(f"cooldown_fraction must be between 0 and 1, got {self.cooldown_fraction}")
         if self.keep_checkpoints < 1:
@@ -112,10 +118,16 @@ class TrainConfig:
         return cooldown_steps(total_steps, self.cooldown_fraction) if total_steps else 0
 
 
+# The variables weight decay leaves alone, by name: `Dense` biases and
+# `LayerNormalization`'s gamma and beta, the model's only vectors
+# (tests/test_training.py pins that every matrix is decayed and no vector is).
+NOT_DECAYED = ("bias", "gamma", "beta")
+
+
 def make_optimizer(model_config: ModelConfig, config: TrainConfig, total_steps, progress=None):
     """Adam(0.9, 0.98, 1e-9), fused (`app.fused_adam`), on the warmup / inverse-square-
     root schedule, with the configured share of `total_steps` at the end annealed
-    linearly to zero.
+    linearly to zero; with `config.weight_decay`, AdamW's decay of the weight matrices.
 
     With a `checkpoints.Progress`, the schedule reads the run's length from its
     variables instead, so that a time budget can move the end; the warmup stays that of
@@ -128,8 +140,14 @@ def make_optimizer(model_config: ModelConfig, config: TrainConfig, total_steps, 
         model_config.d_model, config.resolved_warmup(total_steps), config.learning_rate_scale, **length
     )
     optimizer = FusedAdam(
-        schedule, beta_1=config.adam_beta_1, beta_2=config.adam_beta_2, epsilon=config.adam_epsilon
+        schedule,
+        beta_1=config.adam_beta_1,
+        beta_2=config.adam_beta_2,
+        epsilon=config.adam_epsilon,
+        weight_decay=config.weight_decay or None,
     )
+    if config.weight_decay:
+        optimizer.exclude_from_weight_decay(var_names=NOT_DECAYED)
     if config.precision == "mixed_float16":
         # float16 gradients underflow without scaling; bfloat16 has float32's range.
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)

@@ -43,8 +43,10 @@ def main(optimizer_name):
             model = build_transformer(config)
             if optimizer_name == "sgd":
                 optimizer = keras.optimizers.SGD(learning_rate=0.5)
-            else:
-                optimizer = make_optimizer(config, TrainConfig(train_steps=10, warmup_steps=2), 10)
+            else:  # "adam", or "adamw": with weight decay, strong enough to show
+                weight_decay = 0.2 if optimizer_name == "adamw" else 0.0
+                train_config = TrainConfig(train_steps=10, warmup_steps=2, weight_decay=weight_decay)
+                optimizer = make_optimizer(config, train_config, 10)
             optimizer.build(model.trainable_variables)
         return model, optimizer
 

@@ -16,7 +16,7 @@ from app.config import ModelConfig
 from app.losses import smoothed_cross_entropy, summed_loss
 from app.model import build_transformer
 from app.schedule import WarmupInverseSqrt
-from app.training import NonFiniteLoss, TrainConfig, make_train_step, train
+from app.training import NonFiniteLoss, TrainConfig, make_optimizer, make_train_step, train
 from data.config import DataConfig
 
 
@@ -136,6 +136,45 @@ def test_train_config_rejects_bad_values():
         TrainConfig(train_steps=1, accumulate=0)
     with pytest.raises(ValueError, match="precision='float8'"):
         TrainConfig(train_steps=1, precision="float8")
+    with pytest.raises(ValueError, match="weight_decay must be a non-negative number, got -0.1"):
+        TrainConfig(train_steps=1, weight_decay=-0.1)
+    with pytest.raises(ValueError, match="weight_decay must be a non-negative number, got nan"):
+        TrainConfig(train_steps=1, weight_decay=float("nan"))
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
+def test_weight_decay_shrinks_every_matrix_by_the_learning_rate_times_it_and_no_vector(positional):
+    config = ModelConfig.from_size(
+        "tiny", vocab_size=40, num_layers=1, d_model=16, d_ff=32, num_heads=2, positional=positional
+    )
+    model = build_transformer(config)
+    # Random values everywhere, so that a decayed bias or layer-norm offset would show.
+    rng = np.random.default_rng(0)
+    for variable in model.trainable_variables:
+        variable.assign(rng.normal(size=variable.shape).astype("float32"))
+    before = [np.asarray(variable) for variable in model.trainable_variables]
+    optimizer = make_optimizer(config, TrainConfig(train_steps=100, weight_decay=0.5), 100)
+    optimizer.build(model.trainable_variables)
+    learning_rate = np.float32(optimizer.learning_rate)  # The first step's.
+    # Zero gradients: Adam's own step is exactly zero, so only the decay moves a weight.
+    optimizer.apply([tf.zeros_like(v) for v in model.trainable_variables], model.trainable_variables)
+
+    decayed = [v.path for v in model.trainable_variables if len(v.shape) >= 2]
+    assert "shared_embedding/embeddings" in decayed and "decoder_layer_0/cross_attention/value/kernel" in decayed
+    learned_positions = {"source_positions/position_embeddings", "target_positions/position_embeddings"}
+    assert (learned_positions <= set(decayed)) == (positional == "learned")
+    for variable, old in zip(model.trainable_variables, before):
+        if variable.path in decayed:
+            np.testing.assert_allclose(np.asarray(variable), old - old * np.float32(0.5) * learning_rate, rtol=1e-6)
+        else:  # biases, gamma and beta
+            np.testing.assert_array_equal(np.asarray(variable), old, err_msg=variable.path)
+
+
+def test_without_weight_decay_the_optimizer_is_the_papers_adam():
+    config = ModelConfig.from_size("tiny", vocab_size=40, num_layers=1, d_model=16, d_ff=32, num_heads=2)
+    optimizer = make_optimizer(config, TrainConfig(train_steps=100), 100)
+    assert optimizer.weight_decay is None
+    assert (optimizer.beta_1, optimizer.beta_2, optimizer.epsilon) == (0.9, 0.98, 1e-9)
 
 
 def test_warmup_is_the_papers_unless_the_run_is_short():
