@@ -64,6 +64,9 @@ ROW_DROPOUT = 0.3
 # And that run's attention projections, with biases (tiny's default; the paper's sizes
 # have none): should tiny's default change, a row trained before still resumes.
 ROW_ATTENTION_BIAS = ["--attention-bias"]
+# And that run's optimizer, the paper's Adam without weight decay (tiny's default has
+# had AdamW's decay since 2026-11-23).
+ROW_WEIGHT_DECAY = 0.0
 
 
 def parse_args(argv=None):
@@ -113,6 +116,7 @@ def train_command(args, row, seed=1):
         "--model-dir", run_dir(args, row, seed),
         "--train-steps", str(args.steps), "--warmup-steps", str(args.warmup_steps), "--cooldown-fraction", "0",
         "--vocab-size", str(args.vocab_size), "--dropout", str(ROW_DROPOUT), *ROW_ATTENTION_BIAS,
+        "--weight-decay", str(ROW_WEIGHT_DECAY),
         # Only the final evaluation; two checkpoints are enough to resume.
         "--eval-every", "0", "--checkpoint-every", "250", "--keep-checkpoints", "2",
         "--seed", str(seed), *flags, *args.extra,

@@ -43,11 +43,12 @@ def test_each_size_resolves_its_own_recipe_and_flags_override_it():
     assert (base.train_steps, base.learning_rate_scale, base.checkpoint_every, base.keep_checkpoints) == (
         100_000, 1.0, 1000, 5)
     assert base.cooldown_fraction == 0.0  # the paper's schedule to the end
-    assert tiny.weight_decay == base.weight_decay == 0.0  # the paper's Adam
+    assert tiny.weight_decay == 0.2  # AdamW on Multi30k (README, "What was tried")
+    assert base.weight_decay == 0.0  # the paper's Adam
     flags = ["--checkpoint-every", "7", "--keep-checkpoints", "3", "--learning-rate-scale", "0.5", "--cooldown-fraction", "0"]
-    overridden = train_config_from_args(train.parse_args(flags + ["--weight-decay", "0.1"]))
+    overridden = train_config_from_args(train.parse_args(flags + ["--weight-decay", "0"]))
     assert (overridden.checkpoint_every, overridden.keep_checkpoints, overridden.learning_rate_scale) == (7, 3, 0.5)
-    assert (overridden.cooldown_fraction, overridden.weight_decay) == (0.0, 0.1)
+    assert (overridden.cooldown_fraction, overridden.weight_decay) == (0.0, 0.0)
 
 
 def test_the_default_length_comes_with_a_time_budget_and_a_length_asked_for_without():
