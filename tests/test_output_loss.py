@@ -118,14 +118,37 @@ def float64_gradients(states, matrix, labels):
 
 def test_bfloat16_gradients_stay_accurate_when_the_label_is_predicted_with_about_its_target_probability():
     # p_label near on = 0.9 makes p - t small at the label: made after a bfloat16 product
-    # it would drown in the product's rounding (2.8% error here instead of 0.8%).
+    # it would drown in the product's rounding. How well one bfloat16 product rounds
+    # depends on the CPU (0.8% error with AVX512-BF16 or AMX, 1.6% on an AMD EPYC without
+    # AVX-512), so the loss is held to the best one product can do on this machine: the
+    # exact p - t, rounded to bfloat16 once, times the matrix.
     states, matrix, labels = confident_rows()
     states16, matrix16 = tf.constant(states, tf.bfloat16), tf.constant(matrix, tf.bfloat16)
     states64, matrix64 = (np.asarray(tf.cast(x, tf.float32), "float64") for x in (states16, matrix16))
     want_states_grad, _ = float64_gradients(states64, matrix64, labels)
     _, (states_grad, _) = fused_loss_and_grads(states16, matrix16, tf.constant(labels, tf.int32), 0.1, 128)
-    error = np.linalg.norm(np.asarray(tf.cast(states_grad, tf.float32)) - want_states_grad)
-    assert error / np.linalg.norm(want_states_grad) < 0.015
+
+    def relative_error(grad):
+        return np.linalg.norm(np.asarray(tf.cast(grad, tf.float32), "float64") - want_states_grad) / np.linalg.norm(
+            want_states_grad
+        )
+
+    # The same softmax as the loss's: float32, of the bfloat16 product's logits.
+    probs = np.asarray(tf.nn.softmax(tf.cast(tf.matmul(states16, matrix16, transpose_b=True), tf.float32)), "float64")
+    off = 0.1 / (matrix.shape[0] - 1)
+    targets = np.full_like(probs, off)
+    targets[np.arange(len(labels)), labels] = 0.9
+    best_one_product = tf.matmul(tf.constant(probs - targets, tf.bfloat16), matrix16)
+    # The label term taken off after the product, as the float32 route does: 5.9% on that
+    # AMD EPYC, where the best is 1.6% and the loss 1.6%.
+    label_term_after = (
+        tf.cast(tf.matmul(tf.constant(probs, tf.bfloat16), matrix16), tf.float32)
+        - (0.9 - off) * tf.gather(tf.cast(matrix16, tf.float32), labels)
+        - off * tf.reduce_sum(tf.cast(matrix16, tf.float32), 0)
+    )
+    assert relative_error(states_grad) < 1.1 * relative_error(best_one_product)
+    assert relative_error(states_grad) < 0.5 * relative_error(label_term_after)
+    assert relative_error(states_grad) < 0.025
 
 
 def test_float32_gradients_match_float64_when_the_label_is_predicted_with_about_its_target_probability():
