@@ -1,8 +1,13 @@
 """Exports a trained model as a versioned SavedModel for TensorFlow Serving.
 
     python export.py --model-dir runs/tiny-multi30k-en-de        # saved_models/translator/<next>/
+    python export.py --model-dir DIR --checkpoint best           # the best by validation BLEU
     python export.py --model-dir DIR --average-last 5            # average the newest 5 checkpoints
     python export.py --model-dir DIR --name en-de --version 3    # saved_models/en-de/3/
+
+With neither --checkpoint nor --average-last, the run's settings.json says which weights:
+base and big average their newest 5 and 20 checkpoints, as the paper did; tiny and small
+take the best by validation BLEU (`train.py --average-last`).
 
 See app/export.py for the signatures and guarantees.
 """
@@ -20,8 +25,14 @@ def parse_args(argv=None):
     parser.add_argument("--name", default="translator", help="model name: exports go to saved_models/<name>/ (default translator)")
     parser.add_argument("--output", help="export base directory instead of saved_models/<name>")
     parser.add_argument("--version", type=int, help="version number (default: the next free one)")
-    parser.add_argument("--checkpoint", default="best", help="'best' (default), 'latest', or a checkpoint path")
-    parser.add_argument("--average-last", type=int, help="average the newest K kept checkpoints")
+    parser.add_argument("--checkpoint", help="'best' (by validation BLEU), 'latest', or a checkpoint path")
+    parser.add_argument(
+        "--average-last",
+        type=int,
+        metavar="K",
+        help="average the newest K kept checkpoints; 0: do not (default, with no --checkpoint: as the run's "
+        "settings.json says)",
+    )
     parser.add_argument("--beam-size", type=int, default=4, help="beams of the default signature (default 4)")
     parser.add_argument("--alpha", type=float, default=0.6, help="length penalty exponent (default 0.6)")
     parser.add_argument("--max-extra-length", type=int, default=50, help="output length limit beyond the input's (default 50)")

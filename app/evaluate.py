@@ -28,8 +28,12 @@ def parse_args(argv=None):
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--model-dir", help="a training run's directory")
     source.add_argument("--saved-model", help="an exported SavedModel version directory")
-    parser.add_argument("--checkpoint", default="best", help="with --model-dir: best (default), latest, or a path")
-    parser.add_argument("--average-last", type=int, help="with --model-dir: average the newest K checkpoints")
+    parser.add_argument(
+        "--checkpoint", help="with --model-dir: best, latest, or a path (default: the run's own choice, as export.py)"
+    )
+    parser.add_argument(
+        "--average-last", type=int, help="with --model-dir: average the newest K checkpoints (0: do not)"
+    )
     parser.add_argument("--split", default="validation", help="validation (default), test_2016_flickr / test, train")
     parser.add_argument("--dataset", help="the dataset of --split (default: the run's or the export's own)")
     parser.add_argument("--source-lang", help="with --saved-model: the source language (default: from its export_info.json)")

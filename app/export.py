@@ -144,21 +144,31 @@ class Translator(tf.Module):
         }
 
 
-def load_translator(model_dir, checkpoint="best", average_last=None, decoding=DecodingConfig()):
+def load_translator(model_dir, checkpoint=None, average_last=None, decoding=DecodingConfig()):
     """A `Translator` for a model directory, and a description of the weights it holds.
 
     Args:
         checkpoint: "best" (the best validation BLEU; the newest if none was kept),
             "latest", or a checkpoint path.
-        average_last: average the newest K kept checkpoints instead.
+        average_last: average the newest K kept checkpoints instead; 0: do not.
+        With neither, the run's own choice (`TrainConfig.average_last` in its
+        settings.json): the average of its newest K checkpoints, as many as were kept if
+        fewer, or "best" where the run names no K.
     """
-    model_config, data_config, _ = load_settings(model_dir)
+    model_config, data_config, train_settings = load_settings(model_dir)
     vocabulary = os.path.join(model_dir, MODEL_FILENAME)
     if not os.path.exists(vocabulary):
         raise ExportError(f"{model_dir} has no vocabulary file {MODEL_FILENAME}")
     tokenizer = SubwordTokenizer.load(vocabulary, lowercase=data_config.lowercase)
     model = build_transformer(model_config)
+    if average_last is not None and average_last < 0:
+        raise ExportError(f"--average-last must be a number of checkpoints, 0 for none; got {average_last}")
+    if checkpoint is not None and average_last:
+        raise ExportError(f"give --checkpoint ({checkpoint}) or --average-last ({average_last}), not both")
     kept = checkpoints.checkpoint_paths(model_dir)
+    if checkpoint is None and average_last is None:
+        # A run its time budget ended early may have kept fewer than the K it names.
+        average_last = min(train_settings.get("average_last") or 0, len(kept))
     if average_last:
         if average_last > len(kept):
             raise ExportError(
@@ -168,7 +178,7 @@ def load_translator(model_dir, checkpoint="best", average_last=None, decoding=De
         checkpoints.average_checkpoints(model, paths)
         weights = f"average of {', '.join(os.path.basename(p) for p in paths)}"
     else:
-        if checkpoint == "best":
+        if checkpoint in (None, "best"):
             path = checkpoints.best_checkpoint(model_dir) or (kept[-1] if kept else None)
         elif checkpoint == "latest":
             path = kept[-1] if kept else None

@@ -79,6 +79,11 @@ class TrainConfig:
     checkpoint_minutes: Optional[float] = None
     # Checkpoints kept (the newest K); averaging needs at least as many.
     keep_checkpoints: int = 5
+    # How `export.py` and `python -m app.evaluate --model-dir` pick this run's weights when
+    # told neither --checkpoint nor --average-last: the average of the newest K kept
+    # checkpoints, or, with None, the checkpoint with the best validation BLEU. Recorded
+    # in settings.json, so the run's directory says how it is meant to be exported.
+    average_last: Optional[int] = None
     # Stop after this many evaluations without a better BLEU (None: never).
     patience: Optional[int] = None
     # Seed for weights and data order.
@@ -104,6 +109,10 @@ class TrainConfig:
             raise ValueError(f"cooldown_fraction must be between 0 and 1, got {self.cooldown_fraction}")
         if self.keep_checkpoints < 1:
             raise ValueError(f"keep_checkpoints must be at least 1, got {self.keep_checkpoints}")
+        if self.average_last is not None and not 1 <= self.average_last <= self.keep_checkpoints:
+            raise ValueError(
+                f"average_last must be between 1 and keep_checkpoints ({self.keep_checkpoints}), got {self.average_last}"
+            )
         if self.time_budget_minutes is not None and not self.time_budget_minutes > 0:
             raise ValueError(f"time_budget_minutes must be positive, got {self.time_budget_minutes}")
 

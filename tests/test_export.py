@@ -6,6 +6,7 @@ in conftest.py.
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -125,6 +126,39 @@ def test_checkpoint_averaging_needs_enough_checkpoints(model_dir):
     assert weights == "average of ckpt-2, ckpt-3, ckpt-4"
     with pytest.raises(ExportError, match="--average-last 9 asks for more checkpoints than .* keeps \\(3\\)"):
         load_translator(model_dir, average_last=9)
+
+
+def test_with_no_choice_given_the_run_s_settings_pick_the_checkpoints_to_average(model_dir, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(model_dir, run)
+
+    def set_run_average(k):
+        settings = json.loads((run / "settings.json").read_text())
+        settings["train"]["average_last"] = k
+        (run / "settings.json").write_text(json.dumps(settings))
+
+    def weights(**choice):
+        return load_translator(str(run), **choice)[1]
+
+    best = weights(checkpoint="best")
+    assert weights() == best  # the fixture's run names no K (TrainConfig's default)
+    set_run_average(2)
+    averaged, _ = load_translator(str(run))
+    assert weights() == "average of ckpt-3, ckpt-4"
+    explicit, _ = load_translator(str(run), average_last=2)
+    for mine, theirs in zip(averaged.model_variables, explicit.model_variables, strict=True):
+        np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+    # An explicit choice wins over the run's.
+    assert weights(checkpoint="best") == best
+    assert weights(average_last=0) == best
+    assert weights(average_last=3) == "average of ckpt-2, ckpt-3, ckpt-4"
+    # A run that kept fewer than it names (its time budget ended it early) averages those.
+    set_run_average(5)
+    assert weights() == "average of ckpt-2, ckpt-3, ckpt-4"
+    with pytest.raises(ExportError, match="got -2"):
+        weights(average_last=-2)
+    with pytest.raises(ExportError, match=r"--checkpoint \(latest\) or --average-last \(2\), not both"):
+        weights(checkpoint="latest", average_last=2)
 
 
 def test_the_op_check_rejects_python_and_xla_ops(tmp_path):

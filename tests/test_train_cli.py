@@ -51,6 +51,24 @@ def test_each_size_resolves_its_own_recipe_and_flags_override_it():
     assert (overridden.cooldown_fraction, overridden.weight_decay) == (0.0, 0.0)
 
 
+def test_each_size_names_the_checkpoints_export_averages_and_the_flag_overrides_it():
+    import train
+    from app.train_command import train_config_from_args
+
+    def average_last(*flags):
+        return train_config_from_args(train.parse_args(list(flags))).average_last
+
+    assert (average_last("--size", "base"), average_last("--size", "big")) == (5, 20)  # the paper's
+    # tiny and small: the best checkpoint by validation BLEU.
+    assert (average_last(), average_last("--size", "small")) == (None, None)
+    assert average_last("--average-last", "10") == 10
+    assert average_last("--size", "base", "--average-last", "0") is None
+    # Fewer kept checkpoints shrink the size's choice; a choice asked for must fit.
+    assert average_last("--size", "big", "--keep-checkpoints", "3") == 3
+    with pytest.raises(ValueError, match=r"average_last must be between 1 and keep_checkpoints \(3\), got 4"):
+        average_last("--keep-checkpoints", "3", "--average-last", "4")
+
+
 def test_the_default_length_comes_with_a_time_budget_and_a_length_asked_for_without():
 
     import train
