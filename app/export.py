@@ -155,16 +155,16 @@ def load_translator(model_dir, checkpoint=None, average_last=None, decoding=Deco
         settings.json): the average of its newest K checkpoints, as many as were kept if
         fewer, or "best" where the run names no K.
     """
+    if average_last is not None and average_last < 0:
+        raise ExportError(f"--average-last must be a number of checkpoints, 0 for none; got {average_last}")
+    if checkpoint is not None and average_last:
+        raise ExportError(f"give --checkpoint ({checkpoint}) or --average-last ({average_last}), not both")
     model_config, data_config, train_settings = load_settings(model_dir)
     vocabulary = os.path.join(model_dir, MODEL_FILENAME)
     if not os.path.exists(vocabulary):
         raise ExportError(f"{model_dir} has no vocabulary file {MODEL_FILENAME}")
     tokenizer = SubwordTokenizer.load(vocabulary, lowercase=data_config.lowercase)
     model = build_transformer(model_config)
-    if average_last is not None and average_last < 0:
-        raise ExportError(f"--average-last must be a number of checkpoints, 0 for none; got {average_last}")
-    if checkpoint is not None and average_last:
-        raise ExportError(f"give --checkpoint ({checkpoint}) or --average-last ({average_last}), not both")
     kept = checkpoints.checkpoint_paths(model_dir)
     if checkpoint is None and average_last is None:
         # A run its time budget ended early may have kept fewer than the K it names.

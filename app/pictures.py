@@ -365,7 +365,7 @@ def parse_args(argv=None):
     attention.add_argument("--output", help="directory for the PNGs (default: MODEL_DIR/pictures/attention)")
     attention.add_argument("--per-layer", action="store_true", help="also one figure per kind and layer")
     attention.add_argument("--checkpoint", help="best, latest, or a path (default: the run's own choice, as export.py)")
-    attention.add_argument("--average-last", type=int, help="average the newest K checkpoints")
+    attention.add_argument("--average-last", type=int, help="average the newest K checkpoints (0: do not)")
     attention.add_argument("--beam-size", type=int, default=4)
     attention.add_argument("--alpha", type=float, default=0.6)
     attention.add_argument("--max-extra-length", type=int, default=50)
