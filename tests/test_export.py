@@ -143,8 +143,8 @@ def test_with_no_choice_given_the_run_s_settings_pick_the_checkpoints_to_average
     best = weights(checkpoint="best")
     assert weights() == best  # the fixture's run names no K (TrainConfig's default)
     set_run_average(2)
-    averaged, _ = load_translator(str(run))
-    assert weights() == "average of ckpt-3, ckpt-4"
+    averaged, averaged_weights = load_translator(str(run))
+    assert averaged_weights == "average of ckpt-3, ckpt-4"
     explicit, _ = load_translator(str(run), average_last=2)
     for mine, theirs in zip(averaged.model_variables, explicit.model_variables, strict=True):
         np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
