@@ -154,8 +154,12 @@ def translate_all(translate, sentences, batch_size):
 
 
 def score(hypotheses, references, target_lang=None):
-    """sacreBLEU's BLEU, chrF and lowercased BLEU, each with its signature, and the
-    lowercased BLEU of Moses-tokenized text as Multi30k papers compute it.
+    """sacreBLEU's BLEU, chrF and lowercased BLEU, each with its signature, the
+    lowercased BLEU of Moses-tokenized text as Multi30k papers compute it, and how long
+    the hypotheses are: BLEU's brevity penalty and the length ratio (hypothesis tokens /
+    reference tokens, 13a tokens, the same cased or lowercased). A ratio below 1 costs
+    BLEU through the penalty whatever the n-gram precisions; the tiny model's outputs
+    are short on Multi30k (README, "Quality").
 
     Args:
         hypotheses, references: detokenized strings, one per sentence.
@@ -170,8 +174,12 @@ def score(hypotheses, references, target_lang=None):
         ("chrf", sacrebleu.metrics.CHRF()),
         ("bleu_lowercase", sacrebleu.metrics.BLEU(lowercase=True)),
     ):
-        results[name] = round(metric.corpus_score(hypotheses, [references]).score, 2)
+        corpus_score = metric.corpus_score(hypotheses, [references])
+        results[name] = round(corpus_score.score, 2)
         results[name + "_signature"] = str(metric.get_signature())
+        if name == "bleu":
+            results["brevity_penalty"] = round(corpus_score.bp, 3)
+            results["length_ratio"] = round(corpus_score.sys_len / max(corpus_score.ref_len, 1), 3)
     value, signature = moses_lowercase_bleu(hypotheses, references, target_lang)
     results["bleu_moses_lowercase"], results["bleu_moses_lowercase_signature"] = round(value, 2), signature
     return results
@@ -254,6 +262,7 @@ def main(argv=None):
     print(f"chrF            {result['chrf']:6.2f}  {result['chrf_signature']}")
     print(f"BLEU lowercased {result['bleu_lowercase']:6.2f}  {result['bleu_lowercase_signature']}")
     print(f"BLEU lc, Moses  {result['bleu_moses_lowercase']:6.2f}  {result['bleu_moses_lowercase_signature']}")
+    print(f"length: {result['length_ratio']:.3f} of the references' (BLEU's brevity penalty {result['brevity_penalty']:.3f})")
     print(f"speed: {result['sentences_per_second']} sentences/s, {result['words_per_second']} words/s ({seconds:.1f} s)")
     return 0
 

@@ -1,6 +1,7 @@
 """app.evaluate: metrics, order of translations, and its inputs."""
 
 import json
+import math
 
 import pytest
 
@@ -17,6 +18,19 @@ def test_scores_are_sacrebleus_with_lowercased_bleu_beside_them():
     assert shouted["bleu"] < 10 and shouted["bleu_lowercase"] == 100.0
     assert "case:lc" in shouted["bleu_lowercase_signature"]
     assert "case:mixed" in shouted["bleu_signature"]
+    assert (perfect["length_ratio"], perfect["brevity_penalty"]) == (1.0, 1.0)
+
+
+def test_short_hypotheses_report_their_length_ratio_and_brevity_penalty():
+    # 13a tokens: 7 + 7 = 14 in the references, 6 + 6 = 12 in the hypotheses (one
+    # adjective left out of each), so the ratio is 12/14 and the penalty exp(1 - 14/12).
+    references = ["Ein Mann fährt ein rotes Fahrrad.", "Zwei kleine Hunde spielen im Schnee."]
+    hypotheses = ["Ein Mann fährt ein Fahrrad.", "Zwei Hunde spielen im Schnee."]
+    result = score(hypotheses, references)
+    assert result["length_ratio"] == round(12 / 14, 3) == 0.857
+    assert result["brevity_penalty"] == round(math.exp(1 - 14 / 12), 3) == 0.846
+    longer = score(references, hypotheses)  # a ratio above 1 is not penalized
+    assert (longer["length_ratio"], longer["brevity_penalty"]) == (round(14 / 12, 3), 1.0)
 
 
 def test_moses_bleu_scores_lowercased_moses_tokens_as_multi30k_papers_do():
