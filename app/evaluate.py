@@ -179,7 +179,7 @@ def score(hypotheses, references, target_lang=None):
         results[name + "_signature"] = str(metric.get_signature())
         if name == "bleu":
             results["brevity_penalty"] = round(corpus_score.bp, 3)
-            results["length_ratio"] = round(corpus_score.sys_len / max(corpus_score.ref_len, 1), 3)
+            results["length_ratio"] = round(corpus_score.ratio, 3)
     value, signature = moses_lowercase_bleu(hypotheses, references, target_lang)
     results["bleu_moses_lowercase"], results["bleu_moses_lowercase_signature"] = round(value, 2), signature
     return results
