@@ -20,22 +20,15 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 
 def parse_args(argv=None):
+    from app.cli import add_decoding_arguments, add_weights_arguments
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model-dir", default=os.path.join("runs", "tiny-multi30k-en-de"), help="the training run (default: the default run's)")
     parser.add_argument("--name", default="translator", help="model name: exports go to saved_models/<name>/ (default translator)")
     parser.add_argument("--output", help="export base directory instead of saved_models/<name>")
     parser.add_argument("--version", type=int, help="version number (default: the next free one)")
-    parser.add_argument("--checkpoint", help="'best' (by validation BLEU), 'latest', or a checkpoint path")
-    parser.add_argument(
-        "--average-last",
-        type=int,
-        metavar="K",
-        help="average the newest K kept checkpoints; 0: do not (default, with no --checkpoint: as the run's "
-        "settings.json says)",
-    )
-    parser.add_argument("--beam-size", type=int, default=4, help="beams of the default signature (default 4)")
-    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty exponent (default 0.6)")
-    parser.add_argument("--max-extra-length", type=int, default=50, help="output length limit beyond the input's (default 50)")
+    add_weights_arguments(parser)
+    add_decoding_arguments(parser, beam_size_help="beams of the default signature (default 4)")
     return parser.parse_args(argv)
 
 

@@ -1,4 +1,5 @@
-"""Command-line flags for the model configuration, shared by every entry point."""
+"""Command-line flags shared by the entry points: the model's configuration (train.py), which
+of a run's weights to load and how to decode them (export.py, app.evaluate, app.pictures)."""
 
 import argparse
 
@@ -65,3 +66,52 @@ def model_config_from_args(args, vocab_size):
         vocab_size=vocab_size,
     )
     return ModelConfig.from_size(args.size, **overrides)
+
+
+def add_weights_arguments(parser: argparse.ArgumentParser, applies_to: str = ""):
+    """--checkpoint and --average-last: which of a training run's weights to load.
+
+    With neither, `app.export.load_translator` takes the run's own choice, written in its
+    settings.json. `applies_to` prefixes the help, e.g. "with --model-dir: ".
+    """
+    parser.add_argument(
+        "--checkpoint",
+        help=f"{applies_to}'best' (by validation BLEU), 'latest', or a checkpoint path "
+        "(default: as the run's settings.json says)",
+    )
+    parser.add_argument(
+        "--average-last",
+        type=int,
+        metavar="K",
+        help=f"{applies_to}average the newest K kept checkpoints; 0: do not "
+        "(default: as the run's settings.json says)",
+    )
+
+
+# The paper's decoding (section 6.1). The same values as app.decoding.DecodingConfig's
+# defaults, written out so that --help need not import TensorFlow; a test pins them equal.
+DEFAULT_BEAM_SIZE = 4
+DEFAULT_ALPHA = 0.6
+DEFAULT_MAX_EXTRA_LENGTH = 50
+
+
+def add_decoding_arguments(parser: argparse.ArgumentParser, beam_size_help: str = ""):
+    """--beam-size, --alpha and --max-extra-length, with the paper's values as defaults."""
+    parser.add_argument(
+        "--beam-size",
+        type=int,
+        default=DEFAULT_BEAM_SIZE,
+        help=beam_size_help or f"beams (default {DEFAULT_BEAM_SIZE}; 1 is greedy)",
+    )
+    parser.add_argument(
+        "--alpha",
+        type=float,
+        default=DEFAULT_ALPHA,
+        help=f"length penalty exponent, GNMT's ((5 + length) / 6) ** alpha (default {DEFAULT_ALPHA})",
+    )
+    parser.add_argument(
+        "--max-extra-length",
+        type=int,
+        default=DEFAULT_MAX_EXTRA_LENGTH,
+        help=f"output length limit beyond the input's (default {DEFAULT_MAX_EXTRA_LENGTH})",
+    )

@@ -17,6 +17,8 @@ import os
 import sys
 import time
 
+from app.cli import add_decoding_arguments, add_weights_arguments
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 # Names a user may give a split, per the dataset's own names.
@@ -28,21 +30,14 @@ def parse_args(argv=None):
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--model-dir", help="a training run's directory")
     source.add_argument("--saved-model", help="an exported SavedModel version directory")
-    parser.add_argument(
-        "--checkpoint", help="with --model-dir: best, latest, or a path (default: the run's own choice, as export.py)"
-    )
-    parser.add_argument(
-        "--average-last", type=int, help="with --model-dir: average the newest K checkpoints (0: do not)"
-    )
+    add_weights_arguments(parser, applies_to="with --model-dir: ")
     parser.add_argument("--split", default="validation", help="validation (default), test_2016_flickr / test, train")
     parser.add_argument("--dataset", help="the dataset of --split (default: the run's or the export's own)")
     parser.add_argument("--source-lang", help="with --saved-model: the source language (default: from its export_info.json)")
     parser.add_argument("--target-lang", help="with --saved-model: the target language (default: from its export_info.json)")
     parser.add_argument("--source", help="a source file to translate instead of a split (with --reference)")
     parser.add_argument("--reference", help="the reference translations of --source")
-    parser.add_argument("--beam-size", type=int, default=4, help="with --model-dir (a SavedModel uses its exported beam size)")
-    parser.add_argument("--alpha", type=float, default=0.6)
-    parser.add_argument("--max-extra-length", type=int, default=50)
+    add_decoding_arguments(parser, beam_size_help="with --model-dir (default 4; a SavedModel uses its exported beam size)")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per decoding batch")
     parser.add_argument("--limit", type=int, help="score only the first N sentences")
     parser.add_argument("--output", help="write the translations here, one per line")

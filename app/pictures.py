@@ -42,6 +42,8 @@ import sys
 
 import numpy as np
 
+from app.cli import add_decoding_arguments, add_weights_arguments
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 # The three kinds of attention: file name, title, and which pieces label rows and columns.
@@ -364,11 +366,8 @@ def parse_args(argv=None):
     attention.add_argument("--target", help="show this translation instead of the model's own")
     attention.add_argument("--output", help="directory for the PNGs (default: MODEL_DIR/pictures/attention)")
     attention.add_argument("--per-layer", action="store_true", help="also one figure per kind and layer")
-    attention.add_argument("--checkpoint", help="best, latest, or a path (default: the run's own choice, as export.py)")
-    attention.add_argument("--average-last", type=int, help="average the newest K checkpoints (0: do not)")
-    attention.add_argument("--beam-size", type=int, default=4)
-    attention.add_argument("--alpha", type=float, default=0.6)
-    attention.add_argument("--max-extra-length", type=int, default=50)
+    add_weights_arguments(attention)
+    add_decoding_arguments(attention)
 
     curves = commands.add_parser("curves", help="training curves from metrics.jsonl")
     curves.add_argument("--model-dir", required=True, help="a training run's directory")

@@ -138,3 +138,23 @@ def test_decoding_config_checks_its_fields():
     assert DecodingConfig() == DecodingConfig(beam_size=4, alpha=0.6, max_extra_length=50)
     with pytest.raises(ValueError, match="beam_size"):
         DecodingConfig(beam_size=0)
+
+
+@pytest.mark.parametrize(
+    "parse_args", ["export.parse_args", "app.evaluate.parse_args", "app.pictures.parse_args"], ids=lambda name: name
+)
+def test_every_command_line_decodes_by_default_as_decoding_config(parse_args):
+    # The flags' defaults are written out in app/cli.py (so --help need not import
+    # TensorFlow); they must stay the paper's decoding that DecodingConfig holds.
+    import importlib
+
+    module_name, function_name = parse_args.rsplit(".", 1)
+    parse = getattr(importlib.import_module(module_name), function_name)
+    argv = {
+        "export.parse_args": [],
+        "app.evaluate.parse_args": ["--model-dir", "run"],
+        "app.pictures.parse_args": ["attention", "--model-dir", "run", "--sentence", "A dog."],
+    }[parse_args]
+    args = parse(argv)
+    assert DecodingConfig(args.beam_size, args.alpha, args.max_extra_length) == DecodingConfig()
+    assert (args.checkpoint, args.average_last) == (None, None)
