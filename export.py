@@ -23,8 +23,14 @@ def parse_args(argv=None):
     from app.cli import add_decoding_arguments, add_weights_arguments
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model-dir", default=os.path.join("runs", "tiny-multi30k-en-de"), help="the training run (default: the default run's)")
-    parser.add_argument("--name", default="translator", help="model name: exports go to saved_models/<name>/ (default translator)")
+    parser.add_argument(
+        "--model-dir",
+        default=os.path.join("runs", "tiny-multi30k-en-de"),
+        help="the training run (default: the default run's)",
+    )
+    parser.add_argument(
+        "--name", default="translator", help="model name: exports go to saved_models/<name>/ (default translator)"
+    )
     parser.add_argument("--output", help="export base directory instead of saved_models/<name>")
     parser.add_argument("--version", type=int, help="version number (default: the next free one)")
     add_weights_arguments(parser)

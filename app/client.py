@@ -47,7 +47,11 @@ def translate(url, model, sentences, nbest=False, alpha=None, max_extra_length=N
     if alpha is not None or max_extra_length is not None:
         signature = "translate_with_options"
         instances = [
-            {"inputs": s, "alpha": 0.6 if alpha is None else alpha, "max_extra_length": 50 if max_extra_length is None else max_extra_length}
+            {
+                "inputs": s,
+                "alpha": 0.6 if alpha is None else alpha,
+                "max_extra_length": 50 if max_extra_length is None else max_extra_length,
+            }
             for s in sentences
         ]
     else:
@@ -68,7 +72,9 @@ def parse_args(argv=None):
     parser.add_argument("--nbest", action="store_true", help="print every hypothesis (signature nbest)")
     parser.add_argument("--scores", action="store_true", help="print each score before its translation")
     parser.add_argument("--alpha", type=float, help="length penalty (signature translate_with_options)")
-    parser.add_argument("--max-extra-length", type=int, help="output length beyond the input's (translate_with_options)")
+    parser.add_argument(
+        "--max-extra-length", type=int, help="output length beyond the input's (translate_with_options)"
+    )
     parser.add_argument("--batch-size", type=int, default=32, help="stdin lines per request (default 32)")
     return parser.parse_args(argv)
 
@@ -82,7 +88,9 @@ def main(argv=None):
     try:
         for start in range(0, len(lines), args.batch_size):
             batch = lines[start : start + args.batch_size]
-            for hypotheses in translate(args.url, args.model, batch, args.nbest, args.alpha, args.max_extra_length, args.version):
+            for hypotheses in translate(
+                args.url, args.model, batch, args.nbest, args.alpha, args.max_extra_length, args.version
+            ):
                 for text, score in hypotheses:
                     print(f"{score:.4f}\t{text}" if args.scores else text)
                 if args.nbest:

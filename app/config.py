@@ -86,7 +86,10 @@ class ModelConfig:
             self.share_embeddings in SHARING_MODES,
             f"share_embeddings={self.share_embeddings!r}, expected one of {SHARING_MODES}",
         )
-        check(self.positional == "learned" or self.d_model % 2 == 0, f"d_model={self.d_model} must be even for sinusoidal positions")
+        check(
+            self.positional == "learned" or self.d_model % 2 == 0,
+            f"d_model={self.d_model} must be even for sinusoidal positions",
+        )
 
     @classmethod
     def from_size(cls, name, **overrides):

@@ -33,11 +33,17 @@ def parse_args(argv=None):
     add_weights_arguments(parser, applies_to="with --model-dir: ")
     parser.add_argument("--split", default="validation", help="validation (default), test_2016_flickr / test, train")
     parser.add_argument("--dataset", help="the dataset of --split (default: the run's or the export's own)")
-    parser.add_argument("--source-lang", help="with --saved-model: the source language (default: from its export_info.json)")
-    parser.add_argument("--target-lang", help="with --saved-model: the target language (default: from its export_info.json)")
+    parser.add_argument(
+        "--source-lang", help="with --saved-model: the source language (default: from its export_info.json)"
+    )
+    parser.add_argument(
+        "--target-lang", help="with --saved-model: the target language (default: from its export_info.json)"
+    )
     parser.add_argument("--source", help="a source file to translate instead of a split (with --reference)")
     parser.add_argument("--reference", help="the reference translations of --source")
-    add_decoding_arguments(parser, beam_size_help="with --model-dir (default 4; a SavedModel uses its exported beam size)")
+    add_decoding_arguments(
+        parser, beam_size_help="with --model-dir (default 4; a SavedModel uses its exported beam size)"
+    )
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per decoding batch")
     parser.add_argument("--limit", type=int, help="score only the first N sentences")
     parser.add_argument("--output", help="write the translations here, one per line")
@@ -257,8 +263,13 @@ def main(argv=None):
     print(f"chrF            {result['chrf']:6.2f}  {result['chrf_signature']}")
     print(f"BLEU lowercased {result['bleu_lowercase']:6.2f}  {result['bleu_lowercase_signature']}")
     print(f"BLEU lc, Moses  {result['bleu_moses_lowercase']:6.2f}  {result['bleu_moses_lowercase_signature']}")
-    print(f"length: {result['length_ratio']:.3f} of the references' (BLEU's brevity penalty {result['brevity_penalty']:.3f})")
-    print(f"speed: {result['sentences_per_second']} sentences/s, {result['words_per_second']} words/s ({seconds:.1f} s)")
+    print(
+        f"length: {result['length_ratio']:.3f} of the references' "
+        f"(BLEU's brevity penalty {result['brevity_penalty']:.3f})"
+    )
+    print(
+        f"speed: {result['sentences_per_second']} sentences/s, {result['words_per_second']} words/s ({seconds:.1f} s)"
+    )
     return 0
 
 

@@ -125,7 +125,9 @@ class Translator(tf.Module):
     def serve_with_options(self, inputs, alpha, max_extra_length):
         checks = [
             tf.debugging.assert_equal(tf.size(alpha), tf.size(inputs), message="one alpha per input"),
-            tf.debugging.assert_equal(tf.size(max_extra_length), tf.size(inputs), message="one max_extra_length per input"),
+            tf.debugging.assert_equal(
+                tf.size(max_extra_length), tf.size(inputs), message="one max_extra_length per input"
+            ),
             tf.debugging.assert_non_negative(alpha, message="alpha must not be negative"),
             tf.debugging.assert_positive(max_extra_length, message="max_extra_length must be positive"),
         ]

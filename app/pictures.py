@@ -211,7 +211,9 @@ def plot_attention(weights, row_labels, column_labels, path, title, row_axis, co
 
     num_layers, num_heads, rows, columns = weights.shape
     if (rows, columns) != (len(row_labels), len(column_labels)):
-        raise ValueError(f"weights of {rows} x {columns} positions, but {len(row_labels)} x {len(column_labels)} labels")
+        raise ValueError(
+            f"weights of {rows} x {columns} positions, but {len(row_labels)} x {len(column_labels)} labels"
+        )
     # About a sixth of an inch per piece, so the 7-point labels never overlap; the
     # constants leave room for labels, titles and the color bar.
     panel_width, panel_height = max(1.8, 0.17 * columns), max(1.8, 0.17 * rows)
@@ -223,7 +225,9 @@ def plot_attention(weights, row_labels, column_labels, path, title, row_axis, co
     for layer in range(num_layers):
         for head in range(num_heads):
             ax = axes[layer, head]
-            image = ax.imshow(weights[layer, head], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
+            image = ax.imshow(
+                weights[layer, head], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest"
+            )
             ax.set_xticks(range(columns), column_labels, rotation=90, fontsize=7)
             ax.set_yticks(range(rows), row_labels, fontsize=7)
             ax.tick_params(length=0, labelbottom=layer == num_layers - 1, labelleft=head == 0)
@@ -259,7 +263,9 @@ def write_attention_pictures(attention: SentenceAttention, output_dir, per_layer
             for layer in range(num_layers):
                 path = os.path.join(output_dir, f"{kind}_layer_{layer + 1}.png")
                 layer_title = f"{title}, layer {layer + 1} of {num_layers}\n{caption}"
-                plot_attention(weights[layer : layer + 1], path=path, title=layer_title, first_layer=layer + 1, **labels)
+                plot_attention(
+                    weights[layer : layer + 1], path=path, title=layer_title, first_layer=layer + 1, **labels
+                )
                 paths.append(path)
     return paths
 

@@ -49,7 +49,9 @@ from app.serving.rest_api import (  # noqa: E402
 log = logging.getLogger("app.serve")
 PAGE = Path(__file__).resolve().parent / "static" / "index.html"
 # tensorflow_serving/model_servers/http_rest_api_util.cc: /v1/models/NAME[/versions/N][:METHOD][/metadata]
-MODEL_PATH = re.compile(r"/v1/models/(?P<name>[^/:]+)(?:/versions/(?P<version>\d+))?(?::(?P<method>\w+))?(?P<metadata>/metadata)?")
+MODEL_PATH = re.compile(
+    r"/v1/models/(?P<name>[^/:]+)(?:/versions/(?P<version>\d+))?(?::(?P<method>\w+))?(?P<metadata>/metadata)?"
+)
 
 
 class Server:
@@ -171,9 +173,15 @@ class Server:
     async def metrics(self, request):
         name = self.manager.name
         lines = ["# TYPE serving_responses_total counter"]
-        lines += [f'serving_responses_total{{model_name="{name}",code="{code}"}} {count}' for code, count in sorted(self.responses.items())]
+        lines += [
+            f'serving_responses_total{{model_name="{name}",code="{code}"}} {count}'
+            for code, count in sorted(self.responses.items())
+        ]
         lines.append("# TYPE serving_batches_total counter")
-        lines += [f'serving_batches_total{{model_name="{name}",batch_size="{size}"}} {count}' for size, count in sorted(self.batcher.batch_sizes.items())]
+        lines += [
+            f'serving_batches_total{{model_name="{name}",batch_size="{size}"}} {count}'
+            for size, count in sorted(self.batcher.batch_sizes.items())
+        ]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
 
@@ -192,30 +200,85 @@ def _bool(text):
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model_name", default="translator", help="the name in /v1/models/<name> (default translator)")
-    parser.add_argument("--model_base_path", default=os.path.join("saved_models", "translator"), help="directory of numbered versions (default saved_models/translator)")
-    parser.add_argument("--rest_api_port", type=int, default=8501, help="HTTP port (default 8501; 0 picks a free one, printed at start)")
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 for every interface)")
-    parser.add_argument("--file_system_poll_wait_seconds", type=float, default=1.0, help="how often to look for new versions (default 1)")
-    parser.add_argument("--num_versions", type=int, default=1, help="how many of the newest versions to keep loaded and addressable (default 1, as TF Serving)")
-    parser.add_argument("--max_num_load_retries", type=int, default=5, help="retries of a version that fails to load (default 5)")
-    parser.add_argument("--enable_batching", type=_bool, nargs="?", const=True, default=True, help="merge concurrent requests into one model call (default true, unlike TF Serving)")
-    parser.add_argument("--batching_parameters_file", help="TF Serving batching parameters (default: max_batch_size 32, batch_timeout_micros 5000, num_batch_threads 1, max_enqueued_batches 100)")
-    parser.add_argument("--max_instances", type=int, default=Limits.max_instances, help=f"most instances (rows) per request (default {Limits.max_instances})")
-    parser.add_argument("--max_text_length", type=int, default=Limits.max_text_length, help=f"most characters per input text (default {Limits.max_text_length})")
+    parser.add_argument(
+        "--model_base_path",
+        default=os.path.join("saved_models", "translator"),
+        help="directory of numbered versions (default saved_models/translator)",
+    )
+    parser.add_argument(
+        "--rest_api_port", type=int, default=8501, help="HTTP port (default 8501; 0 picks a free one, printed at start)"
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 for every interface)"
+    )
+    parser.add_argument(
+        "--file_system_poll_wait_seconds",
+        type=float,
+        default=1.0,
+        help="how often to look for new versions (default 1)",
+    )
+    parser.add_argument(
+        "--num_versions",
+        type=int,
+        default=1,
+        help="how many of the newest versions to keep loaded and addressable (default 1, as TF Serving)",
+    )
+    parser.add_argument(
+        "--max_num_load_retries", type=int, default=5, help="retries of a version that fails to load (default 5)"
+    )
+    parser.add_argument(
+        "--enable_batching",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=True,
+        help="merge concurrent requests into one model call (default true, unlike TF Serving)",
+    )
+    parser.add_argument(
+        "--batching_parameters_file",
+        help="TF Serving batching parameters (default: max_batch_size 32, batch_timeout_micros 5000, "
+        "num_batch_threads 1, max_enqueued_batches 100)",
+    )
+    parser.add_argument(
+        "--max_instances",
+        type=int,
+        default=Limits.max_instances,
+        help=f"most instances (rows) per request (default {Limits.max_instances})",
+    )
+    parser.add_argument(
+        "--max_text_length",
+        type=int,
+        default=Limits.max_text_length,
+        help=f"most characters per input text (default {Limits.max_text_length})",
+    )
     return parser.parse_args(argv)
 
 
 async def serve(args):
-    parameters = BatchingParameters.from_file(args.batching_parameters_file) if args.batching_parameters_file else BatchingParameters()
-    manager = ModelManager(args.model_name, args.model_base_path, args.num_versions, args.max_num_load_retries, LoadedVersion)
-    server = Server(manager, Batcher(parameters, args.enable_batching), Limits(args.max_instances, args.max_text_length), args.file_system_poll_wait_seconds)
+    parameters = (
+        BatchingParameters.from_file(args.batching_parameters_file)
+        if args.batching_parameters_file
+        else BatchingParameters()
+    )
+    manager = ModelManager(
+        args.model_name, args.model_base_path, args.num_versions, args.max_num_load_retries, LoadedVersion
+    )
+    server = Server(
+        manager,
+        Batcher(parameters, args.enable_batching),
+        Limits(args.max_instances, args.max_text_length),
+        args.file_system_poll_wait_seconds,
+    )
     runner = web.AppRunner(server.app(), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, args.host, args.rest_api_port)
     await site.start()
     host, port = runner.addresses[0][:2]
     versions = ", ".join(str(v) for v in sorted(manager.loaded)) or "none yet"
-    print(f"Serving model {manager.name} (versions: {versions}) from {manager.base_path} at http://{host}:{port}/", flush=True)
+    print(
+        f"Serving model {manager.name} (versions: {versions}) from {manager.base_path} at http://{host}:{port}/",
+        flush=True,
+    )
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(signum, stop.set)

@@ -32,7 +32,7 @@ def make_strategy(kind="auto", cpu_replicas=None):
         try:
             json.loads(os.environ["TF_CONFIG"])
         except json.JSONDecodeError as error:
-            raise ValueError(f"TF_CONFIG is not valid JSON ({error}): {os.environ['TF_CONFIG']!r}")
+            raise ValueError(f"TF_CONFIG is not valid JSON ({error}): {os.environ['TF_CONFIG']!r}") from error
         options = tf.distribute.experimental.CommunicationOptions(
             implementation=tf.distribute.experimental.CommunicationImplementation.AUTO
         )
@@ -56,7 +56,7 @@ def _split_cpu(count):
         # provided it is enough.
         have = len(tf.config.list_logical_devices("CPU"))
         if have < count:
-            raise ValueError(f"--cpu-replicas {count} asked after TensorFlow started with {have} CPU devices")
+            raise ValueError(f"--cpu-replicas {count} asked after TensorFlow started with {have} CPU devices") from None
 
 
 def is_chief(strategy):

@@ -59,24 +59,33 @@ def add_training_arguments(parser):
     from app.strategy import STRATEGIES
 
     group = parser.add_argument_group("training")
-    group.add_argument("--model-dir", help="where checkpoints, settings and logs go (default: runs/<size>-<data>-<src>-<tgt>)")
+    group.add_argument(
+        "--model-dir", help="where checkpoints, settings and logs go (default: runs/<size>-<data>-<src>-<tgt>)"
+    )
     group.add_argument("--train-steps", type=int, help="total optimizer updates (default: per size)")
     group.add_argument("--epochs", type=int, help="passes over the training data")
     group.add_argument("--accumulate", type=int, default=1, help="micro-batches per update (gradient accumulation)")
     group.add_argument("--warmup-steps", type=int, help="warmup steps (default: 4000, or 8%% of a shorter run)")
-    group.add_argument("--learning-rate-scale", type=float, help="multiplier on the paper's schedule (default: per size)")
+    group.add_argument(
+        "--learning-rate-scale", type=float, help="multiplier on the paper's schedule (default: per size)"
+    )
     group.add_argument(
         "--weight-decay",
         type=float,
         help="decoupled weight decay (AdamW) of the weight matrices and embeddings: each step multiplies them by "
         "1 - learning rate * this (default: 0.2 for tiny; 0, the paper's Adam, for the other sizes)",
     )
-    group.add_argument("--cooldown-fraction", type=float, help="final fraction of the run over which the learning rate falls linearly to zero (default: per size)")
+    group.add_argument(
+        "--cooldown-fraction",
+        type=float,
+        help="final fraction of the run over which the learning rate falls linearly to zero (default: per size)",
+    )
     group.add_argument(
         "--precision",
         choices=(AUTO,) + PRECISIONS,
         default=AUTO,
-        help="auto (default): mixed_bfloat16 on a CPU-only machine whose CPU has bfloat16 instructions (AMX or AVX512-BF16), float32 elsewhere",
+        help="auto (default): mixed_bfloat16 on a CPU-only machine whose CPU has bfloat16 instructions "
+        "(AMX or AVX512-BF16), float32 elsewhere",
     )
     group.add_argument("--jit", action="store_true", help="compile forward and backward passes with XLA")
     group.add_argument("--log-every", type=int, default=50, help="steps between metrics records")
@@ -213,7 +222,9 @@ def _read_settings(path):
             settings = json.load(f)
     except json.JSONDecodeError as error:
         raise ValueError(f"{path} is not valid JSON ({error}); restore it or use a new --model-dir") from error
-    missing = [section for section in ("model", "data", "train") if not isinstance(settings, dict) or section not in settings]
+    missing = [
+        section for section in ("model", "data", "train") if not isinstance(settings, dict) or section not in settings
+    ]
     if missing:
         raise ValueError(f"{path} lacks the section(s) {', '.join(missing)}; restore it or use a new --model-dir")
     return settings

@@ -111,7 +111,8 @@ class TrainConfig:
             raise ValueError(f"keep_checkpoints must be at least 1, got {self.keep_checkpoints}")
         if self.average_last is not None and not 1 <= self.average_last <= self.keep_checkpoints:
             raise ValueError(
-                f"average_last must be between 1 and keep_checkpoints ({self.keep_checkpoints}), got {self.average_last}"
+                f"average_last must be between 1 and keep_checkpoints ({self.keep_checkpoints}), "
+                f"got {self.average_last}"
             )
         if self.time_budget_minutes is not None and not self.time_budget_minutes > 0:
             raise ValueError(f"time_budget_minutes must be positive, got {self.time_budget_minutes}")
@@ -319,7 +320,10 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
     )
     restored = tracker.restore_latest()
     if restored:
-        log(f"resumed from {restored} at step {int(progress.step)} (epoch {int(progress.epoch)}, batch {int(progress.batch_in_epoch)})")
+        log(
+            f"resumed from {restored} at step {int(progress.step)} "
+            f"(epoch {int(progress.epoch)}, batch {int(progress.batch_in_epoch)})"
+        )
     seconds_before = float(progress.seconds) if restored else 0.0
     total_steps = _resumed_run_length(config, progress, max_steps)
     progress.set_plan(total_steps, config.resolved_cooldown(total_steps))
@@ -331,7 +335,9 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
             "restored step": int(progress.step),
             "planned steps": total_steps,
             # The budget's decisions are collective: a worker without one would not join them.
-            "time budget in seconds (0: none)": round(config.time_budget_minutes * 60) if config.time_budget_minutes else 0,
+            "time budget in seconds (0: none)": (
+                round(config.time_budget_minutes * 60) if config.time_budget_minutes else 0
+            ),
             "vocabulary checksum": zlib.crc32(data.tokenizer.model_proto),
             f"precision ({', '.join(f'{i} {name}' for i, name in enumerate(PRECISIONS))}; "
             "--precision auto depends on each CPU: give it explicitly)": PRECISIONS.index(config.precision),
@@ -463,15 +469,32 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
                     window_loss += loss_sum
                     if progbar:
                         elapsed = max(time.time() - window_start, 1e-9)
-                        progbar.update(step, [("loss", window_loss / max(window_tokens, 1.0)), ("lr", learning_rate()), ("tok/s", window_tokens / elapsed)])
+                        progbar.update(
+                            step,
+                            [
+                                ("loss", window_loss / max(window_tokens, 1.0)),
+                                ("lr", learning_rate()),
+                                ("tok/s", window_tokens / elapsed),
+                            ],
+                        )
                     if step % config.log_every == 0 or step == total_steps:
                         elapsed = max(time.time() - window_start, 1e-9)
-                        record({"step": step, "loss": window_loss / max(window_tokens, 1.0), "learning_rate": learning_rate(),
-                                "tokens_per_second": window_tokens / elapsed, "epoch": epoch})
+                        record(
+                            {
+                                "step": step,
+                                "loss": window_loss / max(window_tokens, 1.0),
+                                "learning_rate": learning_rate(),
+                                "tokens_per_second": window_tokens / elapsed,
+                                "epoch": epoch,
+                            }
+                        )
                         window_tokens, window_loss, window_start = 0.0, 0.0, time.time()
                     if budget_seconds and step % config.log_every == 0:
                         total_steps = replan(step, total_steps)
-                    if _due(step, config.checkpoint_every) or _minutes_since(last_checkpoint_time) >= (config.checkpoint_minutes or math.inf):
+                    if (
+                        _due(step, config.checkpoint_every)
+                        or _minutes_since(last_checkpoint_time) >= (config.checkpoint_minutes or math.inf)
+                    ):
                         save(step)
                         last_checkpoint_time = time.time()
                     if _due(step, config.eval_every) and step < total_steps:
@@ -529,7 +552,11 @@ def _resumed_run_length(config, progress, max_steps):
     shortened it and the cooldown of that shorter run has begun, which fixes its end."""
     planned = int(progress.planned_steps)
     step = int(progress.step)
-    if config.time_budget_minutes and 0 < planned <= max_steps and cooldown_has_begun(step, planned, config.cooldown_fraction):
+    if (
+        config.time_budget_minutes
+        and 0 < planned <= max_steps
+        and cooldown_has_begun(step, planned, config.cooldown_fraction)
+    ):
         return planned
     return max_steps
 

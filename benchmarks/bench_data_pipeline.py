@@ -8,7 +8,7 @@ the speed of that tokenization pass alone, then per epoch the batches/s and non-
 consumes them. Epoch 0 includes tracing the tf.data functions and filling the
 prefetch buffer; later epochs are the steady state. Training on a CPU consumes roughly
 5k-30k tokens/s.
-"""
+"""  # noqa: E501
 
 import argparse
 import os
@@ -36,7 +36,10 @@ def main():
     start = time.perf_counter()
     data = prepare_data(DataConfig(batch_tokens=args.batch_tokens), model_dir)
     seconds = time.perf_counter() - start
-    print(f"prepare_data: {seconds:.1f} s ({'trained' if trains_vocabulary else 'loaded'} vocabulary, tokenized all splits)")
+    print(
+        f"prepare_data: {seconds:.1f} s "
+        f"({'trained' if trains_vocabulary else 'loaded'} vocabulary, tokenized all splits)"
+    )
     print("\n".join(format_summary(summarize(data))))
 
     # The one tokenization pass over train that prepare_data made (epochs reuse its ids).
@@ -44,7 +47,9 @@ def main():
     pairs = tokenize_pairs(data.tokenizer, data.text["train"])
     seconds = time.perf_counter() - start
     tokens = sum(int(lengths.sum()) for lengths in pairs.lengths())
-    print(f"tokenizing train once: {seconds:.2f} s = {tokens / seconds:,.0f} tokens/s (source + target, markers included)")
+    print(
+        f"tokenizing train once: {seconds:.2f} s = {tokens / seconds:,.0f} tokens/s (source + target, markers included)"
+    )
 
     for epoch in range(args.epochs):
         batches = source_tokens = target_tokens = 0

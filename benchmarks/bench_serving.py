@@ -132,14 +132,26 @@ def report(name, latencies, sent, errors, wall, sizes):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     where = parser.add_mutually_exclusive_group()
-    where.add_argument("--model_base_path", default=os.path.join("saved_models", "translator"), help="an export to serve (default saved_models/translator)")
-    where.add_argument("--tiny", action="store_true", help="export the tests' tiny model to a temporary directory and serve that")
+    where.add_argument(
+        "--model_base_path",
+        default=os.path.join("saved_models", "translator"),
+        help="an export to serve (default saved_models/translator)",
+    )
+    where.add_argument(
+        "--tiny", action="store_true", help="export the tests' tiny model to a temporary directory and serve that"
+    )
     where.add_argument("--url", help="measure a server that is already running instead")
     parser.add_argument("--model", default="translator", help="model name (default translator)")
-    parser.add_argument("--clients", default="1,16", help="concurrent clients, one measurement per count (default 1,16)")
+    parser.add_argument(
+        "--clients", default="1,16", help="concurrent clients, one measurement per count (default 1,16)"
+    )
     parser.add_argument("--requests", type=int, default=50, help="requests per client (default 50)")
     parser.add_argument("--modes", default="batching,unbatched", help="which local server modes to run (default both)")
-    parser.add_argument("--server-flags", default="", help="extra flags for python -m app.serve, e.g. '--batching_parameters_file serving/batching_parameters.txt'")
+    parser.add_argument(
+        "--server-flags",
+        default="",
+        help="extra flags for python -m app.serve, e.g. '--batching_parameters_file serving/batching_parameters.txt'",
+    )
     args = parser.parse_args(argv)
     try:
         client_counts = [int(count) for count in args.clients.split(",")]
@@ -161,7 +173,13 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as scratch:
         base = export_tiny(scratch) if args.tiny else args.model_base_path
         for mode in args.modes.split(","):
-            flags = ["--model_name", args.model, "--enable_batching", "true" if mode == "batching" else "false", *args.server_flags.split()]
+            flags = [
+                "--model_name",
+                args.model,
+                "--enable_batching",
+                "true" if mode == "batching" else "false",
+                *args.server_flags.split(),
+            ]
             with open(os.path.join(scratch, f"serve-{mode}.log"), "w") as log:
                 process, url = start_server(base, flags, log)
                 try:

@@ -99,7 +99,10 @@ def output_steps(tokens, vocab_size, d_model, rng):
 
         return step
 
-    return {"output, whole logits (plain)": step_of(plain), "output, fused, 512 rows at a time (this project)": step_of(fused)}
+    return {
+        "output, whole logits (plain)": step_of(plain),
+        "output, fused, 512 rows at a time (this project)": step_of(fused),
+    }
 
 
 def projection_steps(tokens, d_model, rng):

@@ -76,7 +76,6 @@ def run_one(args):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
     import keras
-    import numpy as np
     import tensorflow as tf
 
     from app.config import ModelConfig
@@ -168,7 +167,9 @@ def main():
                    "--steps", str(args.steps), "--warmup", str(args.warmup), "--batch-tokens", str(args.batch_tokens)]
         if args.warmup_epoch:
             command.append("--warmup-epoch")
-        output = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+        output = subprocess.run(
+            command, capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+        )
         if output.returncode != 0:
             print(f"{name}: failed\n{output.stderr[-2000:]}")
             continue
@@ -182,7 +183,9 @@ def main():
     warmup = "the whole first epoch" if args.warmup_epoch else args.warmup
     print(f"{args.size}, {args.batch_tokens} tokens per batch, {args.steps} timed steps after {warmup}; "
           f"the reference is {reference_name}")
-    print(f"{'setting':<40}{'target tok/s':>14}{'vs reference':>14}{'max |loss - reference loss|':>30}{'final loss':>12}")
+    print(
+        f"{'setting':<40}{'target tok/s':>14}{'vs reference':>14}{'max |loss - reference loss|':>30}{'final loss':>12}"
+    )
     for name, result in results.items():
         ratio = result["tokens_per_second"] / reference["tokens_per_second"]
         gap = max(abs(a - b) for a, b in zip(result["losses"], reference["losses"]))

@@ -71,7 +71,9 @@ ROW_WEIGHT_DECAY = 0.0
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated rows (default: all of {', '.join(ROWS)})")
+    parser.add_argument(
+        "--rows", default=",".join(ROWS), help=f"comma-separated rows (default: all of {', '.join(ROWS)})"
+    )
     parser.add_argument("--steps", type=int, default=1000, help="training steps per row")
     parser.add_argument(
         "--warmup-steps", type=int, default=ROW_WARMUP_STEPS,

@@ -52,7 +52,9 @@ def summarize(data: PreparedData) -> dict:
         "mean_source_tokens_per_batch": float(source_lengths.sum() / len(plan)),
         "mean_target_tokens_per_batch": float(target_lengths.sum() / len(plan)),
         "padding_efficiency": padding_efficiency(train, plan),
-        "train_batch_shapes": len(set(zip(plan.rows.tolist(), plan.source_lengths.tolist(), plan.target_lengths.tolist()))),
+        "train_batch_shapes": len(
+            set(zip(plan.rows.tolist(), plan.source_lengths.tolist(), plan.target_lengths.tolist()))
+        ),
         "declared_batch_shapes": len(data.batch_shapes()),
         "validation_batches": len(data.eval_plan("validation")),
     }

@@ -5,7 +5,14 @@ import math
 
 import pytest
 
-from app.evaluate import moses_lowercase_bleu, parse_args, read_references, saved_model_data_config, score, translate_all
+from app.evaluate import (
+    moses_lowercase_bleu,
+    parse_args,
+    read_references,
+    saved_model_data_config,
+    score,
+    translate_all,
+)
 from data.config import DataConfig
 from data.errors import DataError
 
@@ -64,7 +71,9 @@ def test_translations_come_back_in_input_order_whatever_the_batching():
 
 def test_named_splits_and_their_aliases():
     config = DataConfig()
-    sources, references, description = read_references(parse_args(["--model-dir", "x", "--split", "test_2016_flickr"]), config)
+    sources, references, description = read_references(
+        parse_args(["--model-dir", "x", "--split", "test_2016_flickr"]), config
+    )
     assert len(sources) == len(references) == 1000
     assert description == "multi30k test_2016_flickr en->de"
     with pytest.raises(DataError, match="multi30k has no split 'bogus'; it has test, train, validation"):
@@ -80,15 +89,21 @@ def test_source_and_reference_files_must_align(tmp_path):
 
 
 def test_a_saved_model_names_its_data_in_export_info_and_flags_override_it(tmp_path):
-    (tmp_path / "export_info.json").write_text(json.dumps({"dataset": "multi30k", "source_lang": "en", "target_lang": "fr"}))
+    (tmp_path / "export_info.json").write_text(
+        json.dumps({"dataset": "multi30k", "source_lang": "en", "target_lang": "fr"})
+    )
     config = saved_model_data_config(parse_args(["--saved-model", str(tmp_path), "--split", "test_2016_flickr"]))
     assert (config.dataset, config.source_lang, config.target_lang) == ("multi30k", "en", "fr")
     assert config.lowercase is False  # Exports from before --lowercase: cased.
-    sources, references, description = read_references(parse_args(["--saved-model", str(tmp_path), "--split", "test"]), config)
+    sources, references, description = read_references(
+        parse_args(["--saved-model", str(tmp_path), "--split", "test"]), config
+    )
     assert description == "multi30k test en->fr" and len(sources) == len(references) == 1000
     flagged = saved_model_data_config(parse_args(["--saved-model", str(tmp_path), "--target-lang", "de"]))
     assert flagged.target_lang == "de"
-    (tmp_path / "export_info.json").write_text(json.dumps({"dataset": "multi30k", "source_lang": "en", "target_lang": "de", "lowercase": True}))
+    (tmp_path / "export_info.json").write_text(
+        json.dumps({"dataset": "multi30k", "source_lang": "en", "target_lang": "de", "lowercase": True})
+    )
     assert saved_model_data_config(parse_args(["--saved-model", str(tmp_path), "--split", "test"])).lowercase is True
 
 

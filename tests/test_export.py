@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from app.export import ExportError, Translator, export, load_translator, next_version, unsupported_serving_ops
+from app.export import ExportError, export, load_translator, next_version, unsupported_serving_ops
 from tests.conftest import SENTENCES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +59,7 @@ result["v1"] = {"translations": [t.decode() for t in fetched["translations"]], "
 project = sorted(m for m in sys.modules if m.split(".")[0] in ("app", "layers", "data", "keras_hub"))
 result["project_modules"] = project
 print(json.dumps(result))
-"""
+"""  # noqa: E501
 
 
 def test_a_fresh_process_without_project_code_translates_like_in_memory_decoding(exported):
@@ -93,7 +93,9 @@ def test_nbest_and_options_signatures_agree_with_the_default(exported):
         tf.constant(SENTENCES[:3]), tf.constant([a for a, _ in settings]), tf.constant([e for _, e in settings])
     )
     for i, (alpha, extra) in enumerate(settings):
-        alone = translator.serve_with_options(tf.constant(SENTENCES[i : i + 1]), tf.constant([alpha]), tf.constant([extra]))
+        alone = translator.serve_with_options(
+            tf.constant(SENTENCES[i : i + 1]), tf.constant([alpha]), tf.constant([extra])
+        )
         assert mixed["translations"].numpy()[i] == alone["translations"].numpy()[0]
         np.testing.assert_allclose(mixed["scores"].numpy()[i], alone["scores"].numpy()[0], rtol=1e-5)
     with pytest.raises(tf.errors.InvalidArgumentError, match="alpha must not be negative"):
@@ -174,7 +176,11 @@ def test_the_op_check_rejects_python_and_xla_ops(tmp_path):
             return dynamic_update_slice(x, tf.ones([1]), [1])
 
     module = Bad()
-    tf.saved_model.save(module, str(tmp_path), signatures={"a": module.python.get_concrete_function(), "b": module.xla.get_concrete_function()})
+    tf.saved_model.save(
+        module,
+        str(tmp_path),
+        signatures={"a": module.python.get_concrete_function(), "b": module.xla.get_concrete_function()},
+    )
     assert unsupported_serving_ops(str(tmp_path)) == {"EagerPyFunc", "XlaDynamicUpdateSlice"}
 
 

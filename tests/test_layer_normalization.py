@@ -100,14 +100,21 @@ def test_mixed_bfloat16_computes_in_float32_and_returns_bfloat16():
     assert all(grad.dtype == tf.float32 for grad in weight_grads)
     # Both normalize the same bfloat16 inputs in float32 and round once at the end.
     np.testing.assert_allclose(tf.cast(y, tf.float32).numpy(), tf.cast(y_ref, tf.float32).numpy(), rtol=1e-2, atol=1e-2)
-    np.testing.assert_allclose(tf.cast(x_grad, tf.float32).numpy(), tf.cast(x_grad_ref, tf.float32).numpy(), rtol=2e-2, atol=2e-2)
+    np.testing.assert_allclose(
+        tf.cast(x_grad, tf.float32).numpy(), tf.cast(x_grad_ref, tf.float32).numpy(), rtol=2e-2, atol=2e-2
+    )
     for grad, grad_ref in zip(weight_grads, weight_grads_ref):
         np.testing.assert_allclose(grad.numpy(), grad_ref.numpy(), rtol=2e-2, atol=2e-2)
 
 
 @pytest.mark.parametrize(
     "kwargs, shape",
-    [(dict(axis=1), (4, 6, 8)), (dict(axis=[1, 2]), (4, 6, 8)), (dict(center=False), (4, 8)), (dict(scale=False), (4, 8))],
+    [
+        (dict(axis=1), (4, 6, 8)),
+        (dict(axis=[1, 2]), (4, 6, 8)),
+        (dict(center=False), (4, 8)),
+        (dict(scale=False), (4, 8)),
+    ],
 )
 def test_other_normalizations_take_keras_path(kwargs, shape):
     ours, reference = _pair(shape, **kwargs)
@@ -122,7 +129,9 @@ def test_other_normalizations_take_keras_path(kwargs, shape):
 
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_every_layer_norm_in_the_model_is_this_one(norm_first):
-    config = ModelConfig(num_layers=2, d_model=16, d_ff=32, num_heads=2, vocab_size=30, max_length=16, norm_first=norm_first)
+    config = ModelConfig(
+        num_layers=2, d_model=16, d_ff=32, num_heads=2, vocab_size=30, max_length=16, norm_first=norm_first
+    )
     model = build_transformer(config)
     norms = [layer for layer in model._flatten_layers() if isinstance(layer, keras.layers.LayerNormalization)]
     # Encoder: 2 per layer; decoder: 3 per layer; pre-norm adds one after each stack.

@@ -28,7 +28,9 @@ def _read(path):
 @pytest.fixture(scope="module")
 def lowercase_tokenizer(corpus, tmp_path_factory):
     texts = _read(corpus[0]) + _read(corpus[1])
-    return SubwordTokenizer.train(texts, VOCAB_SIZE, str(tmp_path_factory.mktemp("vocab") / MODEL_FILENAME), lowercase=True)
+    return SubwordTokenizer.train(
+        texts, VOCAB_SIZE, str(tmp_path_factory.mktemp("vocab") / MODEL_FILENAME), lowercase=True
+    )
 
 
 def test_python_and_graph_lowercase_alike_and_keep_sharp_s():
@@ -109,7 +111,9 @@ def test_validation_bleu_of_a_lowercase_run_is_lowercased_bleu(lowercase_tokeniz
 
     cased_path = tmp_path / MODEL_FILENAME
     cased_path.write_bytes(lowercase_tokenizer.model_proto)
-    cased_score = app.evaluation.make_bleu_evaluator(SubwordTokenizer.load(str(cased_path)), [sentence], [sentence])(None)
+    cased_score = app.evaluation.make_bleu_evaluator(
+        SubwordTokenizer.load(str(cased_path)), [sentence], [sentence]
+    )(None)
     assert "case:mixed" in cased_score["bleu_signature"]
 
 

@@ -164,7 +164,9 @@ def test_two_workers_train_like_one_process_with_two_replicas(tmp_path):
 
     # Fresh start: the reference runs all 4 steps meanwhile.
     first = Launch(tmp_path)
-    first.start("reference", [*data, *TINY, "--cpu-replicas", "2", "--train-steps", "4", "--model-dir", str(reference_dir)])
+    first.start(
+        "reference", [*data, *TINY, "--cpu-replicas", "2", "--train-steps", "4", "--model-dir", str(reference_dir)]
+    )
     first.start_workers([*data, *TINY, "--train-steps", "2"], model_dir, [("worker", 0), ("worker", 1)], scratch)
     first.wait()
     assert (model_dir / "checkpoints" / "ckpt-2.index").exists(), first.output()

@@ -160,7 +160,9 @@ def test_float32_gradients_match_float64_when_the_label_is_predicted_with_about_
     # In float32 p - t is not formed: the label's (on - off) comes off after the
     # products (p @ M - (on - off) M[label], and a segment sum for the matrix). Where
     # p_label is near on, that difference of two products must still be accurate.
-    states, matrix, labels = (x.astype(dtype) for x, dtype in zip(confident_rows(True), ("float32", "float32", "int32")))
+    states, matrix, labels = (
+        x.astype(dtype) for x, dtype in zip(confident_rows(True), ("float32", "float32", "int32"))
+    )
     wants = float64_gradients(states.astype("float64"), matrix.astype("float64"), labels)
     _, gots = fused_loss_and_grads(tf.constant(states), tf.constant(matrix), tf.constant(labels), 0.1, 128)
     for got, want in zip(gots, wants):

@@ -124,7 +124,9 @@ def test_weights_are_what_each_attention_layer_computes_in_a_normal_forward_pass
     x = t.source_positions(t.source_embedding(SOURCE))  # [B, S, D]
     for i, layer in enumerate(t.encoder_layers):
         seen = layer.self_attention_norm(x) if pre_norm else x
-        np.testing.assert_allclose(attention.encoder[i], reference_weights(layer.self_attention, seen, seen, encoder_mask), atol=1e-5)
+        np.testing.assert_allclose(
+            attention.encoder[i], reference_weights(layer.self_attention, seen, seen, encoder_mask), atol=1e-5
+        )
         x = layer(x, padding_mask=padding_mask(SOURCE))
     memory = t.encoder_norm(x) if pre_norm else x
 
@@ -132,7 +134,9 @@ def test_weights_are_what_each_attention_layer_computes_in_a_normal_forward_pass
     for i, layer in enumerate(t.decoder_layers):
         self_mask = decoder_self_attention_mask(TARGET)
         seen = layer.self_attention_norm(y) if pre_norm else y
-        np.testing.assert_allclose(attention.decoder[i], reference_weights(layer.self_attention, seen, seen, decoder_mask), atol=1e-5)
+        np.testing.assert_allclose(
+            attention.decoder[i], reference_weights(layer.self_attention, seen, seen, decoder_mask), atol=1e-5
+        )
         # Cross-attention queries come out of the self-attention block: post-norm
         # LayerNorm(y + SelfAttention(y)), pre-norm CrossNorm(y + SelfAttention(Norm(y))).
         after_self = y + layer.self_attention(seen, seen, attention_mask=self_mask)
@@ -164,7 +168,9 @@ def test_the_sentence_is_translated_greedily_and_attended_over_with_its_pieces(t
 
     sentence = "A man rides a bike."
     # Beam 1 with alpha 0 is greedy decoding exactly.
-    result = sentence_attention(translator, sentence, decoding=DecodingConfig(beam_size=1, alpha=0.0, max_extra_length=6))
+    result = sentence_attention(
+        translator, sentence, decoding=DecodingConfig(beam_size=1, alpha=0.0, max_extra_length=6)
+    )
     source_ids = translator.source_ids(tf.constant([sentence]))
     greedy = greedy_decode(translator.transformer, source_ids, max_extra_length=6)[0].numpy().tolist()
     assert result.source_ids == source_ids[0].numpy().tolist()

@@ -112,9 +112,16 @@ def saved_model(exported):
         "serving_default": {"inputs": tf.constant(SENTENCES)},
         "nbest": {"inputs": tf.constant(SENTENCES)},
         "greedy": {"inputs": tf.constant(SENTENCES)},
-        "translate_with_options": {"inputs": tf.constant(SENTENCES), "alpha": tf.fill([n], 1.0), "max_extra_length": tf.fill([n], 5)},
+        "translate_with_options": {
+            "inputs": tf.constant(SENTENCES),
+            "alpha": tf.fill([n], 1.0),
+            "max_extra_length": tf.fill([n], 5),
+        },
     }
-    return {name: {k: v.numpy() for k, v in loaded.signatures[name](**kwargs).items()} for name, kwargs in calls.items()}
+    return {
+        name: {k: v.numpy() for k, v in loaded.signatures[name](**kwargs).items()}
+        for name, kwargs in calls.items()
+    }
 
 
 def texts(array):
@@ -129,7 +136,11 @@ def assert_outputs_equal(got, want):
 
 # Status and metadata.
 
-AVAILABLE_1 = {"model_version_status": [{"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}]}
+AVAILABLE_1 = {
+    "model_version_status": [
+        {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
+    ]
+}
 
 
 def test_model_status_as_tf_serving_reports_it(server):
@@ -152,7 +163,11 @@ def test_metadata_holds_the_signature_defs(server):
     nbest = signatures["nbest"]["outputs"]["translations"]["tensor_shape"]["dim"]
     assert [d["size"] for d in nbest] == ["-1", "4"]  # [B, K]
     options = signatures["translate_with_options"]["inputs"]
-    assert {k: v["dtype"] for k, v in options.items()} == {"inputs": "DT_STRING", "alpha": "DT_FLOAT", "max_extra_length": "DT_INT32"}
+    assert {k: v["dtype"] for k, v in options.items()} == {
+        "inputs": "DT_STRING",
+        "alpha": "DT_FLOAT",
+        "max_extra_length": "DT_INT32",
+    }
     assert server.request("GET", "/v1/models/translator/versions/1/metadata")[1] == body
 
 
@@ -187,7 +202,10 @@ def test_nbest_and_greedy_signatures(server, saved_model):
     beams = saved_model["nbest"]["translations"].shape[1]
     assert all(len(p["translations"]) == len(p["scores"]) == beams for p in body["predictions"])
     assert_outputs_equal(
-        {"translations": [p["translations"] for p in body["predictions"]], "scores": [p["scores"] for p in body["predictions"]]},
+        {
+            "translations": [p["translations"] for p in body["predictions"]],
+            "scores": [p["scores"] for p in body["predictions"]],
+        },
         saved_model["nbest"],
     )
     status, columnar = server.predict({"signature_name": "nbest", "inputs": SENTENCES})
@@ -203,7 +221,10 @@ def test_translate_with_options_in_both_formats(server, saved_model):
     status, body = server.predict({"signature_name": "translate_with_options", "instances": instances})
     assert status == 200, body
     assert_outputs_equal(
-        {"translations": [p["translations"] for p in body["predictions"]], "scores": [p["scores"] for p in body["predictions"]]},
+        {
+            "translations": [p["translations"] for p in body["predictions"]],
+            "scores": [p["scores"] for p in body["predictions"]],
+        },
         saved_model["translate_with_options"],
     )
     n = len(SENTENCES)
@@ -227,7 +248,9 @@ def test_requests_with_different_options_in_flight_together_get_their_own_answer
     def request(i):
         alpha, extra = (0.0, 3) if i % 2 else (1.0, 6)
         instances = [{"inputs": s, "alpha": alpha, "max_extra_length": extra} for s in sentences[i % 3 :]]
-        return (alpha, extra, i % 3), server.predict({"signature_name": "translate_with_options", "instances": instances})
+        return (alpha, extra, i % 3), server.predict(
+            {"signature_name": "translate_with_options", "instances": instances}
+        )
 
     alone = dict(request(i) for i in range(6))  # one at a time
     with concurrent.futures.ThreadPoolExecutor(12) as pool:

@@ -51,7 +51,9 @@ def run_all(batcher, requests):
 
 def test_concurrent_requests_share_calls_and_get_their_own_rows_back():
     version = FakeVersion()
-    requests = [(version, "serving_default", {"inputs": strings(*[f"r{i}-{j}" for j in range(1 + i % 3)])}) for i in range(12)]
+    requests = [
+        (version, "serving_default", {"inputs": strings(*[f"r{i}-{j}" for j in range(1 + i % 3)])}) for i in range(12)
+    ]
     outputs = run_all(Batcher(BatchingParameters(max_batch_size=8, batch_timeout_micros=20_000)), requests)
     for (_, _, inputs), output in zip(requests, outputs):
         np.testing.assert_array_equal(output["echo"], inputs["inputs"])
@@ -65,7 +67,11 @@ def test_different_options_signatures_and_versions_are_never_merged():
 
     def options(texts, alpha, extra):
         n = len(texts)
-        return {"inputs": strings(*texts), "alpha": np.full([n], alpha, np.float32), "max_extra_length": np.full([n], extra, np.int32)}
+        return {
+            "inputs": strings(*texts),
+            "alpha": np.full([n], alpha, np.float32),
+            "max_extra_length": np.full([n], extra, np.int32),
+        }
 
     requests = [
         (v1, "translate_with_options", options(["a", "b"], 0.6, 50)),
@@ -77,7 +83,15 @@ def test_different_options_signatures_and_versions_are_never_merged():
         (v2, "serving_default", {"inputs": strings("h")}),
         (v1, "serving_default", {"inputs": strings("i")}),
         # Its own rows disagree: it runs alone, and the model decides.
-        (v1, "translate_with_options", {"inputs": strings("j", "k"), "alpha": np.array([0.6, 1.0], np.float32), "max_extra_length": np.array([50, 50], np.int32)}),
+        (
+            v1,
+            "translate_with_options",
+            {
+                "inputs": strings("j", "k"),
+                "alpha": np.array([0.6, 1.0], np.float32),
+                "max_extra_length": np.array([50, 50], np.int32),
+            },
+        ),
     ]
     run_all(Batcher(BatchingParameters(max_batch_size=32, batch_timeout_micros=50_000)), requests)
     calls = sorted((signature, "".join(c.decode() for c in inputs["inputs"])) for signature, inputs in v1.calls)
@@ -94,7 +108,10 @@ def test_different_options_signatures_and_versions_are_never_merged():
 
 def test_a_request_larger_than_max_batch_size_runs_alone():
     version = FakeVersion()
-    requests = [(version, "serving_default", {"inputs": strings(*"abcdef")}), (version, "serving_default", {"inputs": strings("g")})]
+    requests = [
+        (version, "serving_default", {"inputs": strings(*"abcdef")}),
+        (version, "serving_default", {"inputs": strings("g")}),
+    ]
     outputs = run_all(Batcher(BatchingParameters(max_batch_size=4, batch_timeout_micros=20_000)), requests)
     assert [len(o["echo"]) for o in outputs] == [6, 1]
     assert sorted(len(inputs["inputs"]) for _, inputs in version.calls) == [1, 6]
@@ -117,7 +134,9 @@ def test_without_batching_every_request_is_its_own_call():
 def test_a_full_queue_refuses_with_503():
     version = FakeVersion(seconds=0.2)
     requests = [(version, "serving_default", {"inputs": strings(t)}) for t in "abcdef"]
-    outputs = run_all(Batcher(BatchingParameters(max_batch_size=1, max_enqueued_batches=2, batch_timeout_micros=0)), requests)
+    outputs = run_all(
+        Batcher(BatchingParameters(max_batch_size=1, max_enqueued_batches=2, batch_timeout_micros=0)), requests
+    )
     refused = [o for o in outputs if isinstance(o, ServingError)]
     assert refused and all(o.status == 503 for o in refused)
 
@@ -128,8 +147,14 @@ def test_the_shipped_batching_parameters_file_is_read():
 
 
 @pytest.mark.parametrize("text, expected", [
-    ("max_batch_size { value: 8 }\n# num_batch_threads { value: 9 }\nbatch_timeout_micros {value:100}", BatchingParameters(max_batch_size=8, batch_timeout_micros=100)),
-    ("pad_variable_length_inputs: false\nmax_enqueued_batches { value: 3 }", BatchingParameters(max_enqueued_batches=3)),
+    (
+        "max_batch_size { value: 8 }\n# num_batch_threads { value: 9 }\nbatch_timeout_micros {value:100}",
+        BatchingParameters(max_batch_size=8, batch_timeout_micros=100),
+    ),
+    (
+        "pad_variable_length_inputs: false\nmax_enqueued_batches { value: 3 }",
+        BatchingParameters(max_enqueued_batches=3),
+    ),
 ])
 def test_batching_parameters_text_proto(tmp_path, text, expected):
     path = tmp_path / "batching.txt"

@@ -22,7 +22,9 @@ def version_status(server):
     return body["model_version_status"]  # newest first
 
 
-def test_exporting_version_2_under_load_switches_to_it_without_a_failed_request(exported, model_dir, tmp_path_factory, tmp_path):
+def test_exporting_version_2_under_load_switches_to_it_without_a_failed_request(
+    exported, model_dir, tmp_path_factory, tmp_path
+):
     import tensorflow as tf
 
     _, _, _, expected_1 = exported

@@ -108,7 +108,9 @@ def test_several_seeds_print_the_mean_and_range_of_the_seeds_that_finished(tmp_p
     params = build_transformer(RUN_CONFIG).count_params() / 1e6
     assert lines[0].endswith("; mean (range) over seeds 1, 2, 3")
     assert "| row | change | params | seeds | perplexity | BLEU |" in lines
-    assert f"| A1 | (A) 1 head, d_k = d_v = 128 | {params:.2f}M | 1, 2, 3 | 18.17 (17.50-19.00) | 21.20 (20.00-22.60) |" in lines
+    assert (
+        f"| A1 | (A) 1 head, d_k = d_v = 128 | {params:.2f}M | 1, 2, 3 | 18.17 (17.50-19.00) | 21.20 (20.00-22.60) |"
+    ) in lines
     assert f"| E | (E) learned positional embedding | {params:.2f}M | 2 | 16.00 | 25.00 |" in lines
     assert "| D1 | (D) P_drop = 0.0 | | | not run | |" in lines
 
@@ -124,10 +126,13 @@ def test_with_the_base_row_each_row_is_compared_with_it_seed_by_seed(tmp_path, c
     table3_tiny.main(["--print-only", "--rows", "base,A1,E", "--seeds", "1,2,3", "--runs-dir", str(tmp_path)])
     lines = capsys.readouterr().out.splitlines()
     params = build_transformer(RUN_CONFIG).count_params() / 1e6
-    assert "| row | change | params | seeds | perplexity | BLEU | perplexity - base, by seed | BLEU - base, by seed |" in lines
+    assert (
+        "| row | change | params | seeds | perplexity | BLEU | perplexity - base, by seed | BLEU - base, by seed |"
+    ) in lines
     base_row = [line for line in lines if line.startswith("| base |")]
     assert base_row == [
-        f"| base | {table3_tiny.ROWS['base'][0]} | {params:.2f}M | 1, 2, 3 | 17.33 (16.75-17.75) | 21.25 (20.25-22.00) | | |"
+        f"| base | {table3_tiny.ROWS['base'][0]} | {params:.2f}M | 1, 2, 3 | 17.33 (16.75-17.75) "
+        "| 21.25 (20.25-22.00) | | |"
     ]
     assert (
         f"| A1 | (A) 1 head, d_k = d_v = 128 | {params:.2f}M | 1, 3 | 18.50 (18.00-19.00) | 20.62 (20.50-20.75) "

@@ -45,7 +45,16 @@ def test_each_size_resolves_its_own_recipe_and_flags_override_it():
     assert base.cooldown_fraction == 0.0  # the paper's schedule to the end
     assert tiny.weight_decay == 0.2  # AdamW on Multi30k (README, "What was tried")
     assert base.weight_decay == 0.0  # the paper's Adam
-    flags = ["--checkpoint-every", "7", "--keep-checkpoints", "3", "--learning-rate-scale", "0.5", "--cooldown-fraction", "0"]
+    flags = [
+        "--checkpoint-every",
+        "7",
+        "--keep-checkpoints",
+        "3",
+        "--learning-rate-scale",
+        "0.5",
+        "--cooldown-fraction",
+        "0",
+    ]
     overridden = train_config_from_args(train.parse_args(flags + ["--weight-decay", "0"]))
     assert (overridden.checkpoint_every, overridden.keep_checkpoints, overridden.learning_rate_scale) == (7, 3, 0.5)
     assert (overridden.cooldown_fraction, overridden.weight_decay) == (0.0, 0.0)

@@ -43,7 +43,9 @@ def test_cooldown_falls_linearly_to_the_runs_end(step):
 
 
 def test_cooldown_needs_a_run_at_least_as_long():
-    with pytest.raises(ValueError, match="cooldown_steps=200 needs a run of at least that many steps, got total_steps=100"):
+    with pytest.raises(
+        ValueError, match="cooldown_steps=200 needs a run of at least that many steps, got total_steps=100"
+    ):
         WarmupInverseSqrt(d_model=128, warmup_steps=10, total_steps=100, cooldown_steps=200)
     with pytest.raises(ValueError, match="cooldown_fraction must be between 0 and 1, got 1.5"):
         TrainConfig(train_steps=10, cooldown_fraction=1.5)
@@ -114,7 +116,9 @@ def test_accumulated_micro_batches_give_the_gradient_of_their_combined_token_mea
 
 
 def test_averaging_checkpoints_gives_the_mean_of_their_weights(tmp_path):
-    model = build_transformer(ModelConfig.from_size("tiny", vocab_size=20, num_layers=1, d_model=8, d_ff=16, num_heads=2))
+    model = build_transformer(
+        ModelConfig.from_size("tiny", vocab_size=20, num_layers=1, d_model=8, d_ff=16, num_heads=2)
+    )
     weights = checkpoints.named_weights(model)
     saver = tf.train.Checkpoint(weights=weights)
     paths = []
@@ -283,7 +287,11 @@ def test_resuming_with_another_model_configuration_is_refused(tmp_path):
     data_config = DataConfig(batch_tokens=512)
     train_config = TrainConfig(train_steps=1)
     save_settings(str(tmp_path), ModelConfig.from_size("tiny"), data_config, train_config)
-    with pytest.raises(ValueError, match=r"another model configuration \(d_model: 128 -> 256, key_dim: 32 -> 64, value_dim: 32 -> 64\); use another --model-dir"):
+    with pytest.raises(
+        ValueError,
+        match=r"another model configuration \(d_model: 128 -> 256, key_dim: 32 -> 64, value_dim: 32 -> 64\); "
+        r"use another --model-dir",
+    ):
         save_settings(str(tmp_path), ModelConfig.from_size("tiny", d_model=256), data_config, train_config)
 
 
@@ -306,7 +314,9 @@ def test_a_damaged_settings_file_is_named_in_the_error(tmp_path, text, message):
     if "JSON" in message or "lacks" in message:
         # Resuming reads it too, and must not overwrite what it could not read.
         with pytest.raises(ValueError, match="settings.json"):
-            save_settings(str(tmp_path), ModelConfig.from_size("tiny"), DataConfig(batch_tokens=512), TrainConfig(train_steps=1))
+            save_settings(
+                str(tmp_path), ModelConfig.from_size("tiny"), DataConfig(batch_tokens=512), TrainConfig(train_steps=1)
+            )
         assert path.read_text() == text
 
 
@@ -355,11 +365,17 @@ def test_weights_restore_only_into_a_model_of_the_checkpoints_configuration(tmp_
     # Without biases, the model has no place for 12 of the checkpoint's weights (3
     # attentions, 4 projections each): an error naming them, not a model silently without.
     without_biases = model_of(dataclasses.replace(with_biases, attention_bias=False))
-    with pytest.raises(ValueError, match=r"holds 12 weight\(s\) the model has none for \(decoder_layer_0/cross_attention/attention_output/bias, "):
+    with pytest.raises(
+        ValueError,
+        match=r"holds 12 weight\(s\) the model has none for \(decoder_layer_0/cross_attention/attention_output/bias, ",
+    ):
         checkpoints.restore_weights(without_biases, path)
     # The other way round, the model's 12 biases are missing from the checkpoint.
     other_path = tf.train.Checkpoint(weights=checkpoints.named_weights(without_biases)).write(str(tmp_path / "other"))
-    with pytest.raises(ValueError, match=r"lacks 12 weight\(s\) the model has \(decoder_layer_0/cross_attention/attention_output/bias, "):
+    with pytest.raises(
+        ValueError,
+        match=r"lacks 12 weight\(s\) the model has \(decoder_layer_0/cross_attention/attention_output/bias, ",
+    ):
         checkpoints.restore_weights(model_of(with_biases), other_path)
 
 

@@ -95,14 +95,18 @@ class Batcher:
     async def run(self, version, signature_name, inputs, rows):
         """The outputs (name -> np.ndarray [rows, ...]) of `signature_name` for these inputs."""
         if not self.enabled:
-            outputs = await asyncio.get_running_loop().run_in_executor(self._executor, version.run, signature_name, inputs)
+            outputs = await asyncio.get_running_loop().run_in_executor(
+                self._executor, version.run, signature_name, inputs
+            )
             self._count(rows)
             return outputs
         queued = sum(task.rows for queue in self._queues.values() for task in queue)
         if queued >= self.parameters.max_enqueued_batches * self.parameters.max_batch_size:
             raise ServingError("The batch scheduling queue to which this task was submitted is full", status=503)
         key = (id(version), signature_name, self._options_key(inputs, rows))
-        task = _Task(key, version, signature_name, inputs, rows, asyncio.get_running_loop().create_future(), time.monotonic())
+        task = _Task(
+            key, version, signature_name, inputs, rows, asyncio.get_running_loop().create_future(), time.monotonic()
+        )
         self._queues.setdefault(key, []).append(task)
         self._changed.set()
         return await task.future
@@ -167,7 +171,9 @@ class Batcher:
             outputs = await loop.run_in_executor(self._executor, first.version.run, first.signature_name, inputs)
             for name, value in outputs.items():
                 if np.ndim(value) == 0 or len(value) != rows:
-                    raise ServingError(f"output {name} has no batch dimension of {rows} rows; cannot split it", status=500)
+                    raise ServingError(
+                        f"output {name} has no batch dimension of {rows} rows; cannot split it", status=500
+                    )
         except Exception as error:
             for task in batch:
                 if not task.future.done():

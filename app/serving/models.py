@@ -82,8 +82,12 @@ class LoadedVersion:
     def warm_up(self):
         """One call per signature (one row: "" and 1s), so the first request is not the slow one."""
         for name, specs in self.inputs.items():
-            row = {key: np.array([b"" if spec.dtype == np.object_ else 1], dtype=spec.dtype).reshape((1,) + tuple(d or 1 for d in spec.shape[1:]))
-                   for key, spec in specs.items()}
+            row = {
+                key: np.array([b"" if spec.dtype == np.object_ else 1], dtype=spec.dtype).reshape(
+                    (1,) + tuple(d or 1 for d in spec.shape[1:])
+                )
+                for key, spec in specs.items()
+            }
             try:
                 self.run(name, row)
             except Exception as error:  # a warm-up call the model rejects still warms it

@@ -108,7 +108,10 @@ def parse_predict_request(document, signature_name, input_specs, limits=Limits()
     sizes = {len(array) for array in inputs.values() if array.ndim}
     rows = max(sizes, default=1)
     if rows > limits.max_instances:
-        raise ServingError(f"{rows} instances are more than this server accepts in one request (--max_instances={limits.max_instances})")
+        raise ServingError(
+            f"{rows} instances are more than this server accepts in one request "
+            f"(--max_instances={limits.max_instances})"
+        )
     return PredictRequest(signature_name, inputs, request_format, rows)
 
 
@@ -118,11 +121,17 @@ def _read_instances(instances, input_specs, limits):
     if not instances:
         raise ServingError("No values in 'instances' array")
     if len(instances) > limits.max_instances:
-        raise ServingError(f"{len(instances)} instances are more than this server accepts in one request (--max_instances={limits.max_instances})")
+        raise ServingError(
+            f"{len(instances)} instances are more than this server accepts in one request "
+            f"(--max_instances={limits.max_instances})"
+        )
     names = sorted(input_specs)
     named = _is_named(instances[0])
     if not named and len(names) > 1:
-        raise ServingError("instances is a plain list, but expecting list of objects as multiple input tensors required as per tensorinfo_map")
+        raise ServingError(
+            "instances is a plain list, but expecting list of objects as multiple input tensors "
+            "required as per tensorinfo_map"
+        )
     columns = {name: [] for name in names}
     for i, instance in enumerate(instances):
         if named != _is_named(instance):
@@ -132,9 +141,15 @@ def _read_instances(instances, input_specs, limits):
             instance = {names[0]: instance}
         for key in instance:
             if key not in input_specs:
-                raise ServingError(f"Failed to process element: {i} key: {key} of 'instances' list. Error: JSON object: does not have named input: {key}")
+                raise ServingError(
+                    f"Failed to process element: {i} key: {key} of 'instances' list. "
+                    f"Error: JSON object: does not have named input: {key}"
+                )
         if set(instance) != set(names):
-            raise ServingError(f"Failed to process element: {i} of 'instances' list. JSON object: {_short(instance)} must only have keys: {','.join(names)}")
+            raise ServingError(
+                f"Failed to process element: {i} of 'instances' list. "
+                f"JSON object: {_short(instance)} must only have keys: {','.join(names)}"
+            )
         for name in names:
             spec = input_specs[name]
             where = f"element {i} key {name} of 'instances'"
@@ -146,14 +161,19 @@ def _read_columns(value, input_specs, limits):
     names = sorted(input_specs)
     if not _is_named(value):
         if len(names) > 1:
-            raise ServingError("inputs is a plain value/list, but expecting an object as multiple input tensors required as per tensorinfo_map")
+            raise ServingError(
+                "inputs is a plain value/list, but expecting an object as multiple input tensors "
+                "required as per tensorinfo_map"
+            )
         value = {names[0]: value}
     missing = [name for name in names if name not in value]
     if missing:
         raise ServingError(f"Missing named input: {missing[0]} in 'inputs' object.")
     unknown = sorted(set(value) - set(names))
     if unknown:
-        raise ServingError(f"'inputs' object has no input named {unknown[0]}; the signature's inputs are: {','.join(names)}")
+        raise ServingError(
+            f"'inputs' object has no input named {unknown[0]}; the signature's inputs are: {','.join(names)}"
+        )
     arrays = {}
     for name in names:
         spec = input_specs[name]
@@ -197,7 +217,10 @@ def _convert(value, dtype, where, limits):
     if dtype == np.object_:
         if isinstance(value, str):
             if len(value) > limits.max_text_length:
-                raise ServingError(f"a text of {len(value)} characters at {where} is longer than this server accepts (--max_text_length={limits.max_text_length})")
+                raise ServingError(
+                    f"a text of {len(value)} characters at {where} is longer than this server accepts "
+                    f"(--max_text_length={limits.max_text_length})"
+                )
             return value.encode("utf-8")
         if _is_base64(value):
             try:
@@ -205,7 +228,10 @@ def _convert(value, dtype, where, limits):
             except (binascii.Error, ValueError):
                 raise ServingError(f"Unable to base64 decode the value at {where}") from None
             if len(data) > limits.max_text_length:
-                raise ServingError(f"a text of {len(data)} bytes at {where} is longer than this server accepts (--max_text_length={limits.max_text_length})")
+                raise ServingError(
+                    f"a text of {len(data)} bytes at {where} is longer than this server accepts "
+                    f"(--max_text_length={limits.max_text_length})"
+                )
             return data
     elif isinstance(value, bool):
         if dtype == np.bool_:
@@ -219,7 +245,9 @@ def _convert(value, dtype, where, limits):
             if not info.min <= value <= info.max:
                 raise ServingError(f"JSON Value: {value} at {where} is out of range for {np.dtype(dtype).name}")
             return value
-    raise ServingError(f"JSON Value: {_short(value)} Type: {_json_type(value)} at {where} is not of expected type: {_type_name(dtype)}")
+    raise ServingError(
+        f"JSON Value: {_short(value)} Type: {_json_type(value)} at {where} is not of expected type: {_type_name(dtype)}"
+    )
 
 
 def _json_type(value):
@@ -254,7 +282,9 @@ def format_response(outputs, request_format):
         return {"outputs": values[names[0]] if len(names) == 1 else values}
     sizes = {len(values[name]) for name in names}
     if len(sizes) != 1:
-        raise ServingError("Batch size of the outputs differ; they cannot be returned in row format (use 'inputs')", status=500)
+        raise ServingError(
+            "Batch size of the outputs differ; they cannot be returned in row format (use 'inputs')", status=500
+        )
     rows = sizes.pop()
     if len(names) == 1:
         return {"predictions": values[names[0]]}

@@ -251,9 +251,14 @@ def run_recipe(recipe: Recipe, data_folder: str, log):
         if len(snapshots) < k:
             continue
         averaged = jax.tree_util.tree_map(lambda *xs: sum(xs) / len(xs), *snapshots[-k:])
-        cased, lower, _ = validation_bleu(greedy, (averaged, state[1]), validation_source, references, sentencepiece_model)
+        cased, lower, _ = validation_bleu(
+            greedy, (averaged, state[1]), validation_source, references, sentencepiece_model
+        )
         result[f"avg{k}_bleu"], result[f"avg{k}_lc_bleu"] = round(cased, 2), round(lower, 2)
-        log(f"  {recipe.name} average of last {k} snapshots ({recipe.snapshot_every} apart): BLEU {cased:.2f} lc {lower:.2f}")
+        log(
+            f"  {recipe.name} average of last {k} snapshots ({recipe.snapshot_every} apart): "
+            f"BLEU {cased:.2f} lc {lower:.2f}"
+        )
     return result
 
 
