@@ -34,7 +34,7 @@ def parse_args(argv=None):
     parser.add_argument("--output", help="export base directory instead of saved_models/<name>")
     parser.add_argument("--version", type=int, help="version number (default: the next free one)")
     add_weights_arguments(parser)
-    add_decoding_arguments(parser, beam_size_help="beams of the default signature (default 4)")
+    add_decoding_arguments(parser, beam_size_help="beams of the default signature")
     return parser.parse_args(argv)
 
 

@@ -95,13 +95,16 @@ DEFAULT_ALPHA = 0.6
 DEFAULT_MAX_EXTRA_LENGTH = 50
 
 
-def add_decoding_arguments(parser: argparse.ArgumentParser, beam_size_help: str = ""):
-    """--beam-size, --alpha and --max-extra-length, with the paper's values as defaults."""
+def add_decoding_arguments(parser: argparse.ArgumentParser, beam_size_help: str = "beams; 1 is greedy"):
+    """--beam-size, --alpha and --max-extra-length, with the paper's values as defaults.
+
+    `beam_size_help` says what --beam-size means to this command; the default is appended.
+    """
     parser.add_argument(
         "--beam-size",
         type=int,
         default=DEFAULT_BEAM_SIZE,
-        help=beam_size_help or f"beams (default {DEFAULT_BEAM_SIZE}; 1 is greedy)",
+        help=f"{beam_size_help} (default {DEFAULT_BEAM_SIZE})",
     )
     parser.add_argument(
         "--alpha",

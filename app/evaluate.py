@@ -41,9 +41,7 @@ def parse_args(argv=None):
     )
     parser.add_argument("--source", help="a source file to translate instead of a split (with --reference)")
     parser.add_argument("--reference", help="the reference translations of --source")
-    add_decoding_arguments(
-        parser, beam_size_help="with --model-dir (default 4; a SavedModel uses its exported beam size)"
-    )
+    add_decoding_arguments(parser, beam_size_help="beams, with --model-dir; a SavedModel uses its exported beam size")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per decoding batch")
     parser.add_argument("--limit", type=int, help="score only the first N sentences")
     parser.add_argument("--output", help="write the translations here, one per line")

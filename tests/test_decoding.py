@@ -1,6 +1,8 @@
 """Beam search on a tiny random Transformer: greedy agreement, cached scores equal a full
 forward pass, batching changes nothing, tf.function and SavedModel."""
 
+import importlib
+
 import keras
 import numpy as np
 import pytest
@@ -141,20 +143,16 @@ def test_decoding_config_checks_its_fields():
 
 
 @pytest.mark.parametrize(
-    "parse_args", ["export.parse_args", "app.evaluate.parse_args", "app.pictures.parse_args"], ids=lambda name: name
+    "module_name, argv",
+    [
+        ("export", []),
+        ("app.evaluate", ["--model-dir", "run"]),
+        ("app.pictures", ["attention", "--model-dir", "run", "--sentence", "A dog."]),
+    ],
 )
-def test_every_command_line_decodes_by_default_as_decoding_config(parse_args):
+def test_every_command_line_decodes_by_default_as_decoding_config(module_name, argv):
     # The flags' defaults are written out in app/cli.py (so --help need not import
     # TensorFlow); they must stay the paper's decoding that DecodingConfig holds.
-    import importlib
-
-    module_name, function_name = parse_args.rsplit(".", 1)
-    parse = getattr(importlib.import_module(module_name), function_name)
-    argv = {
-        "export.parse_args": [],
-        "app.evaluate.parse_args": ["--model-dir", "run"],
-        "app.pictures.parse_args": ["attention", "--model-dir", "run", "--sentence", "A dog."],
-    }[parse_args]
-    args = parse(argv)
+    args = importlib.import_module(module_name).parse_args(argv)
     assert DecodingConfig(args.beam_size, args.alpha, args.max_extra_length) == DecodingConfig()
     assert (args.checkpoint, args.average_last) == (None, None)
