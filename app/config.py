@@ -133,7 +133,7 @@ SIZES = {
     # was tried"). Pre-norm, unlike the paper: on Multi30k the post-norm tiny
     # model trained well only at a quarter of the paper's learning rate and needed 7,000
     # steps for the validation BLEU pre-norm reaches in 2,000 at the full rate (README,
-    # "What was tried"); a CPU hour is about 9,500 steps. Biases in the attention
+    # "What was tried"); a CPU hour is about 9,500 steps of 4,096 tokens. Biases in the attention
     # projections, like the published model (fairseq's) and unlike the paper: its recipe
     # was tuned with them, and a run without them scored at the low end of the default's
     # runs (lowercased beam BLEU 39.19 on validation against 39.26-40.74; README).

@@ -67,6 +67,8 @@ ROW_ATTENTION_BIAS = ["--attention-bias"]
 # And that run's optimizer, the paper's Adam without weight decay (tiny's default has
 # had AdamW's decay since 2026-11-23).
 ROW_WEIGHT_DECAY = 0.0
+# And that run's batches, 4,096 tokens (tiny's default until 2026-11-24, 2,048 now).
+ROW_BATCH_TOKENS = 4096
 
 
 def parse_args(argv=None):
@@ -118,7 +120,7 @@ def train_command(args, row, seed=1):
         "--model-dir", run_dir(args, row, seed),
         "--train-steps", str(args.steps), "--warmup-steps", str(args.warmup_steps), "--cooldown-fraction", "0",
         "--vocab-size", str(args.vocab_size), "--dropout", str(ROW_DROPOUT), *ROW_ATTENTION_BIAS,
-        "--weight-decay", str(ROW_WEIGHT_DECAY),
+        "--weight-decay", str(ROW_WEIGHT_DECAY), "--batch-tokens", str(ROW_BATCH_TOKENS),
         # Only the final evaluation; two checkpoints are enough to resume.
         "--eval-every", "0", "--checkpoint-every", "250", "--keep-checkpoints", "2",
         "--seed", str(seed), *flags, *args.extra,

@@ -23,6 +23,7 @@ def test_every_row_trains_the_default_recipe_with_only_its_own_change(tmp_path):
         "--model-dir", str(tmp_path / "base"),
         "--train-steps", "300", "--warmup-steps", "720", "--cooldown-fraction", "0",
         "--vocab-size", "8000", "--dropout", "0.3", "--attention-bias", "--weight-decay", "0.0",
+        "--batch-tokens", "4096",
         "--eval-every", "0", "--checkpoint-every", "250", "--keep-checkpoints", "2",
         "--seed", "1", "--eval-sentences", "50",
     ]

@@ -25,6 +25,14 @@ def test_dry_run_prints_the_base_configuration_and_parameter_count():
     assert "parameters: 63045632" in result.stdout.splitlines()
 
 
+def test_dry_run_of_the_default_shows_tiny_with_its_own_batch():
+    result = run_train("--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "  d_model: 128" in result.stdout
+    # Tiny's batch (app/train_command.py, SIZE_DEFAULTS), not the paper's 25,000 tokens.
+    assert "batches: 2,048 tokens per batch over 1 replica(s)" in result.stdout
+
+
 def test_dry_run_with_a_bad_override_names_the_value_and_fails():
     result = run_train("--num-heads", "3", "--dry-run")
     assert result.returncode != 0
@@ -36,13 +44,15 @@ def test_each_size_resolves_its_own_recipe_and_flags_override_it():
     from app.train_command import train_config_from_args
 
     tiny = train_config_from_args(train.parse_args([]))
-    assert (tiny.train_steps, tiny.learning_rate_scale, tiny.cooldown_fraction) == (9500, 1.0, 0.2)
+    assert (tiny.train_steps, tiny.learning_rate_scale, tiny.cooldown_fraction) == (16000, 1.0, 0.2)
+    assert tiny.eval_every == 2000
     # Checkpoints close together at the end of a short run, for --average-last 10.
     assert (tiny.checkpoint_every, tiny.keep_checkpoints) == (250, 10)
     base = train_config_from_args(train.parse_args(["--size", "base"]))
     assert (base.train_steps, base.learning_rate_scale, base.checkpoint_every, base.keep_checkpoints) == (
         100_000, 1.0, 1000, 5)
     assert base.cooldown_fraction == 0.0  # the paper's schedule to the end
+    assert base.eval_every == 1000
     assert tiny.weight_decay == 0.2  # AdamW on Multi30k (README, "What was tried")
     assert base.weight_decay == 0.0  # the paper's Adam
     flags = [
@@ -55,9 +65,9 @@ def test_each_size_resolves_its_own_recipe_and_flags_override_it():
         "--cooldown-fraction",
         "0",
     ]
-    overridden = train_config_from_args(train.parse_args(flags + ["--weight-decay", "0"]))
+    overridden = train_config_from_args(train.parse_args(flags + ["--weight-decay", "0", "--eval-every", "0"]))
     assert (overridden.checkpoint_every, overridden.keep_checkpoints, overridden.learning_rate_scale) == (7, 3, 0.5)
-    assert (overridden.cooldown_fraction, overridden.weight_decay) == (0.0, 0.0)
+    assert (overridden.cooldown_fraction, overridden.weight_decay, overridden.eval_every) == (0.0, 0.0, 0)
 
 
 def test_each_size_names_the_checkpoints_export_averages_and_the_flag_overrides_it():
@@ -86,7 +96,7 @@ def test_the_default_length_comes_with_a_time_budget_and_a_length_asked_for_with
     def budget(*flags):
         return train_config_from_args(train.parse_args(list(flags))).time_budget_minutes
 
-    assert budget() == 58.0  # tiny's 9,500 steps, ended early on a slow machine
+    assert budget() == 58.0  # tiny's 16,000 steps, ended early on a slow machine
     assert budget("--train-steps", "20000") is None
     assert budget("--epochs", "3") is None
     assert budget("--train-steps", "20000", "--time-budget", "90") == 90.0
