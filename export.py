@@ -6,8 +6,8 @@
     python export.py --model-dir DIR --name en-de --version 3    # saved_models/en-de/3/
 
 With neither --checkpoint nor --average-last, the run's settings.json says which weights:
-base and big average their newest 5 and 20 checkpoints, as the paper did; tiny and small
-take the best by validation BLEU (`train.py --average-last`).
+tiny averages its newest 10 checkpoints, base and big their newest 5 and 20, as the paper
+did; small takes the best by validation BLEU (`train.py --average-last`).
 
 See app/export.py for the signatures and guarantees.
 """

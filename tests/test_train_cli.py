@@ -78,12 +78,14 @@ def test_each_size_names_the_checkpoints_export_averages_and_the_flag_overrides_
         return train_config_from_args(train.parse_args(list(flags))).average_last
 
     assert (average_last("--size", "base"), average_last("--size", "big")) == (5, 20)  # the paper's
-    # tiny and small: the best checkpoint by validation BLEU.
-    assert (average_last(), average_last("--size", "small")) == (None, None)
-    assert average_last("--average-last", "10") == 10
+    # tiny: its last 10 checkpoints, the cooldown's; small: the best by validation BLEU.
+    assert (average_last(), average_last("--size", "small")) == (10, None)
+    assert average_last("--average-last", "0") is None
+    assert average_last("--size", "small", "--average-last", "10") == 10
     assert average_last("--size", "base", "--average-last", "0") is None
     # Fewer kept checkpoints shrink the size's choice; a choice asked for must fit.
     assert average_last("--size", "big", "--keep-checkpoints", "3") == 3
+    assert average_last("--keep-checkpoints", "4") == 4
     with pytest.raises(ValueError, match=r"average_last must be between 1 and keep_checkpoints \(3\), got 4"):
         average_last("--keep-checkpoints", "3", "--average-last", "4")
 
