@@ -286,7 +286,8 @@ def time_base(args, log):
         f"bfloat16 {peaks['bfloat16'] / 1e12:.0f} TFLOP/s")
     for precision in args.precisions:
         keras.mixed_precision.set_global_policy(precision)
-        config = ModelConfig.from_size("base", vocab_size=37000)
+        overrides = {} if args.dropout is None else dict(dropout=args.dropout)
+        config = ModelConfig.from_size("base", vocab_size=args.vocab_size, **overrides)
         model = build_transformer(config)
         optimizer = keras.optimizers.Adam(WarmupInverseSqrt(512, 4000), beta_1=0.9, beta_2=0.98, epsilon=1e-9)
         optimizer.build(model.trainable_variables)
@@ -296,8 +297,8 @@ def time_base(args, log):
         rows = args.batch_tokens // args.length
         rng = np.random.default_rng(0)
         # Full-length random sentences: every token is a non-padding token.
-        source = rng.integers(4, 37000, (rows, args.length)).astype(np.int32)
-        target = rng.integers(4, 37000, (rows, args.length + 1)).astype(np.int32)
+        source = rng.integers(4, args.vocab_size, (rows, args.length)).astype(np.int32)
+        target = rng.integers(4, args.vocab_size, (rows, args.length + 1)).astype(np.int32)
         target[:, 0] = START_ID
         for _ in range(3):
             state, loss, tokens = step(state, source, target)
@@ -309,7 +310,8 @@ def time_base(args, log):
         seconds = (time.perf_counter() - started) / args.steps
         flops = training_flops(config, [args.length] * rows, [args.length] * rows)
         peak = peaks["bfloat16" if "bfloat16" in precision else "float32"]
-        result = dict(precision=precision, rows=rows, length=args.length, step_ms=round(1000 * seconds, 2),
+        result = dict(precision=precision, dropout=config.dropout, vocab_size=args.vocab_size, rows=rows,
+                      length=args.length, step_ms=round(1000 * seconds, 2),
                       target_tokens_per_s=round(rows * args.length / seconds),
                       tflops=round(flops / seconds / 1e12, 1), mfu=round(flops / seconds / peak, 3),
                       peak_tflops=round(peak / 1e12), loss=float(loss / tokens))
@@ -331,6 +333,9 @@ def main():
     base.add_argument("--batch-tokens", type=int, default=25000)
     base.add_argument("--length", type=int, default=32)
     base.add_argument("--steps", type=int, default=20)
+    base.add_argument("--vocab-size", type=int, default=37000, help="the paper's shared en-de vocabulary")
+    base.add_argument("--dropout", type=float,
+                      help="overrides the base size's 0.1 (0 measures what the dropout masks cost)")
     base.add_argument("--output", help="results JSON")
     args = parser.parse_args()
 
