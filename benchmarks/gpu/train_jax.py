@@ -6,8 +6,10 @@ input pipeline is a numpy re-implementation of the project's token-budget bucket
 ids written by `export_token_ids.py`; validation is greedy decoding (full forward pass
 per step, no cache) scored by sacreBLEU. It exists to tune the recipe quickly: the
 figures a user is promised come from `train.py` + `python -m app.evaluate` on TensorFlow.
-It runs on a CPU too (`pip install jax`), slowly: that is how it was checked when no GPU
-was lent (see the README's speed section).
+It runs on a CPU too (`pip install jax`), slowly. `time-base` was run on one H100 on
+2026-11-24 (the README's speed section). `sweep` trains with the paper's Adam and
+schedule: it has neither the weight decay nor the final cooldown tiny's default gained
+on 2026-11-23, so its figures compare recipes with each other, not with `train.py`.
 
     # a sweep of recipes; one JSON object per recipe (keys: see Recipe)
     python benchmarks/gpu/train_jax.py sweep --data runs/gpu-data/en-de-8000 \
