@@ -7,9 +7,9 @@ ids written by `export_token_ids.py`; validation is greedy decoding (full forwar
 per step, no cache) scored by sacreBLEU. It exists to tune the recipe quickly: the
 figures a user is promised come from `train.py` + `python -m app.evaluate` on TensorFlow.
 It runs on a CPU too (`pip install jax`), slowly. `time-base` was run on one H100 on
-2026-11-24 (the README's speed section). `sweep` trains with the paper's Adam and
-schedule: it has neither the weight decay nor the final cooldown tiny's default gained
-on 2026-11-23, so its figures compare recipes with each other, not with `train.py`.
+2026-11-24 (the README's speed section). `sweep`'s recipes start from tiny's default
+(weight decay, final cooldown, half batch) and change what they name; validation is
+greedy, so its figures compare recipes with each other, not with `train.py`'s beam.
 
     # a sweep of recipes; one JSON object per recipe (keys: see Recipe)
     python benchmarks/gpu/train_jax.py sweep --data runs/gpu-data/en-de-8000 \
@@ -40,12 +40,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from app.config import ModelConfig  # noqa: E402
 from app.losses import summed_loss  # noqa: E402
 from app.model import build_transformer  # noqa: E402
-from app.schedule import WarmupInverseSqrt  # noqa: E402
+from app.schedule import WarmupInverseSqrt, cooldown_steps  # noqa: E402
 from keras_hub_peer import training_flops  # noqa: E402  (TensorFlow-free)
 
 START_ID, END_ID = 1, 2
 # Padded lengths of the numpy buckets: few shapes, so XLA compiles each once.
 BUCKET_LENGTHS = (8, 12, 16, 20, 24, 28, 32, 40, 48, 64, 96, 128, 256)
+# What app.training.NOT_DECAYED keeps out of weight decay (that module needs TensorFlow).
+NOT_DECAYED = ("bias", "gamma", "beta")
 MAX_DECODE_LENGTH = 96  # validation targets are far shorter; input + 50 is capped here
 
 
@@ -64,15 +66,18 @@ class Recipe:
     key_dim: Optional[int] = None
     num_layers: Optional[int] = None
     positional: Optional[str] = None
-    batch_tokens: int = 4096
-    train_steps: int = 5000
+    # The defaults are tiny's as `python train.py` trains it (app/train_command.py).
+    batch_tokens: int = 2048
+    train_steps: int = 16000
     warmup_steps: Optional[int] = None  # None: 8% of the run, as train.py
-    learning_rate_scale: float = 0.25
+    learning_rate_scale: float = 1.0
+    cooldown_fraction: float = 0.2  # the last 20% of the steps anneal linearly to zero
+    weight_decay: float = 0.2  # decoupled (AdamW), not on biases and normalization
     seed: int = 0
     # Weight snapshots every this many steps; the last K are averaged for each K.
     snapshot_every: int = 250
     average: List[int] = dataclasses.field(default_factory=lambda: [5, 10])
-    eval_every: int = 1000
+    eval_every: int = 2000
     eval_sentences: Optional[int] = None  # validation sentences decoded (default: all)
     data: Optional[str] = None  # overrides --data
 
@@ -212,8 +217,12 @@ def run_recipe(recipe: Recipe, data_folder: str, log):
     config = ModelConfig.from_size(recipe.size, vocab_size=sentencepiece_model.get_piece_size(), **overrides)
     model = build_transformer(config)
     warmup = recipe.warmup_steps or max(1, int(0.08 * recipe.train_steps))
-    schedule = WarmupInverseSqrt(config.d_model, warmup, recipe.learning_rate_scale)
-    optimizer = keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
+    schedule = WarmupInverseSqrt(config.d_model, warmup, recipe.learning_rate_scale, total_steps=recipe.train_steps,
+                                 cooldown_steps=cooldown_steps(recipe.train_steps, recipe.cooldown_fraction))
+    optimizer = keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9,
+                                      weight_decay=recipe.weight_decay or None)
+    if recipe.weight_decay:
+        optimizer.exclude_from_weight_decay(var_names=NOT_DECAYED)
     optimizer.build(model.trainable_variables)
     state = (
         [v.value for v in model.trainable_variables],
