@@ -22,6 +22,12 @@ that are not float32 take Keras's path.
 
 import keras
 
+# The variables weight decay leaves alone, by name: `Dense` biases and
+# `LayerNormalization`'s gamma and beta, the model's only vectors
+# (tests/test_training.py pins that every matrix is decayed and no vector is). Here, and
+# not in app/training.py, so that TensorFlow-free tools (benchmarks/gpu) share it.
+NOT_DECAYED = ("bias", "gamma", "beta")
+
 
 @keras.saving.register_keras_serializable(package="transformer")
 class FusedAdam(keras.optimizers.Adam):

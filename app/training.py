@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from app import checkpoints
 from app.config import ModelConfig
-from app.fused_adam import FusedAdam
+from app.fused_adam import NOT_DECAYED, FusedAdam
 from app.losses import summed_loss, summed_loss_and_nll
 from app.model import Transformer, build_transformer
 from app.output_loss import projected_loss_sum
@@ -126,12 +126,6 @@ class TrainConfig:
 
     def resolved_cooldown(self, total_steps):
         return cooldown_steps(total_steps, self.cooldown_fraction) if total_steps else 0
-
-
-# The variables weight decay leaves alone, by name: `Dense` biases and
-# `LayerNormalization`'s gamma and beta, the model's only vectors
-# (tests/test_training.py pins that every matrix is decayed and no vector is).
-NOT_DECAYED = ("bias", "gamma", "beta")
 
 
 def make_optimizer(model_config: ModelConfig, config: TrainConfig, total_steps, progress=None):

@@ -38,6 +38,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from app.config import ModelConfig  # noqa: E402
+from app.fused_adam import NOT_DECAYED  # noqa: E402  (TensorFlow-free at import)
 from app.losses import summed_loss  # noqa: E402
 from app.model import build_transformer  # noqa: E402
 from app.schedule import WarmupInverseSqrt, cooldown_steps  # noqa: E402
@@ -46,8 +47,6 @@ from keras_hub_peer import training_flops  # noqa: E402  (TensorFlow-free)
 START_ID, END_ID = 1, 2
 # Padded lengths of the numpy buckets: few shapes, so XLA compiles each once.
 BUCKET_LENGTHS = (8, 12, 16, 20, 24, 28, 32, 40, 48, 64, 96, 128, 256)
-# What app.training.NOT_DECAYED keeps out of weight decay (that module needs TensorFlow).
-NOT_DECAYED = ("bias", "gamma", "beta")
 MAX_DECODE_LENGTH = 96  # validation targets are far shorter; input + 50 is capped here
 
 
