@@ -10,6 +10,16 @@ import keras
 from keras import ops
 
 
+def default_warmup_steps(total_steps):
+    """The warmup when none is asked for: the paper's 4,000 steps, or 8% of a shorter run.
+
+    A run of unknown length (trained by epochs, before its length is known) gets 4,000.
+    """
+    if not total_steps:
+        return 4000
+    return max(1, min(4000, round(0.08 * total_steps)))
+
+
 def cooldown_steps(total_steps, cooldown_fraction):
     """The updates at the end of a `total_steps` run over which the learning rate falls."""
     return round(cooldown_fraction * total_steps)

@@ -15,7 +15,7 @@ from app import checkpoints
 from app.config import ModelConfig
 from app.losses import smoothed_cross_entropy, summed_loss
 from app.model import build_transformer
-from app.schedule import WarmupInverseSqrt
+from app.schedule import WarmupInverseSqrt, default_warmup_steps
 from app.training import NonFiniteLoss, TrainConfig, make_optimizer, make_train_step, train
 from data.config import DataConfig
 
@@ -185,6 +185,20 @@ def test_warmup_is_the_papers_unless_the_run_is_short():
     assert TrainConfig(train_steps=100_000).resolved_warmup(100_000) == 4000
     assert TrainConfig(train_steps=1000).resolved_warmup(1000) == 80
     assert TrainConfig(train_steps=1000, warmup_steps=10).resolved_warmup(1000) == 10
+
+
+def test_default_warmup_rounds_8_percent_and_caps_at_the_papers_4000():
+    # app.schedule.default_warmup_steps is the rule train.py and benchmarks/gpu/train_jax.py
+    # share: rounded, not truncated (1,031 steps -> 82.48 -> 82; 1,037 -> 82.96 -> 83),
+    # at least one step, and the paper's 4,000 from 50,000 steps on or for a run of
+    # unknown length.
+    assert default_warmup_steps(16_000) == 1280  # tiny's default
+    assert default_warmup_steps(1031) == 82
+    assert default_warmup_steps(1037) == 83
+    assert default_warmup_steps(6) == 1
+    assert default_warmup_steps(49_000) == 3920
+    assert default_warmup_steps(300_000) == 4000
+    assert default_warmup_steps(None) == 4000
 
 
 # ---------------------------------------------------------------------------------------

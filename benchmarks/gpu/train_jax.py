@@ -41,7 +41,7 @@ from app.config import ModelConfig  # noqa: E402
 from app.fused_adam import NOT_DECAYED  # noqa: E402  (TensorFlow-free at import)
 from app.losses import summed_loss  # noqa: E402
 from app.model import build_transformer  # noqa: E402
-from app.schedule import WarmupInverseSqrt, cooldown_steps  # noqa: E402
+from app.schedule import WarmupInverseSqrt, cooldown_steps, default_warmup_steps  # noqa: E402
 from keras_hub_peer import training_flops  # noqa: E402  (TensorFlow-free)
 
 START_ID, END_ID = 1, 2
@@ -68,7 +68,7 @@ class Recipe:
     # The defaults are tiny's as `python train.py` trains it (app/train_command.py).
     batch_tokens: int = 2048
     train_steps: int = 16000
-    warmup_steps: Optional[int] = None  # None: 8% of the run, as train.py
+    warmup_steps: Optional[int] = None  # None: as train.py, 8% of the run up to 4,000
     learning_rate_scale: float = 1.0
     cooldown_fraction: float = 0.2  # the last 20% of the steps anneal linearly to zero
     weight_decay: float = 0.2  # decoupled (AdamW), not on biases and normalization
@@ -215,7 +215,7 @@ def run_recipe(recipe: Recipe, data_folder: str, log):
     }
     config = ModelConfig.from_size(recipe.size, vocab_size=sentencepiece_model.get_piece_size(), **overrides)
     model = build_transformer(config)
-    warmup = recipe.warmup_steps or max(1, int(0.08 * recipe.train_steps))
+    warmup = recipe.warmup_steps or default_warmup_steps(recipe.train_steps)
     schedule = WarmupInverseSqrt(config.d_model, warmup, recipe.learning_rate_scale, total_steps=recipe.train_steps,
                                  cooldown_steps=cooldown_steps(recipe.train_steps, recipe.cooldown_fraction))
     optimizer = keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9,
