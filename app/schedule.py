@@ -20,6 +20,14 @@ def default_warmup_steps(total_steps):
     return max(1, min(4000, round(0.08 * total_steps)))
 
 
+def resolve_warmup_steps(requested, total_steps):
+    """The warmup a run uses: the one asked for (0 means none, which the schedule makes 1),
+    or `default_warmup_steps` when none was asked for (None)."""
+    if requested is not None:
+        return max(1, requested)
+    return default_warmup_steps(total_steps)
+
+
 def cooldown_steps(total_steps, cooldown_fraction):
     """The updates at the end of a `total_steps` run over which the learning rate falls."""
     return round(cooldown_fraction * total_steps)

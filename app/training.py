@@ -30,7 +30,7 @@ from app.losses import summed_loss, summed_loss_and_nll
 from app.model import Transformer, build_transformer
 from app.output_loss import projected_loss_sum
 from app.precision import PRECISIONS
-from app.schedule import WarmupInverseSqrt, cooldown_steps, default_warmup_steps
+from app.schedule import WarmupInverseSqrt, cooldown_steps, resolve_warmup_steps
 from app.strategy import check_same_on_all_workers, is_chief, max_over_workers
 from app.time_budget import PaceMeter, cooldown_has_begun, describe_plan, plan_run_length
 
@@ -118,9 +118,7 @@ class TrainConfig:
             raise ValueError(f"time_budget_minutes must be positive, got {self.time_budget_minutes}")
 
     def resolved_warmup(self, total_steps):
-        if self.warmup_steps is not None:
-            return max(1, self.warmup_steps)
-        return default_warmup_steps(total_steps)
+        return resolve_warmup_steps(self.warmup_steps, total_steps)
 
     def resolved_cooldown(self, total_steps):
         return cooldown_steps(total_steps, self.cooldown_fraction) if total_steps else 0

@@ -15,7 +15,7 @@ from app import checkpoints
 from app.config import ModelConfig
 from app.losses import smoothed_cross_entropy, summed_loss
 from app.model import build_transformer
-from app.schedule import WarmupInverseSqrt, default_warmup_steps
+from app.schedule import WarmupInverseSqrt, default_warmup_steps, resolve_warmup_steps
 from app.training import NonFiniteLoss, TrainConfig, make_optimizer, make_train_step, train
 from data.config import DataConfig
 
@@ -199,6 +199,15 @@ def test_default_warmup_rounds_8_percent_and_caps_at_the_papers_4000():
     assert default_warmup_steps(49_000) == 3920
     assert default_warmup_steps(300_000) == 4000
     assert default_warmup_steps(None) == 4000
+
+
+def test_an_explicit_warmup_wins_and_zero_means_one_step():
+    # resolve_warmup_steps is what both train.py and train_jax.py call; train_jax once read
+    # `warmup_steps or default`, which turned an explicit 0 into the default 8%.
+    assert resolve_warmup_steps(None, 16_000) == 1280
+    assert resolve_warmup_steps(10, 16_000) == 10
+    assert resolve_warmup_steps(0, 16_000) == 1
+    assert resolve_warmup_steps(6000, 1000) == 6000  # asked for, so not capped
 
 
 # ---------------------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from app.config import ModelConfig  # noqa: E402
 from app.fused_adam import NOT_DECAYED  # noqa: E402  (TensorFlow-free at import)
 from app.losses import summed_loss  # noqa: E402
 from app.model import build_transformer  # noqa: E402
-from app.schedule import WarmupInverseSqrt, cooldown_steps, default_warmup_steps  # noqa: E402
+from app.schedule import WarmupInverseSqrt, cooldown_steps, resolve_warmup_steps  # noqa: E402
 from keras_hub_peer import training_flops  # noqa: E402  (TensorFlow-free)
 
 START_ID, END_ID = 1, 2
@@ -215,7 +215,7 @@ def run_recipe(recipe: Recipe, data_folder: str, log):
     }
     config = ModelConfig.from_size(recipe.size, vocab_size=sentencepiece_model.get_piece_size(), **overrides)
     model = build_transformer(config)
-    warmup = recipe.warmup_steps or default_warmup_steps(recipe.train_steps)
+    warmup = resolve_warmup_steps(recipe.warmup_steps, recipe.train_steps)
     schedule = WarmupInverseSqrt(config.d_model, warmup, recipe.learning_rate_scale, total_steps=recipe.train_steps,
                                  cooldown_steps=cooldown_steps(recipe.train_steps, recipe.cooldown_fraction))
     optimizer = keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9,
