@@ -121,6 +121,19 @@ def add_training_arguments(parser):
     )
     group.add_argument("--strategy", choices=STRATEGIES, default="auto", help="tf.distribute strategy")
     group.add_argument("--cpu-replicas", type=int, help="split the CPU into N mirrored devices")
+    group.add_argument(
+        "--intra-op-threads",
+        type=int,
+        metavar="N",
+        help="threads one op may use on the CPU (default, 0: TensorFlow's choice, every core); on a 2-core CPU, 1 "
+        "trained tiny about 12%% faster and small about 12%% slower (README, Speed)",
+    )
+    group.add_argument(
+        "--inter-op-threads",
+        type=int,
+        metavar="N",
+        help="ops run at once on the CPU (default, 0: TensorFlow's choice, one per core)",
+    )
 
 
 def default_model_dir(args):
@@ -244,13 +257,18 @@ def run(args, started=None):
     from (default: now); the data preparation counts too.
     """
     started = time.monotonic() if started is None else started
-    # Strategy first: splitting the CPU must happen before TensorFlow touches a device.
+    # Threads and strategy first: both must be set before TensorFlow runs an op or
+    # touches a device.
     from app.strategy import WorkersDisagree, is_chief, make_strategy
+    from app.threads import describe_cpu_threads, set_cpu_threads
 
     try:
+        set_cpu_threads(args.intra_op_threads, args.inter_op_threads)
         strategy = make_strategy(args.strategy, args.cpu_replicas)
     except ValueError as error:
         return _fail(error)
+    if args.intra_op_threads or args.inter_op_threads:
+        print(describe_cpu_threads())
 
     from app.cli import model_config_from_args
     from app.model import build_transformer

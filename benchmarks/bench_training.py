@@ -23,6 +23,9 @@ include dropout's noise. The "keras-layernorm" ones normalize with Keras's own
 biases (`--attention-bias`), which the paper's sizes, small among them, leave out (tiny
 has them by default, so for tiny the setting changes nothing).
 The "keras-adam" ones update with Keras's `Adam` instead of `app.fused_adam.FusedAdam`.
+The "1-thread-per-op" ones give each op one CPU thread (`train.py --intra-op-threads 1`)
+where TensorFlow gives it every core, and keep its one op at a time per core
+(`app.threads`).
 """
 
 import argparse
@@ -68,6 +71,12 @@ SETTINGS = {
     "mixed_bfloat16+dropout+attention-bias": dict(
         precision="mixed_bfloat16", jit=False, fused_loss=True, dropout="project", attention_bias=True
     ),
+    "float32+dropout+1-thread-per-op": dict(
+        precision="float32", jit=False, fused_loss=True, dropout="project", intra_op_threads=1
+    ),
+    "mixed_bfloat16+dropout+1-thread-per-op": dict(
+        precision="mixed_bfloat16", jit=False, fused_loss=True, dropout="project", intra_op_threads=1
+    ),
 }
 
 def run_one(args):
@@ -77,6 +86,11 @@ def run_one(args):
 
     import keras
     import tensorflow as tf
+
+    from app.threads import set_cpu_threads
+
+    # Before any op: TensorFlow makes its thread pools once, at its first.
+    set_cpu_threads(intra_op=SETTINGS[args.setting].get("intra_op_threads"))
 
     from app.config import ModelConfig
     from app.model import build_transformer

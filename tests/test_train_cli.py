@@ -147,3 +147,15 @@ def test_the_three_dropouts_are_separate_flags_on_top_of_the_size():
     assert dropouts("--attention-dropout", "0.1", "--dropout", "0.3") == (0.3, 0.1, 0.0)
     with pytest.raises(ValueError, match="inner_dropout must be in \\[0, 1\\), got 1.5"):
         dropouts("--inner-dropout", "1.5")
+
+
+def test_thread_flags_size_tensorflows_pools_before_it_starts():
+    result = run_train("--intra-op-threads", "1", "--inter-op-threads", "2", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "CPU threads: 1 per op, 2 ops at once" in result.stdout.splitlines()
+
+
+def test_a_negative_thread_count_names_the_flag_and_fails():
+    result = run_train("--intra-op-threads", "-1", "--dry-run")
+    assert result.returncode == 1
+    assert "--intra-op-threads must be 0 (TensorFlow's choice) or more, got -1" in result.stderr

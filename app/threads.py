@@ -1,0 +1,48 @@
+"""How many threads TensorFlow gives one op on the CPU, and how many ops it runs at once.
+
+TensorFlow's defaults size both pools to the machine: every op may split its work over
+every core (intra-op), and as many independent ops as there are cores run side by side
+(inter-op). On a 2-core CPU that is up to four busy threads on two cores. For the tiny
+model, whose matrix products are small, one thread per op with two ops at once trained
+about 12% more tokens a second; for `small` it was about 12% slower, and beam search
+about 16% slower: small's larger products, and decoding's one step after another, gain
+more from two threads per op than from two ops at once (README, Speed, "One thread per
+op"). So these stay
+flags, TensorFlow's defaults unless asked, and a user measures on their own CPU with
+`benchmarks/bench_training.py --settings ...,...+1-thread-per-op`.
+"""
+
+import tensorflow as tf
+
+
+def set_cpu_threads(intra_op=None, inter_op=None):
+    """Sizes TensorFlow's two thread pools; None or 0 leaves TensorFlow's own choice.
+
+    Must run before TensorFlow executes its first op: the pools are made then, once per
+    process.
+
+    Raises:
+        ValueError: a negative count, or TensorFlow already started with other pools.
+    """
+    for flag, value in (("--intra-op-threads", intra_op), ("--inter-op-threads", inter_op)):
+        if value is not None and value < 0:
+            raise ValueError(f"{flag} must be 0 (TensorFlow's choice) or more, got {value}")
+    try:
+        if intra_op is not None:
+            tf.config.threading.set_intra_op_parallelism_threads(intra_op)
+        if inter_op is not None:
+            tf.config.threading.set_inter_op_parallelism_threads(inter_op)
+    except RuntimeError as error:
+        raise ValueError(
+            f"TensorFlow started before its threads could be set (intra-op {intra_op}, inter-op {inter_op}): "
+            f"{error}"
+        ) from error
+
+
+def describe_cpu_threads():
+    """One line for the log: the pools as set (0 in TensorFlow's terms: its own choice)."""
+    intra = tf.config.threading.get_intra_op_parallelism_threads()
+    inter = tf.config.threading.get_inter_op_parallelism_threads()
+    per_op = f"{intra} per op" if intra else "every core per op (TensorFlow's choice)"
+    at_once = f"{inter} ops at once" if inter else "one op per core at once (TensorFlow's choice)"
+    return f"CPU threads: {per_op}, {at_once}"
