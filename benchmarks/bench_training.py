@@ -24,7 +24,7 @@ biases (`--attention-bias`), which the paper's sizes, small among them, leave ou
 has them by default, so for tiny the setting changes nothing).
 The "keras-adam" ones update with Keras's `Adam` instead of `app.fused_adam.FusedAdam`.
 The "1-thread-per-op" ones give each op one CPU thread (`train.py --intra-op-threads 1`)
-where TensorFlow gives it every core, and keep its one op at a time per core
+where TensorFlow gives it every core; TensorFlow still runs one op at a time per core
 (`app.threads`).
 """
 
