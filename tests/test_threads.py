@@ -16,7 +16,7 @@ def test_once_tensorflow_has_started_another_pool_size_is_a_clear_error():
     current = tf.config.threading.get_intra_op_parallelism_threads()
     with pytest.raises(ValueError, match=r"TensorFlow started before its threads could be set"):
         set_cpu_threads(intra_op=current + 13)
-    # What was set stays, and says so.
+    # The pools TensorFlow started with stay as they were.
     assert tf.config.threading.get_intra_op_parallelism_threads() == current
 
 
