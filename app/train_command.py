@@ -36,7 +36,7 @@ SIZE_DEFAULTS = {
     # same hour it reached a lower validation loss and a higher BLEU than 9,500 steps of
     # 4,096 tokens with seeds 1 and 2, on fewer tokens (README, "What was tried").
     # AdamW's decoupled weight decay of 0.2 on the matrices and embeddings lowered the
-    # validation loss below every run of the paper's Adam, with two seeds; re-tuned at
+    # validation loss below every run of the paper's Adam, with two seeds; re-checked at
     # half the batch, 0.15 and 0.3 scored below it on validation, seed 1 (README). `python
     # export.py` takes the average of the last 10 checkpoints, 250 steps apart: all of them
     # inside the cooldown (the last 3,200 steps), where the weights move little. On
