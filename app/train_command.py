@@ -306,6 +306,9 @@ def run(args, started=None):
             print(line)
         return 0
 
+    # A first start whose data fails (a missing file, misaligned lines) leaves no empty
+    # model directory behind; one that already existed is left as it was.
+    created_model_dir = not os.path.exists(model_dir)
     os.makedirs(model_dir, exist_ok=True)
     # Multi-worker: only the chief writes to the model directory. Another worker reads the
     # vocabulary there once a complete earlier start left one (settings.json is written
@@ -322,6 +325,8 @@ def run(args, started=None):
         if chief:
             save_settings(model_dir, model_config, data_config, train_config)
     except (DataError, ValueError) as error:
+        if created_model_dir:
+            shutil.rmtree(model_dir, ignore_errors=True)
         return _fail(error)
     finally:
         if vocab_dir != model_dir:

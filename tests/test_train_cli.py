@@ -1,4 +1,4 @@
-"""`python train.py ... --dry-run` as a user runs it, in a fresh process."""
+"""`python train.py` as a user runs it, in a fresh process: dry runs, flags, and starts that fail."""
 
 import os
 import subprocess
@@ -159,3 +159,25 @@ def test_a_negative_thread_count_names_the_flag_and_fails():
     result = run_train("--intra-op-threads", "-1", "--dry-run")
     assert result.returncode == 1
     assert "--intra-op-threads must be 0 (TensorFlow's choice) or more, got -1" in result.stderr
+
+
+def test_a_first_start_whose_data_fails_leaves_no_model_directory(tmp_path):
+    source, target = tmp_path / "train.en", tmp_path / "train.de"
+    source.write_text("a cat\nthe dog\n", encoding="utf-8")
+    target.write_text("eine Katze\n", encoding="utf-8")
+    model_dir = tmp_path / "run"
+    result = run_train("--dataset", f"files:{source},{target}", "--model-dir", str(model_dir))
+    assert result.returncode == 1
+    assert f"{source} has 2 lines but {target} has 1" in result.stderr
+    assert not model_dir.exists()
+
+
+def test_a_failed_start_leaves_an_existing_model_directory_as_it_was(tmp_path):
+    model_dir = tmp_path / "run"
+    model_dir.mkdir()
+    (model_dir / "notes.txt").write_text("mine", encoding="utf-8")
+    result = run_train("--dataset", f"files:{tmp_path / 'missing.en'},{tmp_path / 'missing.de'}",
+                       "--model-dir", str(model_dir))
+    assert result.returncode == 1
+    assert f"file not found: {tmp_path / 'missing.en'}" in result.stderr
+    assert sorted(p.name for p in model_dir.iterdir()) == ["notes.txt"]
