@@ -59,6 +59,15 @@ def read_references(args, data_config):
         if not (args.source and args.reference):
             raise DataError("--source and --reference go together")
         sources, references = read_parallel_lines(args.source, args.reference)
+        # An empty line scores as a translation of nothing and usually means the files
+        # were cut or joined wrongly; training drops such pairs, a score must not.
+        for number, (source, reference) in enumerate(zip(sources, references), start=1):
+            for path, line in ((args.source, source), (args.reference, reference)):
+                if not line.strip():
+                    raise DataError(
+                        f"line {number} of {path} is empty; every line of --source and "
+                        "--reference must hold a sentence (remove the pair from both files)"
+                    )
         return sources, references, f"{args.source} -> {args.reference}"
     dataset = args.dataset or data_config.dataset
     corpus = load_corpus(dataset, data_config.source_lang, data_config.target_lang)
@@ -81,13 +90,7 @@ def saved_model_data_config(args):
     from data.errors import DataError
 
     path = os.path.join(args.saved_model, EXPORT_INFO)
-    info = {}
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            try:
-                info = json.load(f)
-            except json.JSONDecodeError as error:
-                raise DataError(f"{path} is not valid JSON: {error}") from None
+    info = read_export_info(args.saved_model)
     fields = {
         "dataset": args.dataset or info.get("dataset"),
         "source_lang": args.source_lang or info.get("source_lang"),
@@ -100,6 +103,34 @@ def saved_model_data_config(args):
             f"give {', '.join(missing)} for --split, or use --source/--reference"
         )
     return DataConfig(**fields, lowercase=bool(info.get("lowercase", False)))
+
+
+def read_export_info(saved_model):
+    """A SavedModel's export_info.json as a dict; {} for exports made before it existed."""
+    from app.export import EXPORT_INFO
+    from data.errors import DataError
+
+    path = os.path.join(saved_model, EXPORT_INFO)
+    if not os.path.exists(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        try:
+            return json.load(f)
+        except json.JSONDecodeError as error:
+            raise DataError(f"{path} is not valid JSON: {error}") from None
+
+
+def output_language(args, data_config):
+    """`(target language, whether the model writes lowercase)`; None where not known.
+
+    A model directory and a SavedModel scored on a split have a data config. A SavedModel
+    scored on --source/--reference files needs none, but its export_info.json still
+    names the language the Moses tokenizer must split (German rules differ from English).
+    """
+    if data_config is not None:
+        return data_config.target_lang, data_config.lowercase
+    info = read_export_info(args.saved_model) if args.saved_model else {}
+    return args.target_lang or info.get("target_lang"), info.get("lowercase")
 
 
 def make_translate_fn(args):
@@ -221,6 +252,7 @@ def main(argv=None):
     try:
         translate, weights, data_config = make_translate_fn(args)
         sources, references, description = read_references(args, data_config)
+        target_lang, lowercase_model = output_language(args, data_config)
     except (DataError, FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
@@ -232,8 +264,11 @@ def main(argv=None):
     hypotheses = translate_all(translate, sources, args.batch_size)
     seconds = time.perf_counter() - started
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
+        # Whole or not at all: a full disk or a kill mid-write leaves any earlier file.
+        partial = f"{args.output}.partial"
+        with open(partial, "w", encoding="utf-8") as f:
             f.writelines(h + "\n" for h in hypotheses)
+        os.replace(partial, args.output)
 
     result = {
         "data": description,
@@ -242,13 +277,13 @@ def main(argv=None):
         "beam_size": args.beam_size if args.model_dir else "as exported",
         "alpha": args.alpha,
         "max_extra_length": args.max_extra_length,
-        **score(hypotheses, references, data_config.target_lang if data_config else args.target_lang),
+        **score(hypotheses, references, target_lang),
         "seconds": round(seconds, 2),
         "sentences_per_second": round(len(sources) / seconds, 2),
         "words_per_second": round(sum(len(h.split()) for h in hypotheses) / seconds, 1),
-        # Whether the model was trained with --lowercase; None: not known (a SavedModel
-        # scored on --source/--reference files is not asked for its export_info.json).
-        "lowercase_model": data_config.lowercase if data_config else None,
+        # Whether the model was trained with --lowercase; None: not known (an export
+        # older than export_info.json, scored on --source/--reference files).
+        "lowercase_model": lowercase_model,
     }
     if args.json:
         print(json.dumps(result))

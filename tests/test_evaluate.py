@@ -2,11 +2,13 @@
 
 import json
 import math
+import shutil
 
 import pytest
 
 from app.evaluate import (
     moses_lowercase_bleu,
+    output_language,
     parse_args,
     read_references,
     saved_model_data_config,
@@ -88,6 +90,28 @@ def test_source_and_reference_files_must_align(tmp_path):
         read_references(args, None)
 
 
+@pytest.mark.parametrize("source, reference, bad", [("a\n\nc\n", "x\ny\nz\n", "s"), ("a\nb\n", "x\n \n", "r")])
+def test_an_empty_line_in_source_or_reference_names_the_file_and_line(tmp_path, source, reference, bad):
+    (tmp_path / "s").write_text(source, encoding="utf-8")
+    (tmp_path / "r").write_text(reference, encoding="utf-8")
+    args = parse_args(["--model-dir", "x", "--source", str(tmp_path / "s"), "--reference", str(tmp_path / "r")])
+    with pytest.raises(DataError, match=f"line 2 of {tmp_path / bad} is empty"):
+        read_references(args, None)
+
+
+def test_a_saved_model_scored_on_files_takes_its_output_language_from_export_info(tmp_path):
+    files = ["--source", "s.en", "--reference", "r.fr"]
+    (tmp_path / "export_info.json").write_text(json.dumps({"target_lang": "fr", "lowercase": True}))
+    assert output_language(parse_args(["--saved-model", str(tmp_path), *files]), None) == ("fr", True)
+    flagged = parse_args(["--saved-model", str(tmp_path), *files, "--target-lang", "de"])
+    assert output_language(flagged, None) == ("de", True)
+    (tmp_path / "export_info.json").unlink()  # an export older than export_info.json
+    assert output_language(parse_args(["--saved-model", str(tmp_path), *files]), None) == (None, None)
+    # With a data config (a model directory, or a split) that config decides.
+    config = DataConfig(source_lang="en", target_lang="de")
+    assert output_language(parse_args(["--model-dir", "x", *files]), config) == ("de", False)
+
+
 def test_a_saved_model_names_its_data_in_export_info_and_flags_override_it(tmp_path):
     (tmp_path / "export_info.json").write_text(
         json.dumps({"dataset": "multi30k", "source_lang": "en", "target_lang": "fr"})
@@ -115,3 +139,30 @@ def test_a_saved_model_without_data_names_the_flags_it_needs(tmp_path):
     (tmp_path / "export_info.json").write_text("{not json")
     with pytest.raises(DataError, match="export_info.json is not valid JSON"):
         saved_model_data_config(args)
+
+
+def test_a_saved_model_scored_on_files_writes_what_it_serves_and_splits_its_own_language(
+    exported, tmp_path, capsys
+):
+    from app.evaluate import main
+    from tests.conftest import SENTENCES
+
+    _, _, path, served = exported
+    saved_model = tmp_path / "1"
+    shutil.copytree(path, saved_model)
+    (saved_model / "export_info.json").write_text(json.dumps({"source_lang": "en", "target_lang": "de"}))
+    rows = [i for i, sentence in enumerate(SENTENCES) if sentence.strip()]
+    (tmp_path / "src").write_text("".join(SENTENCES[i] + "\n" for i in rows), encoding="utf-8")
+    (tmp_path / "ref").write_text("Ein Mann fährt Fahrrad.\n" * len(rows), encoding="utf-8")
+    output = tmp_path / "out.de"
+    output.write_text("an earlier file\n", encoding="utf-8")
+
+    argv = ["--saved-model", str(saved_model), "--source", str(tmp_path / "src"),
+            "--reference", str(tmp_path / "ref"), "--output", str(output), "--json", "--batch-size", "2"]
+    assert main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert "tok:moses-de(" in result["bleu_moses_lowercase_signature"]
+    assert result["sentences"] == len(rows) and result["lowercase_model"] is None
+    # Decoded in batches of 2 sorted by length, written back in input order, exactly as served.
+    assert output.read_text(encoding="utf-8").splitlines() == [served["translations"][i].decode() for i in rows]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["1", "out.de", "ref", "src"]  # no .partial left
