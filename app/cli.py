@@ -76,8 +76,8 @@ def add_weights_arguments(parser: argparse.ArgumentParser, applies_to: str = "")
     """
     parser.add_argument(
         "--checkpoint",
-        help=f"{applies_to}'best' (by validation BLEU), 'latest', or a checkpoint path "
-        "(default: as the run's settings.json says)",
+        help=f"{applies_to}'best' (by validation BLEU), 'latest', a checkpoint path, or the "
+        "name of a kept one such as ckpt-16000 (default: as the run's settings.json says)",
     )
     parser.add_argument(
         "--average-last",

@@ -247,13 +247,14 @@ def moses_lowercase_bleu(hypotheses, references, target_lang=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    from app.export import ExportError
     from data.errors import DataError
 
     try:
         translate, weights, data_config = make_translate_fn(args)
         sources, references, description = read_references(args, data_config)
         target_lang, lowercase_model = output_language(args, data_config)
-    except (DataError, FileNotFoundError, ValueError) as error:
+    except (DataError, ExportError, FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     if args.limit:

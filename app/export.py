@@ -146,12 +146,27 @@ class Translator(tf.Module):
         }
 
 
+def _checkpoint_path(model_dir, checkpoint, kept):
+    """The checkpoint `--checkpoint` names: a path (the prefix before `.index`), or the bare
+    name of one the run keeps, such as `ckpt-16000`, as the export's own log writes it."""
+    if tf.io.gfile.exists(checkpoint + ".index"):
+        return checkpoint
+    by_name = {os.path.basename(path): path for path in kept}
+    if checkpoint in by_name:
+        return by_name[checkpoint]
+    names = ", ".join(by_name) or "none"
+    raise ExportError(
+        f"no checkpoint {checkpoint!r}: give 'best', 'latest', a checkpoint path (without .index) "
+        f"or the name of one {model_dir} keeps ({names})"
+    )
+
+
 def load_translator(model_dir, checkpoint=None, average_last=None, decoding=DecodingConfig()):
     """A `Translator` for a model directory, and a description of the weights it holds.
 
     Args:
         checkpoint: "best" (the best validation BLEU; the newest if none was kept),
-            "latest", or a checkpoint path.
+            "latest", a checkpoint path, or the name of a kept checkpoint ("ckpt-16000").
         average_last: average the newest K kept checkpoints instead; 0: do not.
         With neither, the run's own choice (`TrainConfig.average_last` in its
         settings.json): the average of its newest K checkpoints, as many as were kept if
@@ -185,7 +200,7 @@ def load_translator(model_dir, checkpoint=None, average_last=None, decoding=Deco
         elif checkpoint == "latest":
             path = kept[-1] if kept else None
         else:
-            path = checkpoint
+            path = _checkpoint_path(model_dir, checkpoint, kept)
         if not path:
             raise ExportError(f"{model_dir} has no checkpoint yet; train first")
         checkpoints.restore_weights(model, path)

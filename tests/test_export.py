@@ -130,6 +130,15 @@ def test_checkpoint_averaging_needs_enough_checkpoints(model_dir):
         load_translator(model_dir, average_last=9)
 
 
+def test_a_checkpoint_is_named_by_its_path_or_its_name_and_a_missing_one_is_listed(model_dir):
+    path = os.path.join(model_dir, "checkpoints", "ckpt-3")
+    assert load_translator(model_dir, checkpoint=path)[1] == path
+    _, by_name = load_translator(model_dir, checkpoint="ckpt-3")
+    assert os.path.basename(by_name) == "ckpt-3" and os.path.exists(by_name + ".index")
+    with pytest.raises(ExportError, match=r"no checkpoint 'ckpt-99': .* keeps \(ckpt-2, ckpt-3, ckpt-4\)"):
+        load_translator(model_dir, checkpoint="ckpt-99")
+
+
 def test_with_no_choice_given_the_run_s_settings_pick_the_checkpoints_to_average(model_dir, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(model_dir, run)
