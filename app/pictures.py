@@ -385,6 +385,9 @@ def run_attention(args):
     from app.decoding import DecodingConfig
     from app.export import ExportError, load_translator
 
+    # Nothing to attend over but the end token: no picture worth drawing.
+    if not args.sentence.strip():
+        raise PicturesError(f"--sentence is empty ({args.sentence!r}); give the source sentence to draw")
     decoding = DecodingConfig(args.beam_size, args.alpha, args.max_extra_length)
     try:
         translator, weights = load_translator(args.model_dir, args.checkpoint, args.average_last)

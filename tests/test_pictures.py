@@ -225,6 +225,13 @@ def test_the_command_names_what_is_missing(tmp_path, capsys):
     assert f"{tmp_path} is not a model directory" in capsys.readouterr().err
 
 
+def test_an_empty_sentence_is_an_error_and_draws_nothing(model_dir, tmp_path, capsys):
+    output = tmp_path / "attention"
+    assert main(["attention", "--model-dir", model_dir, "--sentence", "  ", "--output", str(output)]) == 1
+    assert "--sentence is empty ('  ')" in capsys.readouterr().err
+    assert not output.exists()
+
+
 def test_grids_have_a_row_per_layer_and_a_column_per_head(tmp_path):
     labels = dict(row_labels=list("abcd"), column_labels=list("vwxyz"), title="t", row_axis="r", column_axis="c")
     weights = np.full((3, 2, 4, 5), 0.2, np.float32)  # [N, H, rows, columns]
