@@ -101,6 +101,17 @@ class TrainConfig:
                 raise ValueError(f"{name} must not be negative, got {value}")
         if self.accumulate < 1:
             raise ValueError(f"accumulate must be at least 1, got {self.accumulate}")
+        if not (math.isfinite(self.learning_rate_scale) and self.learning_rate_scale > 0):
+            raise ValueError(f"learning_rate_scale must be a positive number, got {self.learning_rate_scale}")
+        if self.log_every < 1:
+            raise ValueError(f"log_every must be at least 1, got {self.log_every}")
+        if self.eval_every is not None and self.eval_every < 0:
+            raise ValueError(f"eval_every must not be negative (0: only at the end), got {self.eval_every}")
+        # A negative count would slice off the end of the validation set, not keep its start.
+        if self.eval_sentences is not None and self.eval_sentences < 1:
+            raise ValueError(f"eval_sentences must be at least 1 (or all, by default), got {self.eval_sentences}")
+        if self.checkpoint_minutes is not None and not self.checkpoint_minutes > 0:
+            raise ValueError(f"checkpoint_minutes must be positive, got {self.checkpoint_minutes}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision={self.precision!r}, expected one of {PRECISIONS}")
         if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):

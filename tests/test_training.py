@@ -144,6 +144,20 @@ def test_train_config_rejects_bad_values():
         TrainConfig(train_steps=1, weight_decay=-0.1)
     with pytest.raises(ValueError, match="weight_decay must be a non-negative number, got nan"):
         TrainConfig(train_steps=1, weight_decay=float("nan"))
+    for field, bad, message in [
+        ("learning_rate_scale", 0.0, "learning_rate_scale must be a positive number, got 0.0"),
+        ("learning_rate_scale", -1.0, "learning_rate_scale must be a positive number, got -1.0"),
+        ("learning_rate_scale", float("inf"), "learning_rate_scale must be a positive number, got inf"),
+        ("log_every", 0, "log_every must be at least 1, got 0"),
+        ("eval_every", -1, r"eval_every must not be negative \(0: only at the end\), got -1"),
+        ("eval_sentences", -3, r"eval_sentences must be at least 1 \(or all, by default\), got -3"),
+        ("eval_sentences", 0, r"eval_sentences must be at least 1 \(or all, by default\), got 0"),
+        ("checkpoint_minutes", 0.0, "checkpoint_minutes must be positive, got 0.0"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            TrainConfig(train_steps=1, **{field: bad})
+    # The edges that are allowed: an evaluation only at the end, one validation sentence.
+    TrainConfig(train_steps=1, eval_every=0, eval_sentences=1, learning_rate_scale=1e-3)
 
 
 @pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
