@@ -14,9 +14,13 @@ See app/export.py for the signatures and guarantees.
 
 import argparse
 import os
+import re
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+# One path component, so that saved_models/<name> stays under saved_models/.
+MODEL_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 
 
 def parse_args(argv=None):
@@ -44,6 +48,12 @@ def main(argv=None):
     from app.export import ExportError, export, export_metadata, load_translator
 
     try:
+        # The name is a directory under saved_models/ and the <name> of /v1/models/<name>.
+        if not args.output and not MODEL_NAME.fullmatch(args.name):
+            raise ValueError(
+                f"--name {args.name!r} is not a model name: use letters, digits, '.', '_' and '-', "
+                "not starting with '.'"
+            )
         decoding = DecodingConfig(args.beam_size, args.alpha, args.max_extra_length)
         translator, weights = load_translator(args.model_dir, args.checkpoint, args.average_last, decoding)
         base = args.output or os.path.join("saved_models", args.name)

@@ -21,6 +21,7 @@ Dimension names: B batch, S source length, K beam size, L the most output tokens
 """
 
 import dataclasses
+import math
 
 import tensorflow as tf
 
@@ -44,6 +45,10 @@ class DecodingConfig:
             raise ValueError(f"beam_size must be a positive int, got {self.beam_size!r}")
         if self.max_extra_length < 1:
             raise ValueError(f"max_extra_length must be >= 1, got {self.max_extra_length!r}")
+        # A negative exponent would rank short hypotheses above long ones; the serving
+        # signature refuses one per request too.
+        if not (math.isfinite(self.alpha) and self.alpha >= 0):
+            raise ValueError(f"alpha must be a number >= 0, got {self.alpha!r}")
 
 
 def make_symbols_to_logits(transformer: Transformer):

@@ -137,6 +137,11 @@ def make_translate_fn(args):
     """`(translate(list[str]) -> list[str], description of the weights, data config or None)`."""
     import tensorflow as tf
 
+    from app.decoding import DecodingConfig
+
+    # Checked here for a SavedModel too, whose signature would refuse bad options only
+    # once it runs, with a graph assertion instead of a message.
+    decoding = DecodingConfig(args.beam_size, args.alpha, args.max_extra_length)
     if args.saved_model:
         import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
 
@@ -157,12 +162,10 @@ def make_translate_fn(args):
 
         return translate, args.saved_model, data_config
 
-    from app.decoding import DecodingConfig
     from app.export import load_translator
     from app.train_command import load_settings
 
     _, data_config, _ = load_settings(args.model_dir)
-    decoding = DecodingConfig(args.beam_size, args.alpha, args.max_extra_length)
     translator, weights = load_translator(args.model_dir, args.checkpoint, args.average_last, decoding)
 
     def translate(sentences):

@@ -140,6 +140,12 @@ def test_decoding_config_checks_its_fields():
     assert DecodingConfig() == DecodingConfig(beam_size=4, alpha=0.6, max_extra_length=50)
     with pytest.raises(ValueError, match="beam_size"):
         DecodingConfig(beam_size=0)
+    with pytest.raises(ValueError, match="max_extra_length must be >= 1, got 0"):
+        DecodingConfig(max_extra_length=0)
+    for alpha in (-1.0, float("nan")):
+        with pytest.raises(ValueError, match=f"alpha must be a number >= 0, got {alpha}"):
+            DecodingConfig(alpha=alpha)
+    assert DecodingConfig(alpha=0.0).alpha == 0.0  # plain log-probability is allowed
 
 
 @pytest.mark.parametrize(

@@ -166,3 +166,16 @@ def test_a_saved_model_scored_on_files_writes_what_it_serves_and_splits_its_own_
     # Decoded in batches of 2 sorted by length, written back in input order, exactly as served.
     assert output.read_text(encoding="utf-8").splitlines() == [served["translations"][i].decode() for i in rows]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["1", "out.de", "ref", "src"]  # no .partial left
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [(["--alpha", "-1"], "alpha must be a number >= 0, got -1.0"),
+     (["--max-extra-length", "0"], "max_extra_length must be >= 1, got 0")],
+)
+def test_bad_decoding_options_are_refused_by_name_before_any_model_loads(tmp_path, capsys, flags, message):
+    from app.evaluate import main
+
+    for weights in (["--saved-model", str(tmp_path)], ["--model-dir", str(tmp_path)]):
+        assert main([*weights, *flags]) == 1
+        assert capsys.readouterr().err.strip() == f"error: {message}"

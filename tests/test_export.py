@@ -203,6 +203,25 @@ def test_export_command_reports_a_missing_model_dir(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--name", "../elsewhere"], "--name '../elsewhere' is not a model name"),
+        (["--name", "en/de"], "--name 'en/de' is not a model name"),
+        (["--alpha", "-1"], "alpha must be a number >= 0, got -1.0"),
+    ],
+)
+def test_export_command_refuses_a_bad_name_or_decoding_before_writing(model_dir, tmp_path, flags, message):
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "export.py"), "--model-dir", model_dir, *flags],
+        cwd=tmp_path, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 1
+    assert message in result.stderr
+    assert list(tmp_path.iterdir()) == []  # no saved_models/ made, nothing outside it
+
+
 def test_export_info_names_the_weights_decoding_and_data_of_the_run(model_dir):
     from app.decoding import DecodingConfig
     from app.export import export_metadata
