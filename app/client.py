@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 
 
@@ -23,23 +24,33 @@ class ClientError(RuntimeError):
 def predict(url, model, instances, signature_name=None, version=None, timeout=60.0):
     """POSTs `{"instances": ...}` to the model's :predict endpoint; returns the predictions."""
     path = f"/v1/models/{model}" + (f"/versions/{version}" if version else "") + ":predict"
-    body = {"instances": instances}
+    payload = {"instances": instances}
     if signature_name:
-        body["signature_name"] = signature_name
+        payload["signature_name"] = signature_name
+    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):  # "localhost:8501", say
+        raise ClientError(f"--url {url!r} is not an http:// or https:// URL")
     request = urllib.request.Request(
-        url.rstrip("/") + path, data=json.dumps(body).encode("utf-8"), headers={"Content-Type": "application/json"}
+        url.rstrip("/") + path, data=json.dumps(payload).encode("utf-8"), headers={"Content-Type": "application/json"}
     )
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            return json.loads(response.read())["predictions"]
+            body = response.read()
     except urllib.error.HTTPError as error:
         try:
             message = json.loads(error.read())["error"]
-        except (ValueError, KeyError):
+        except (ValueError, KeyError, TypeError):
             message = error.reason
         raise ClientError(f"{url}{path}: HTTP {error.code}: {message}") from None
     except urllib.error.URLError as error:
         raise ClientError(f"cannot reach {url}: {error.reason}") from None
+    except OSError as error:  # a timeout or a reset once connected, which urllib does not wrap
+        raise ClientError(f"{url}{path}: {error or type(error).__name__}") from None
+    # A URL that is some other web server answers 200 too, with a page.
+    try:
+        return json.loads(body)["predictions"]
+    except (ValueError, KeyError, TypeError):
+        shown = body[:80].decode("utf-8", "replace")
+        raise ClientError(f"{url}{path} did not answer as TF Serving does (no \"predictions\"): {shown!r}") from None
 
 
 def translate(url, model, sentences, nbest=False, alpha=None, max_extra_length=None, version=None):
@@ -83,6 +94,9 @@ def main(argv=None):
     args = parse_args(argv)
     if args.nbest and (args.alpha is not None or args.max_extra_length is not None):
         print("error: --nbest cannot be combined with --alpha or --max-extra-length", file=sys.stderr)
+        return 2
+    if args.batch_size < 1:
+        print(f"error: --batch-size must be at least 1, got {args.batch_size}", file=sys.stderr)
         return 2
     lines = args.sentences or [line.rstrip("\n") for line in sys.stdin]
     try:
