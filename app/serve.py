@@ -85,13 +85,19 @@ class Server:
         self._loading = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="load")
         self.batcher.start()
         await self.poll()
+        if self.poll_seconds <= 0:  # TF Serving's 0: the versions there at start, no later ones
+            if not self.manager.loaded:
+                log.warning("no servable version of %s under %s, and polling is off", self.manager.name,
+                            self.manager.base_path)
+            return
         if not self.manager.loaded:
             log.warning("no servable version of %s under %s yet; polling", self.manager.name, self.manager.base_path)
         self._poller = asyncio.create_task(self._poll_forever())
 
     async def _stop(self, app):
-        self._poller.cancel()
-        await asyncio.gather(self._poller, return_exceptions=True)
+        if self._poller is not None:
+            self._poller.cancel()
+            await asyncio.gather(self._poller, return_exceptions=True)
         await self.batcher.stop()
         self._loading.shutdown(wait=True)
 
@@ -189,6 +195,10 @@ def _json(body, status=200):
     return web.Response(text=json.dumps(body, ensure_ascii=False), status=status, content_type="application/json")
 
 
+# A model name is one part of /v1/models/<name>[/versions/<v>]:predict.
+MODEL_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+
+
 def _bool(text):
     if text.lower() in ("1", "true", "yes"):
         return True
@@ -215,7 +225,7 @@ def parse_args(argv=None):
         "--file_system_poll_wait_seconds",
         type=float,
         default=1.0,
-        help="how often to look for new versions (default 1)",
+        help="how often to look for new versions, in seconds (default 1; 0: only once, at start, as TF Serving)",
     )
     parser.add_argument(
         "--num_versions",
@@ -251,15 +261,29 @@ def parse_args(argv=None):
         default=Limits.max_text_length,
         help=f"most characters per input text (default {Limits.max_text_length})",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    # Checked before TensorFlow loads anything, each naming its flag, as argparse does.
+    if not MODEL_NAME.fullmatch(args.model_name):
+        parser.error(f"--model_name {args.model_name!r}: use letters, digits, '.', '_' and '-' (it is part of URLs)")
+    if not 0 <= args.rest_api_port <= 65535:
+        parser.error(f"--rest_api_port must be 0-65535 (0: a free one), got {args.rest_api_port}")
+    if not args.file_system_poll_wait_seconds >= 0:
+        wait = args.file_system_poll_wait_seconds
+        parser.error(f"--file_system_poll_wait_seconds must be >= 0 (0: look once, at start), got {wait}")
+    for flag, least in (("num_versions", 1), ("max_num_load_retries", 0), ("max_instances", 1), ("max_text_length", 1)):
+        if getattr(args, flag) < least:
+            parser.error(f"--{flag} must be at least {least}, got {getattr(args, flag)}")
+    args.batching_parameters = BatchingParameters()
+    if args.batching_parameters_file:
+        try:
+            args.batching_parameters = BatchingParameters.from_file(args.batching_parameters_file)
+        except (OSError, ValueError) as error:
+            parser.error(f"--batching_parameters_file: {error}")
+    return args
 
 
 async def serve(args):
-    parameters = (
-        BatchingParameters.from_file(args.batching_parameters_file)
-        if args.batching_parameters_file
-        else BatchingParameters()
-    )
+    parameters = args.batching_parameters
     manager = ModelManager(
         args.model_name, args.model_base_path, args.num_versions, args.max_num_load_retries, LoadedVersion
     )

@@ -143,6 +143,25 @@ AVAILABLE_1 = {
 }
 
 
+@pytest.mark.parametrize("flags, message", [
+    (["--model_name", "en/de"], "--model_name 'en/de': use letters, digits, '.', '_' and '-'"),
+    (["--rest_api_port", "70000"], "--rest_api_port must be 0-65535 (0: a free one), got 70000"),
+    (["--file_system_poll_wait_seconds", "-1"], "--file_system_poll_wait_seconds must be >= 0 (0: look once"),
+    (["--num_versions", "0"], "--num_versions must be at least 1, got 0"),
+    (["--max_num_load_retries", "-1"], "--max_num_load_retries must be at least 0, got -1"),
+    (["--max_instances", "0"], "--max_instances must be at least 1, got 0"),
+    (["--max_text_length", "0"], "--max_text_length must be at least 1, got 0"),
+    (["--batching_parameters_file", "/nonexistent/batching.txt"], "No such file or directory"),
+])
+def test_a_bad_flag_is_refused_by_name_before_anything_loads(flags, message, capsys):
+    from app.serve import parse_args
+
+    with pytest.raises(SystemExit) as exit_:
+        parse_args(flags)
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
+
+
 def test_model_status_as_tf_serving_reports_it(server):
     assert server.request("GET", "/v1/models/translator") == (200, AVAILABLE_1)
     assert server.request("GET", "/v1/models/translator/versions/1") == (200, AVAILABLE_1)

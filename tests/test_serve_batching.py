@@ -160,3 +160,29 @@ def test_batching_parameters_text_proto(tmp_path, text, expected):
     path = tmp_path / "batching.txt"
     path.write_text(text)
     assert BatchingParameters.from_file(path) == expected
+
+
+def test_tf_serving_fields_this_server_does_not_use_are_read_past(tmp_path):
+    path = tmp_path / "batching.txt"
+    path.write_text(
+        'max_batch_size { value: 8 }\nallowed_batch_sizes: 2\nallowed_batch_sizes: 8\n'
+        'enable_large_batch_splitting { value: true }\nbatch_padding_policy: "PAD_UP"\n'
+    )
+    assert BatchingParameters.from_file(path) == BatchingParameters(max_batch_size=8)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("max_batch_sise { value: 8 }", "unknown batching parameter 'max_batch_sise'; known: batch_timeout_micros, "),
+    ("max_batch_size { valu: 8 }", "cannot read 'max_batch_size { valu: 8 }'"),
+    ("max_batch_size: 8", "write max_batch_size { value: 8 }, as TF Serving reads it"),
+    ("max_batch_size { value: 2.5 }", "max_batch_size must be a whole number, got '2.5'"),
+    ("max_batch_size { value: 0 }", "batching parameter max_batch_size must be an integer >= 1, got 0"),
+    ("batch_timeout_micros { value: -1 }", "batch_timeout_micros must be an integer >= 0, got -1"),
+    ("num_batch_threads { value: 2 } and more", "cannot read 'and more'"),
+])
+def test_a_bad_batching_parameters_file_is_refused_naming_the_file_and_value(tmp_path, text, message):
+    path = tmp_path / "batching.txt"
+    path.write_text(text)
+    with pytest.raises(ValueError) as error:
+        BatchingParameters.from_file(path)
+    assert str(error.value).startswith(f"{path}: ") and message in str(error.value)

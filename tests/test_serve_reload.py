@@ -98,3 +98,17 @@ def test_exporting_version_2_under_load_switches_to_it_without_a_failed_request(
         np.testing.assert_allclose([p["scores"] for p in body["predictions"]], scores[2], rtol=1e-5)
     finally:
         server.stop()
+
+
+def test_a_poll_wait_of_zero_serves_the_versions_there_at_start_and_no_later_one(exported, tmp_path_factory, tmp_path):
+    import shutil
+
+    _, _, path, _ = exported
+    base = serving_base(tmp_path_factory, exported)
+    server = Server(base, "--file_system_poll_wait_seconds", "0", log_path=tmp_path / "serve.log")
+    try:
+        shutil.copytree(path, os.path.join(base, "2"))
+        time.sleep(3)  # fifteen polls' worth at the other test's 0.2 s
+        assert [v["version"] for v in version_status(server)] == ["1"]
+    finally:
+        server.stop()

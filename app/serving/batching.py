@@ -11,10 +11,11 @@ queue up, so the busier the server, the larger the batches.
 
 Requests are merged only when the model would give each the same answer alone:
 same version, same signature, and equal values of every non-string input (for
-`translate_with_options`: the same alpha and max_extra_length, which the export requires
-to agree across a batch). A request whose own rows disagree on such an input, or whose
-inputs disagree on the batch size, runs alone. String inputs may differ in length: they
-are [B] string tensors, tokenized and padded inside the graph after batching.
+`translate_with_options`: the same alpha and max_extra_length; the export would take
+them per sentence, but this rule needs to know nothing of a signature's inputs). A
+request whose own rows disagree on such an input, or whose inputs disagree on the batch
+size, runs alone. String inputs may differ in length: they are [B] string tensors,
+tokenized and padded inside the graph after batching.
 
 The parameters are TF Serving's (serving/batching_parameters.txt).
 """
@@ -44,17 +45,55 @@ class BatchingParameters:
     # Queued batches (of max_batch_size rows) beyond which requests are refused (503).
     max_enqueued_batches: int = 100
 
+    def __post_init__(self):
+        for name, least in (("max_batch_size", 1), ("batch_timeout_micros", 0), ("num_batch_threads", 1),
+                            ("max_enqueued_batches", 1)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < least:
+                raise ValueError(f"batching parameter {name} must be an integer >= {least}, got {value!r}")
+
     @classmethod
     def from_file(cls, path):
-        """Reads a TF Serving batching parameters text proto (`name { value: N }` lines)."""
+        """Reads a TF Serving batching parameters text proto (`name { value: N }` lines).
+
+        Fields TF Serving knows but this server does not use (`allowed_batch_sizes`, ...)
+        are skipped; anything else, a misspelt field or a value that is not a whole
+        number, is a ValueError naming it, as TF Serving refuses such a file.
+        """
         with open(path, encoding="utf-8") as f:
             text = re.sub(r"#.*", "", f.read())
         fields = {field.name for field in dataclasses.fields(cls)}
         values = {}
-        for name, value in re.findall(r"(\w+)\s*\{\s*value\s*:\s*(\d+)\s*\}", text):
+        entry = re.compile(r"\s*(\w+)\s*(?:\{\s*value\s*:\s*([^\s}]+)\s*\}|:\s*(\S+))")
+        position = 0
+        while text[position:].strip():
+            match = entry.match(text, position)
+            if not match:
+                raise ValueError(f"{path}: cannot read {text[position:].strip()[:40]!r}")
+            name, wrapped, plain = match.groups()
+            position = match.end()
             if name in fields:
-                values[name] = int(value)
-        return cls(**values)
+                if wrapped is None:  # TF Serving's fields are wrapped integers
+                    raise ValueError(f"{path}: write {name} {{ value: {plain} }}, as TF Serving reads it")
+                if not re.fullmatch(r"-?\d+", wrapped):
+                    raise ValueError(f"{path}: {name} must be a whole number, got {wrapped!r}")
+                values[name] = int(wrapped)
+            elif name not in TF_SERVING_ONLY_FIELDS:
+                raise ValueError(f"{path}: unknown batching parameter {name!r}; known: {', '.join(sorted(fields))}")
+        try:
+            return cls(**values)
+        except ValueError as error:
+            raise ValueError(f"{path}: {error}") from None
+
+
+# BatchingParameters fields of TF Serving that this server reads past: they tune its own
+# batch scheduler (padding, split batches, thread pools), which this one does not have.
+TF_SERVING_ONLY_FIELDS = frozenset({
+    "allowed_batch_sizes", "pad_variable_length_inputs", "thread_pool_name", "enable_large_batch_splitting",
+    "max_execution_batch_size", "batch_padding_policy", "mixed_priority_batching_policy",
+    "low_priority_max_batch_size", "low_priority_batch_timeout_micros", "low_priority_max_enqueued_batches",
+    "low_priority_allowed_batch_sizes",
+})
 
 
 @dataclasses.dataclass
