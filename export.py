@@ -14,13 +14,9 @@ See app/export.py for the signatures and guarantees.
 
 import argparse
 import os
-import re
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-# One path component, so that saved_models/<name> stays under saved_models/.
-MODEL_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 
 
 def parse_args(argv=None):
@@ -46,6 +42,7 @@ def main(argv=None):
     args = parse_args(argv)
     from app.decoding import DecodingConfig
     from app.export import ExportError, export, export_metadata, load_translator
+    from app.serving.rest_api import MODEL_NAME
 
     try:
         # The name is a directory under saved_models/ and the <name> of /v1/models/<name>.

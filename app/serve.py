@@ -37,6 +37,7 @@ from aiohttp import web  # noqa: E402
 from app.serving.batching import Batcher, BatchingParameters  # noqa: E402
 from app.serving.models import LoadedVersion, ModelManager  # noqa: E402
 from app.serving.rest_api import (  # noqa: E402
+    MODEL_NAME,
     Limits,
     ServingError,
     error_body,
@@ -193,10 +194,6 @@ class Server:
 
 def _json(body, status=200):
     return web.Response(text=json.dumps(body, ensure_ascii=False), status=status, content_type="application/json")
-
-
-# A model name is one part of /v1/models/<name>[/versions/<v>]:predict.
-MODEL_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 
 
 def _bool(text):

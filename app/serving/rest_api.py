@@ -22,6 +22,7 @@ import base64
 import binascii
 import dataclasses
 import json
+import re
 
 import numpy as np
 
@@ -44,6 +45,11 @@ class TensorSpec:
 
     dtype: np.dtype  # numpy dtype; strings are np.object_ (bytes)
     shape: tuple  # dimensions, None where unknown; shape[0] is the batch
+
+
+# A model name: one part of /v1/models/<name>[/versions/<v>]:predict, and the directory
+# saved_models/<name> that export.py writes to.
+MODEL_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 
 
 @dataclasses.dataclass(frozen=True)
