@@ -86,14 +86,12 @@ class Server:
         self._loading = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="load")
         self.batcher.start()
         await self.poll()
-        if self.poll_seconds <= 0:  # TF Serving's 0: the versions there at start, no later ones
-            if not self.manager.loaded:
-                log.warning("no servable version of %s under %s, and polling is off", self.manager.name,
-                            self.manager.base_path)
-            return
+        polling = self.poll_seconds > 0  # TF Serving's 0: the versions there at start, no later ones
         if not self.manager.loaded:
-            log.warning("no servable version of %s under %s yet; polling", self.manager.name, self.manager.base_path)
-        self._poller = asyncio.create_task(self._poll_forever())
+            log.warning("no servable version of %s under %s %s", self.manager.name, self.manager.base_path,
+                        "yet; polling" if polling else "and polling is off")
+        if polling:
+            self._poller = asyncio.create_task(self._poll_forever())
 
     async def _stop(self, app):
         if self._poller is not None:
