@@ -10,6 +10,10 @@ against either server. Endpoints (TF Serving's, plus the page and the batch metr
     GET  /v1/models/{name}[/versions/{v}]              version status
     GET  /v1/models/{name}[/versions/{v}]/metadata     signature definitions
     POST /v1/models/{name}[/versions/{v}]:predict      row ("instances") or columnar ("inputs")
+
+As in TF Serving, "/v1/models" matches in any case, and a version label
+(`/labels/{label}` in place of `/versions/{v}`) is parsed, then refused: labels come from
+TF Serving's model config file, which this server does not read.
     GET  /                                             the translation page (app/static/)
     GET  /monitoring/prometheus/metrics                requests and batch sizes, Prometheus text
 
@@ -49,10 +53,15 @@ from app.serving.rest_api import (  # noqa: E402
 
 log = logging.getLogger("app.serve")
 PAGE = Path(__file__).resolve().parent / "static" / "index.html"
-# tensorflow_serving/model_servers/http_rest_api_util.cc: /v1/models/NAME[/versions/N][:METHOD][/metadata]
+# tensorflow_serving/model_servers/http_rest_api_util.cc:
+# /v1/models[/NAME][/versions/N | /labels/LABEL][:METHOD][/metadata], case-insensitive.
 MODEL_PATH = re.compile(
-    r"/v1/models/(?P<name>[^/:]+)(?:/versions/(?P<version>\d+))?(?::(?P<method>\w+))?(?P<metadata>/metadata)?"
+    r"/v1/models(?:/(?P<name>[^/:]+))?(?:/versions/(?P<version>\d+)|/labels/(?P<label>[^/:]+))?"
+    r"(?::(?P<method>\w+))?(?P<metadata>/metadata)?",
+    re.IGNORECASE,
 )
+# Methods TF Serving answers, which need classification or regression signatures.
+SIGNATURE_METHODS = {"classify": "classification", "regress": "regression"}
 
 
 class Server:
@@ -75,7 +84,7 @@ class Server:
         app = web.Application(middlewares=[self._json_errors], client_max_size=client_max_size)
         app.router.add_get("/", self.page)
         app.router.add_get("/monitoring/prometheus/metrics", self.metrics)
-        app.router.add_route("*", "/v1/{path:.*}", self.model_request)
+        app.router.add_route("*", "/{v1:[vV]1}/{path:.*}", self.model_request)
         app.on_startup.append(self._start)
         app.on_cleanup.append(self._stop)
         return app
@@ -150,9 +159,19 @@ class Server:
             raise malformed
         name, method, metadata = match["name"], match["method"], match["metadata"]
         version = int(match["version"]) if match["version"] else None
-        if request.method == "POST" and method == "predict" and not metadata:
-            return await self.predict(request, name, version)
+        if request.method == "POST" and name and method and not metadata:
+            if method == "predict":
+                return await self.predict(request, name, version, match["label"])
+            if method in SIGNATURE_METHODS:
+                self._check_name(name, version, match["label"])
+                raise ServingError(
+                    f"Expected {SIGNATURE_METHODS[method]} signature method_name to be "
+                    f"tensorflow/serving/{method}. Was: tensorflow/serving/predict"
+                )
         if request.method == "GET" and not method:
+            if not name:
+                raise ServingError("Missing model name in request.")
+            _check_label(match["label"])
             if metadata:
                 self._check_name(name, version)
                 return _json(self.manager.metadata_json(version))
@@ -161,15 +180,16 @@ class Server:
             return _json(self.manager.status_json(version))
         raise malformed
 
-    def _check_name(self, name, version):
+    def _check_name(self, name, version, label=None):
+        _check_label(label)
         if name != self.manager.name:
             request = f"Specific({name}, {version})" if version is not None else f"Latest({name})"
             raise ServingError(f"Servable not found for request: {request}", status=404)
 
-    async def predict(self, request, name, version):
+    async def predict(self, request, name, version, label=None):
         document = parse_json_body(await request.read())
         signature_name = signature_name_of(document)
-        self._check_name(name, version)
+        self._check_name(name, version, label)
         loaded = self.manager.get(version)  # held until answered, even if a newer one arrives
         parsed = parse_predict_request(document, signature_name, loaded.input_specs(signature_name), self.limits)
         outputs = await self.batcher.run(loaded, signature_name, parsed.inputs, parsed.rows)
@@ -188,6 +208,12 @@ class Server:
             for size, count in sorted(self.batcher.batch_sizes.items())
         ]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+
+def _check_label(label):
+    # TF Serving with no labels configured answers every label so (server_core.cc).
+    if label is not None:
+        raise ServingError(f"Unrecognized servable version label: {label}")
 
 
 def _json(body, status=200):

@@ -323,6 +323,14 @@ ERRORS = [
     ("GET predict", "GET", "/v1/models/translator:predict", None, 400, "Malformed request: GET"),
     ("bad version", "GET", "/v1/models/translator/versions/latest", None, 400, "Malformed request"),
     ("unknown path", "GET", "/v2/anything", None, 404, "Not Found"),
+    ("no model name", "GET", "/v1/models", None, 400, "^Missing model name in request.$"),
+    ("label: predict", "POST", "/v1/models/translator/labels/stable:predict", b'{"instances": ["a"]}', 400, "^Unrecognized servable version label: stable$"),
+    ("label: status", "GET", "/v1/models/translator/labels/stable", None, 400, "^Unrecognized servable version label: stable$"),
+    ("label: metadata", "GET", "/v1/models/translator/labels/canary/metadata", None, 400, "^Unrecognized servable version label: canary$"),
+    ("version and label", "POST", "/v1/models/translator/versions/1/labels/stable:predict", b'{"instances": ["a"]}', 400, "Malformed request"),
+    ("classify", "POST", "/v1/models/translator:classify", b'{"examples": [{}]}', 400, "Expected classification signature method_name to be tensorflow/serving/classify"),
+    ("regress", "POST", "/v1/models/translator/versions/1:regress", b'{"examples": [{}]}', 400, "Expected regression signature method_name to be tensorflow/serving/regress"),
+    ("regress: unknown model", "POST", "/v1/models/nope:regress", b'{"examples": [{}]}', 404, "Servable not found for request: Latest\\(nope\\)"),
 ]
 
 
@@ -335,6 +343,15 @@ def test_bad_requests_get_a_json_error_and_tf_servings_status(server, case):
     assert got_status == status, body
     assert set(body) == {"error"}
     assert re.search(pattern, body["error"]), body["error"]
+
+
+def test_the_v1_models_prefix_matches_in_any_case_as_in_tf_serving(server):
+    lower = server.request("POST", "/v1/models/translator:predict", raw=b'{"instances": ["A man rides a bike."]}')
+    upper = server.request("POST", "/V1/MODELS/translator:predict", raw=b'{"instances": ["A man rides a bike."]}')
+    assert lower[0] == 200 and upper == lower
+    assert server.request("GET", "/V1/Models/translator/Versions/1") == (200, AVAILABLE_1)
+    # The model name is not case-folded: TF Serving looks it up as given.
+    assert server.request("GET", "/v1/models/TRANSLATOR")[0] == 404
 
 
 def test_errors_do_not_disturb_the_server(server):
