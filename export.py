@@ -16,8 +16,6 @@ import argparse
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
 
 def parse_args(argv=None):
     from app.cli import add_decoding_arguments, add_weights_arguments
@@ -40,6 +38,9 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    from app.quiet_tensorflow import import_tensorflow
+
+    import_tensorflow()
     from app.decoding import DecodingConfig
     from app.export import ExportError, export, export_metadata, load_translator
     from app.serving.rest_api import MODEL_NAME

@@ -15,10 +15,7 @@ import time
 STARTED = time.monotonic()
 
 import argparse  # noqa: E402
-import os  # noqa: E402
 import sys  # noqa: E402
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 
 def parse_args(argv=None):
@@ -35,6 +32,9 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
+    from app.quiet_tensorflow import import_tensorflow
+
+    import_tensorflow()  # first: parsing the flags imports TensorFlow
     args = parse_args(argv)
     from app.train_command import run
 

@@ -18,8 +18,7 @@ import sys
 import time
 
 from app.cli import add_decoding_arguments, add_weights_arguments
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+from app.quiet_tensorflow import import_tensorflow
 
 # Names a user may give a split, per the dataset's own names.
 SPLIT_ALIASES = {"val": "validation", "valid": "validation", "dev": "validation", "test_2016_flickr": "test"}
@@ -250,6 +249,7 @@ def moses_lowercase_bleu(hypotheses, references, target_lang=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    import_tensorflow()
     from app.export import ExportError
     from data.errors import DataError
 

@@ -43,8 +43,7 @@ import sys
 import numpy as np
 
 from app.cli import add_decoding_arguments, add_weights_arguments
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+from app.quiet_tensorflow import import_tensorflow
 
 # The three kinds of attention: file name, title, and which pieces label rows and columns.
 ATTENTION_KINDS = {
@@ -411,6 +410,7 @@ def run_curves(args):
 
 def main(argv=None):
     args = parse_args(argv)
+    import_tensorflow()
     try:
         if args.command == "attention":
             run_attention(args)

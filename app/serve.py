@@ -34,13 +34,12 @@ import signal
 import sys
 from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+from aiohttp import web
 
-from aiohttp import web  # noqa: E402
-
-from app.serving.batching import Batcher, BatchingParameters  # noqa: E402
-from app.serving.models import LoadedVersion, ModelManager  # noqa: E402
-from app.serving.rest_api import (  # noqa: E402
+from app.quiet_tensorflow import import_tensorflow
+from app.serving.batching import Batcher, BatchingParameters
+from app.serving.models import LoadedVersion, ModelManager
+from app.serving.rest_api import (
     MODEL_NAME,
     Limits,
     ServingError,
@@ -333,6 +332,7 @@ async def serve(args):
 
 def main(argv=None):
     args = parse_args(argv)
+    import_tensorflow()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     asyncio.run(serve(args))
     return 0

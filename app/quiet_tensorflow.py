@@ -1,0 +1,74 @@
+"""Imports TensorFlow without the start-up log lines that TF_CPP_MIN_LOG_LEVEL fails to hide.
+
+Since TensorFlow 2.19 its C++ code logs through absl before absl's log is initialized, and
+those lines ignore TF_CPP_MIN_LOG_LEVEL (tensorflow/tensorflow#100442): every command
+would open with six lines such as
+
+    WARNING: All log messages before absl::InitializeLog() is called are written to STDERR
+    I0000 00:00:1795587557.032311     980 port.cc:153] oneDNN custom operations are on. ...
+    I0000 00:00:1795587557.033011     980 cudart_stub.cc:31] Could not find cuda drivers ...
+
+The entry points (train.py, export.py, app.evaluate, app.serve, app.pictures) call
+`import_tensorflow()` before anything else imports TensorFlow. It captures file
+descriptor 2 for the import only, then writes back every line except absl log lines
+below the level TF_CPP_MIN_LOG_LEVEL asks for (I=0, W=1, E=2, F=3) and absl's banner:
+warnings and errors the user asked to see, Python warnings and tracebacks all pass.
+"""
+
+import os
+import re
+import sys
+import tempfile
+
+# The entry points' level: errors and fatal messages only, as TF_CPP_MIN_LOG_LEVEL=3.
+DEFAULT_LEVEL = "3"
+ABSL_BANNER = b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+# absl's prefix: severity, MMDD hh:mm:ss.micros, thread id, file:line]. Before
+# InitializeLog the date and time read 0000 00:00:<seconds since 1970>.
+ABSL_LINE = re.compile(rb"([IWEF])\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [^ \]]+:\d+\] ")
+SEVERITIES = "IWEF"
+
+
+def import_tensorflow():
+    """Imports TensorFlow (once), filtering what its C++ start-up writes to stderr."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", DEFAULT_LEVEL)
+    if "tensorflow" in sys.modules:
+        return
+    min_level = _min_level(os.environ["TF_CPP_MIN_LOG_LEVEL"])
+    sys.stderr.flush()
+    saved_stderr = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            import tensorflow  # noqa: F401
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved_stderr, 2)
+            os.close(saved_stderr)
+            captured.seek(0)
+            kept = filter_startup_log(captured.read(), min_level)
+            if kept:
+                os.write(2, kept)
+
+
+def filter_startup_log(text, min_level):
+    """bytes -> bytes: `text` without absl lines below `min_level` (0-3) and the banner."""
+    if min_level <= 0:
+        return text
+    kept = []
+    for line in text.splitlines(keepends=True):
+        if line.rstrip(b"\r\n") == ABSL_BANNER:
+            continue
+        match = ABSL_LINE.match(line)
+        if match and SEVERITIES.index(match[1].decode()) < min_level:
+            continue
+        kept.append(line)
+    return b"".join(kept)
+
+
+def _min_level(value):
+    # TensorFlow reads the variable as an integer and treats anything else as 0.
+    try:
+        return int(value)
+    except ValueError:
+        return 0
