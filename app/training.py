@@ -30,6 +30,7 @@ from app.losses import summed_loss, summed_loss_and_nll
 from app.model import Transformer, build_transformer
 from app.output_loss import projected_loss_sum
 from app.precision import PRECISIONS
+from app.progress import make_progress
 from app.schedule import WarmupInverseSqrt, cooldown_steps, resolve_warmup_steps
 from app.strategy import check_same_on_all_workers, is_chief, max_over_workers
 from app.time_budget import PaceMeter, cooldown_has_begun, describe_plan, plan_run_length
@@ -382,7 +383,7 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
         record(entry)
         return entry
 
-    progbar = keras.utils.Progbar(total_steps, stateful_metrics=["loss", "lr", "tok/s"]) if chief else None
+    progbar = make_progress(total_steps, config.log_every, log) if chief else None
     step = int(progress.step)
     last_loss = None
     # Since the last record: one batch's loss swings with its sentence lengths, so records
@@ -398,7 +399,7 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
 
     def say(message):
         # The progress bar rewrites its line in place; a message mid-run takes the next one.
-        log(("\n" if progbar else "") + message)
+        log(("\n" if progbar and progbar.rewrites_line else "") + message)
 
     def save(step):
         progress.seconds.assign(seconds_before + clock() - started)
@@ -499,7 +500,7 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
                         save(step)
                         last_checkpoint_time = time.time()
                     if _due(step, config.eval_every) and step < total_steps:
-                        evaluation_start = clock()
+                        evaluation_start, evaluation_wall_start = clock(), time.time()
                         entry = evaluate(step)
                         say(_format_eval(entry))
                         if tracker.offer_best(entry, step):
@@ -508,6 +509,8 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
                             evaluations_without_gain += 1
                         this_evaluation = clock() - evaluation_start
                         evaluation_seconds += this_evaluation
+                        # The window's tokens/s counts training time only (window_start is wall time).
+                        window_start += time.time() - evaluation_wall_start
                         pace.observe_evaluation(this_evaluation)
                         if config.patience and evaluations_without_gain >= config.patience:
                             say(f"early stopping: no better BLEU in {config.patience} evaluations")

@@ -4,14 +4,17 @@ import dataclasses
 import json
 import math
 import os
+import re
 import signal
+import time
+import types
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from app import checkpoints
+from app import checkpoints, training
 from app.config import ModelConfig
 from app.losses import smoothed_cross_entropy, summed_loss
 from app.model import build_transformer
@@ -260,6 +263,41 @@ def test_a_few_steps_lower_the_loss(small_data, tmp_path):
     assert last < first - 0.5, (first, last)
     assert result["step"] == 30
     assert all(r["tokens_per_second"] > 0 for r in records)
+
+
+def test_off_a_terminal_progress_is_plain_lines_between_the_messages(small_data, tmp_path):
+    lines = []
+    config = TrainConfig(train_steps=6, warmup_steps=2, eval_every=4, log_every=3)
+    train(
+        small_model_config(small_data), small_data, config, str(tmp_path), tf.distribute.get_strategy(),
+        lambda t: {"bleu": 1.0}, log=lines.append,
+    )
+    progress = [line for line in lines if line.startswith("step ") and "/" in line.split()[1]]
+    assert [line.split(" - ")[0] for line in progress] == ["step 3/6", "step 6/6"]
+    pattern = r"step \d/6 - loss: \d+\.\d{4} - lr: \S+ - tok/s: \d+( - eta: 0:\d\d)?"
+    assert all(re.fullmatch(pattern, line) for line in progress), progress
+    assert any(line.startswith("step 4: validation loss") for line in lines)
+    assert not [line for line in lines if "\x1b" in line or "\b" in line or "\r" in line or line.startswith("\n")]
+
+
+def test_tokens_per_second_leave_out_the_time_spent_evaluating(small_data, tmp_path, monkeypatch):
+    # A wall clock that moves one second per reading, and 1,000 while evaluating.
+    wall = {"now": 0.0}
+
+    def fake_time():
+        wall["now"] += 1.0
+        return wall["now"]
+
+    def slow_evaluation(transformer):
+        wall["now"] += 1000.0
+        return {"bleu": 1.0}
+
+    monkeypatch.setattr(training, "time", types.SimpleNamespace(time=fake_time, monotonic=time.monotonic))
+    run_training(small_data, tmp_path, evaluate_fn=slow_evaluation, eval_every=3, train_steps=6)
+    rates = [r["tokens_per_second"] for r in map(json.loads, open(tmp_path / "metrics.jsonl")) if "loss" in r]
+    assert len(rates) == 6
+    # Batches differ in size by less than 10 times; 1,000 seconds more would be 100 times slower.
+    assert max(rates) < 10 * min(rates), rates
 
 
 def test_resuming_after_a_crash_matches_an_uninterrupted_run(small_data, tmp_path):
