@@ -10,12 +10,12 @@ against either server. Endpoints (TF Serving's, plus the page and the batch metr
     GET  /v1/models/{name}[/versions/{v}]              version status
     GET  /v1/models/{name}[/versions/{v}]/metadata     signature definitions
     POST /v1/models/{name}[/versions/{v}]:predict      row ("instances") or columnar ("inputs")
+    GET  /                                             the translation page (app/static/)
+    GET  /monitoring/prometheus/metrics                requests and batch sizes, Prometheus text
 
 As in TF Serving, "/v1/models" matches in any case, and a version label
 (`/labels/{label}` in place of `/versions/{v}`) is parsed, then refused: labels come from
 TF Serving's model config file, which this server does not read.
-    GET  /                                             the translation page (app/static/)
-    GET  /monitoring/prometheus/metrics                requests and batch sizes, Prometheus text
 
 It serves the newest version under the base path and switches to a newly exported one
 without a restart (app/serving/models.py); concurrent requests are batched into one model
