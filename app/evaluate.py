@@ -133,7 +133,13 @@ def output_language(args, data_config):
 
 
 def make_translate_fn(args):
-    """`(translate(list[str]) -> list[str], description of the weights, data config or None)`."""
+    """`(translate, measure, description of the weights, data config or None)`.
+
+    translate: list[str] -> list[str], the translations.
+    measure: list[str] -> (lengths, limit), each sentence's subwords with the end token and
+        the most the model reads (`Translator.source_lengths`); None for an export made
+        before SavedModels held it.
+    """
     import tensorflow as tf
 
     from app.decoding import DecodingConfig
@@ -148,7 +154,8 @@ def make_translate_fn(args):
         needs_data = not (args.source or args.reference)
         data_config = saved_model_data_config(args) if needs_data else None
 
-        signature = tf.saved_model.load(args.saved_model).signatures["translate_with_options"]
+        loaded = tf.saved_model.load(args.saved_model)
+        signature = loaded.signatures["translate_with_options"]
 
         def translate(sentences):
             n = len(sentences)
@@ -159,7 +166,7 @@ def make_translate_fn(args):
             )
             return [t.decode("utf-8") for t in out["translations"].numpy()]
 
-        return translate, args.saved_model, data_config
+        return translate, _measure_fn(getattr(loaded, "source_lengths", None)), args.saved_model, data_config
 
     from app.export import load_translator
     from app.train_command import load_settings
@@ -171,7 +178,39 @@ def make_translate_fn(args):
         out = translator.serve(tf.constant(sentences))
         return [t.decode("utf-8") for t in out["translations"].numpy()]
 
-    return translate, weights, data_config
+    return translate, _measure_fn(translator.source_lengths), weights, data_config
+
+
+def _measure_fn(source_lengths):
+    if source_lengths is None:
+        return None
+    import tensorflow as tf
+
+    def measure(sentences):
+        out = source_lengths(tf.constant(sentences))
+        return out["lengths"].numpy().tolist(), int(out["limit"])
+
+    return measure
+
+
+def overlong_sources(measure, sentences):
+    """`[(line number from 1, subwords with the end token)]` of the sentences longer than
+    the model reads, and that limit; `([], None)` where `measure` is None."""
+    if measure is None or not sentences:
+        return [], None
+    lengths, limit = measure(sentences)
+    return [(number, length) for number, length in enumerate(lengths, start=1) if length > limit], limit
+
+
+def describe_overlong(overlong, limit, shown=5):
+    """The warning for `overlong_sources`' result: how many, and the first `shown`."""
+    lines = ", ".join(f"line {number} ({length - 1} subwords)" for number, length in overlong[:shown])
+    more = f" and {len(overlong) - shown} more" if len(overlong) > shown else ""
+    return (
+        f"warning: {len(overlong)} source sentence(s) have more than the {limit - 1} subwords the model "
+        f"reads (its {limit} positions, one for the end token); only their first {limit - 1} were "
+        f"translated, as the exported model does: {lines}{more}"
+    )
 
 
 def translate_all(translate, sentences, batch_size):
@@ -254,7 +293,7 @@ def main(argv=None):
     from data.errors import DataError
 
     try:
-        translate, weights, data_config = make_translate_fn(args)
+        translate, measure, weights, data_config = make_translate_fn(args)
         sources, references, description = read_references(args, data_config)
         target_lang, lowercase_model = output_language(args, data_config)
     except (DataError, ExportError, FileNotFoundError, ValueError) as error:
@@ -262,6 +301,9 @@ def main(argv=None):
         return 1
     if args.limit:
         sources, references = sources[: args.limit], references[: args.limit]
+    overlong, limit = overlong_sources(measure, sources)
+    if overlong:
+        print(describe_overlong(overlong, limit), file=sys.stderr)
 
     translate(sources[:1])  # trace once, so the timing below is decoding only
     started = time.perf_counter()
@@ -288,6 +330,9 @@ def main(argv=None):
         # Whether the model was trained with --lowercase; None: not known (an export
         # older than export_info.json, scored on --source/--reference files).
         "lowercase_model": lowercase_model,
+        # Line numbers of the sources cut to the model's positions; None: not known (an
+        # export older than Translator.source_lengths).
+        "truncated_sources": [number for number, _ in overlong] if measure else None,
     }
     if args.json:
         print(json.dumps(result))

@@ -18,7 +18,9 @@ different settings may share one batch (server-side batching merges them freely)
 
 Input longer than the model's position table is truncated to fit (its first
 `max_length - 1` subwords, then the end token); outputs stop at source length + the
-extra length, within the table. Empty and whitespace-only strings decode from the end
+extra length, within the table. TF Serving cannot warn a client per sentence, so the
+SavedModel also holds `source_lengths` (not a signature), with which `app.evaluate`
+names the sentences of a test set that were cut. Empty and whitespace-only strings decode from the end
 token alone, like any other input. Scores are length-normalized log-probabilities
 (see app/beam_search.py).
 
@@ -88,6 +90,14 @@ class Translator(tf.Module):
         tokens = self.tokenizer.tokenize(inputs)[:, : self._max_source_length - 1]
         end = tf.fill([tokens.nrows(), 1], self.tokenizer.end_id)
         return tf.concat([tokens, tf.RaggedTensor.from_tensor(end)], axis=1).to_tensor()
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    def source_lengths(self, inputs):
+        """string `[B]` -> `{"lengths": int32 [B], "limit": int32 []}`: each input's subwords
+        with the end token, before truncation, and the most the model reads. An input
+        whose length exceeds the limit is translated from its first `limit - 1` subwords."""
+        lengths = tf.cast(self.tokenizer.tokenize(inputs).row_lengths(), tf.int32) + 1
+        return {"lengths": lengths, "limit": tf.constant(self._max_source_length, tf.int32)}
 
     def translate(self, inputs, beam_size, alpha, max_extra_length):
         """`(translations string [B, K], scores float32 [B, K])`, best first."""

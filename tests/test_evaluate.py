@@ -2,13 +2,16 @@
 
 import json
 import math
+import re
 import shutil
 
 import pytest
 
 from app.evaluate import (
+    describe_overlong,
     moses_lowercase_bleu,
     output_language,
+    overlong_sources,
     parse_args,
     read_references,
     saved_model_data_config,
@@ -179,3 +182,34 @@ def test_bad_decoding_options_are_refused_by_name_before_any_model_loads(tmp_pat
     for weights in (["--saved-model", str(tmp_path)], ["--model-dir", str(tmp_path)]):
         assert main([*weights, *flags]) == 1
         assert capsys.readouterr().err.strip() == f"error: {message}"
+
+
+def test_sources_longer_than_the_model_reads_are_found_and_named():
+    def measure(sentences):
+        return [len(s.split()) + 1 for s in sentences], 4  # words as subwords, 4 positions
+
+    assert overlong_sources(measure, ["a b c", "a b c d", "a b", "a b c d e f"]) == ([(2, 5), (4, 7)], 4)
+    assert overlong_sources(measure, ["a", "b c"]) == ([], 4)
+    assert overlong_sources(None, ["a b c d e f"]) == ([], None)  # an export without source_lengths
+    assert describe_overlong([(2, 5), (4, 7)], 4) == (
+        "warning: 2 source sentence(s) have more than the 3 subwords the model reads (its 4 positions, "
+        "one for the end token); only their first 3 were translated, as the exported model does: "
+        "line 2 (4 subwords), line 4 (6 subwords)"
+    )
+    many = [(n, 10) for n in range(1, 9)]
+    assert describe_overlong(many, 4).endswith("line 5 (9 subwords) and 3 more")
+
+
+def test_a_saved_model_scored_on_files_warns_of_sources_it_cut_and_lists_them(exported, tmp_path, capsys):
+    from app.evaluate import main
+
+    _, _, path, _ = exported
+    sources = ["A man rides a bike.", " ".join(["dog"] * 80), "Two dogs play."]  # the model has 48 positions
+    (tmp_path / "src").write_text("".join(s + "\n" for s in sources), encoding="utf-8")
+    (tmp_path / "ref").write_text("Ein Mann fährt Fahrrad.\n" * 3, encoding="utf-8")
+    argv = ["--saved-model", path, "--source", str(tmp_path / "src"), "--reference", str(tmp_path / "ref"), "--json"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["truncated_sources"] == [2]
+    assert captured.err.startswith("warning: 1 source sentence(s) have more than the 47 subwords the model reads")
+    assert re.search(r"exported model does: line 2 \(\d+ subwords\)$", captured.err.strip())

@@ -102,6 +102,22 @@ def test_nbest_and_options_signatures_agree_with_the_default(exported):
         translator.serve_with_options(tf.constant(SENTENCES[:1]), tf.constant([-1.0]), tf.constant([50]))
 
 
+def test_source_lengths_count_subwords_before_truncation_in_memory_and_in_the_saved_model(exported):
+    translator, _, path, _ = exported
+    tokenizer = translator.tokenizer
+    want = [len(tokenizer.tokenize(tf.constant([s]))[0]) + 1 for s in SENTENCES]  # + the end token
+    assert want[1] == want[2] == 1 and want[5] > 48  # empty, blank, and past the 48 positions
+    got = translator.source_lengths(tf.constant(SENTENCES))
+    assert got["lengths"].numpy().tolist() == want and int(got["limit"]) == 48
+    # What the model reads: every sentence within the limit whole, the long one cut to it.
+    read = tf.reduce_sum(tf.cast(translator.source_ids(tf.constant(SENTENCES)) != 0, tf.int32), axis=1)
+    assert read.numpy().tolist() == [min(n, 48) for n in want]
+    import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
+
+    loaded = tf.saved_model.load(path).source_lengths(tf.constant(SENTENCES))
+    assert loaded["lengths"].numpy().tolist() == want and int(loaded["limit"]) == 48
+
+
 def test_a_second_export_gets_the_next_version_and_none_is_overwritten(exported, model_dir):
     _, base, _, _ = exported
     translator, _ = load_translator(model_dir, checkpoint="latest")
