@@ -20,9 +20,9 @@ Input longer than the model's position table is truncated to fit (its first
 `max_length - 1` subwords, then the end token); outputs stop at source length + the
 extra length, within the table. TF Serving cannot warn a client per sentence, so the
 SavedModel also holds `source_lengths` (not a signature), with which `app.evaluate`
-names the sentences of a test set that were cut. Empty and whitespace-only strings decode from the end
-token alone, like any other input. Scores are length-normalized log-probabilities
-(see app/beam_search.py).
+names the sentences of a test set that were cut. Empty and whitespace-only strings
+decode from the end token alone, like any other input. Scores are length-normalized
+log-probabilities (see app/beam_search.py).
 
 Atomic: the export is written to a hidden temporary directory beside the versions, its
 ops are checked against those TensorFlow Serving registers, and only then is it renamed
