@@ -170,7 +170,9 @@ def make_optimizer(model_config: ModelConfig, config: TrainConfig, total_steps, 
 # The distributed step.
 
 
-def make_train_step(model, optimizer, strategy, label_smoothing, accumulate=1, jit=False, fused_loss=True):
+def make_train_step(
+    model, optimizer, strategy, label_smoothing, accumulate=1, jit=False, fused_loss=True, batch_spec=None
+):
     """Returns `step(micro_batches) -> (loss_sum, target_tokens)`, both global.
 
     `micro_batches` is a tuple of `accumulate` distributed `(source [B, S], target [B, T])`
@@ -178,6 +180,9 @@ def make_train_step(model, optimizer, strategy, label_smoothing, accumulate=1, j
     number of non-padding target tokens in the whole global batch; the optimizer sums
     gradients over replicas, so the update is that of the global mean token loss,
     however the batch was split.
+
+    `batch_spec`, the distributed dataset's `element_spec`, has the step traced once for
+    every batch shape (`_summed_over_replicas`).
 
     `fused_loss` projects the decoder states onto the vocabulary inside the loss, a slice
     of real target positions at a time (`app.output_loss`), instead of making the whole
@@ -229,7 +234,8 @@ def make_train_step(model, optimizer, strategy, label_smoothing, accumulate=1, j
         optimizer.apply_gradients(zip(total_grads, variables))
         return total_loss, local_tokens
 
-    return _summed_over_replicas(strategy, replica_step)
+    micro_batches_spec = None if batch_spec is None else tuple([batch_spec] * accumulate)
+    return _summed_over_replicas(strategy, replica_step, micro_batches_spec)
 
 
 def _target_tokens(target):
@@ -237,8 +243,10 @@ def _target_tokens(target):
     return tf.reduce_sum(tf.cast(target[:, 1:] != 0, tf.float32))
 
 
-def make_eval_step(model, strategy, label_smoothing):
+def make_eval_step(model, strategy, label_smoothing, batch_spec=None):
     """Returns `step(batch) -> (smoothed_loss_sum, nll_sum, target_tokens)` on a distributed batch.
+
+    `batch_spec` is as for `make_train_step`.
 
     The smoothed loss is what training minimizes; the plain negative log-likelihood gives
     the perplexity, which stays comparable between models trained with different
@@ -250,17 +258,22 @@ def make_eval_step(model, strategy, label_smoothing):
         logits = model([source, target[:, :-1]], training=False)
         return summed_loss_and_nll(target[:, 1:], logits, label_smoothing)
 
-    return _summed_over_replicas(strategy, replica_step)
+    return _summed_over_replicas(strategy, replica_step, batch_spec)
 
 
-def _summed_over_replicas(strategy, replica_step):
+def _summed_over_replicas(strategy, replica_step, batch_spec=None):
     """`step(batch) -> sums`: runs `replica_step` on every replica and sums each output.
 
-    Batches come in a bounded set of bucket shapes; reduce_retracing lets one trace with
-    unknown dimensions serve them all instead of tracing once per shape.
+    Batches come in many shapes (`data.buckets`). With `batch_spec` (dimensions None) one
+    trace serves them all. Without it, reduce_retracing traces again for each new pattern
+    of shapes until the dimensions are unknown, up to three traces; those of the training
+    and the evaluation step count together in TensorFlow's "triggered tf.function
+    retracing" warning, since both are this closure, and reach its five at the first
+    evaluation of a run whose first batches differ in shape.
     """
+    tracing = dict(reduce_retracing=True) if batch_spec is None else dict(input_signature=[batch_spec])
 
-    @tf.function(reduce_retracing=True)
+    @tf.function(**tracing)
     def step(batch):
         per_replica = strategy.run(replica_step, args=(batch,))
         return tuple(strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None) for value in per_replica)
@@ -346,10 +359,13 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
         },
     )
 
+    # Every split's batches share one spec: (int32 [None, None], int32 [None, None]), per replica.
+    batch_spec = _distribute(strategy, data.eval_batches("validation")).element_spec
     train_step = make_train_step(
-        model, optimizer, strategy, model_config.label_smoothing, config.accumulate, config.jit
+        model, optimizer, strategy, model_config.label_smoothing, config.accumulate, config.jit,
+        batch_spec=batch_spec,
     )
-    eval_step = make_eval_step(model, strategy, model_config.label_smoothing)
+    eval_step = make_eval_step(model, strategy, model_config.label_smoothing, batch_spec)
     writer = tf.summary.create_file_writer(os.path.join(model_dir, "train")) if chief else None
     metrics_path = os.path.join(model_dir, "metrics.jsonl")
     transformer = Transformer(model, model_config)

@@ -118,6 +118,22 @@ def test_accumulated_micro_batches_give_the_gradient_of_their_combined_token_mea
         np.testing.assert_allclose(np.asarray(variable), want, atol=1e-6)
 
 
+def test_with_a_batch_spec_the_steps_are_traced_once_for_every_batch_shape():
+    config = ModelConfig.from_size("tiny", vocab_size=30, num_layers=1, d_model=16, d_ff=32, num_heads=2, dropout=0.0)
+    model = build_transformer(config)
+    strategy = tf.distribute.get_strategy()
+    spec = (tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None], tf.int32))
+    train_step = make_train_step(model, keras.optimizers.SGD(0.0), strategy, 0.1, accumulate=2, batch_spec=spec)
+    eval_step = training.make_eval_step(model, strategy, 0.1, batch_spec=spec)
+    rng = np.random.default_rng(0)
+    for rows, source_length, target_length in [(2, 5, 6), (2, 7, 6), (8, 3, 4), (1, 9, 12)]:
+        batch = tuple(rng.integers(3, 30, (rows, n)).astype("int32") for n in (source_length, target_length))
+        train_step((batch, batch))
+        eval_step(batch)
+    assert train_step.experimental_get_tracing_count() == 1
+    assert eval_step.experimental_get_tracing_count() == 1
+
+
 def test_averaging_checkpoints_gives_the_mean_of_their_weights(tmp_path):
     model = build_transformer(
         ModelConfig.from_size("tiny", vocab_size=20, num_layers=1, d_model=8, d_ff=16, num_heads=2)
@@ -298,6 +314,25 @@ def test_tokens_per_second_leave_out_the_time_spent_evaluating(small_data, tmp_p
     assert len(rates) == 6
     # Batches differ in size by less than 10 times; 1,000 seconds more would be 100 times slower.
     assert max(rates) < 10 * min(rates), rates
+
+
+def test_a_run_traces_its_training_and_evaluation_steps_once(small_data, tmp_path, monkeypatch):
+    # Traced again per new pattern of shapes, the two steps (one closure) reached the five
+    # traces of TensorFlow's "triggered tf.function retracing" warning at a run's first
+    # evaluation whenever its first batches differed in shape, as at base's batch size.
+    steps = []
+    summed_over_replicas = training._summed_over_replicas
+
+    def keep(*args):
+        steps.append(summed_over_replicas(*args))
+        return steps[-1]
+
+    monkeypatch.setattr(training, "_summed_over_replicas", keep)
+    run_training(small_data, tmp_path, train_steps=6, eval_every=3)
+    plans = [small_data.train_plan(0, 3), small_data.eval_plan("validation")]
+    shapes = [set(zip(plan.rows, plan.source_lengths, plan.target_lengths)) for plan in plans]
+    assert len(shapes[0]) > 3 and len(shapes[1]) > 3  # shapes enough to have been traced again
+    assert [step.experimental_get_tracing_count() for step in steps] == [1, 1]
 
 
 def test_resuming_after_a_crash_matches_an_uninterrupted_run(small_data, tmp_path):
