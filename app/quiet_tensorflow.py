@@ -13,6 +13,8 @@ The entry points (train.py, export.py, app.evaluate, app.serve, app.pictures) ca
 descriptor 2 for the import only, then writes back every line except absl log lines
 below the level TF_CPP_MIN_LOG_LEVEL asks for (I=0, W=1, E=2, F=3) and absl's banner:
 warnings and errors the user asked to see, Python warnings and tracebacks all pass.
+
+It also has TensorFlow's Python log print each record once (`_print_each_record_once`).
 """
 
 import os
@@ -49,6 +51,20 @@ def import_tensorflow():
             kept = filter_startup_log(captured.read(), min_level)
             if kept:
                 os.write(2, kept)
+    _print_each_record_once(sys.modules["tensorflow"].get_logger())
+
+
+def _print_each_record_once(tensorflow_logger):
+    """Stops the "tensorflow" logger passing records on to the root logger's handlers.
+
+    TensorFlow gives its logger a stderr handler when the root logger has none, and
+    keeps passing records to the root. absl's first log call (TensorFlow's checkpoint
+    code makes one at the first save) runs `logging.basicConfig()`, giving the root a
+    stderr handler too, and from then on every TensorFlow warning printed twice. A
+    logger without its own handler (the root had one first) keeps passing them on.
+    """
+    if tensorflow_logger.handlers:
+        tensorflow_logger.propagate = False
 
 
 def filter_startup_log(text, min_level):

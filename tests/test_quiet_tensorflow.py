@@ -65,7 +65,8 @@ def test_the_import_keeps_what_is_not_start_up_noise(tmp_path):
     (fake / "__init__.py").write_text(
         textwrap.dedent(
             """
-            import os, warnings
+            import logging, os, warnings
+            get_logger = lambda: logging.getLogger("tensorflow")
             os.write(2, b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\\n")
             os.write(2, b"I0000 00:00:1795587557.032311     980 port.cc:153] oneDNN custom operations are on.\\n")
             warnings.warn("kept", UserWarning)
@@ -107,3 +108,26 @@ def test_the_real_import_prints_no_start_up_log():
     assert result.returncode == 0, result.stderr
     lines = result.stderr.splitlines()
     assert not [line for line in lines if line == ABSL_BANNER or ABSL_LINE.match(line)], result.stderr
+
+
+@pytest.mark.parametrize("root_configured_first", [False, True])
+def test_tensorflow_warnings_print_once_after_absl_configures_the_root_logger(root_configured_first):
+    # absl's first log call runs logging.basicConfig(); TensorFlow's checkpoint saving makes
+    # one. Its logger's records then reached stderr twice, through its handler and the root's.
+    code = textwrap.dedent(
+        f"""
+        import logging
+        if {root_configured_first}:
+            logging.basicConfig(format="root: %(message)s")
+        from app.quiet_tensorflow import import_tensorflow
+        import_tensorflow()
+        import tensorflow as tf
+        from absl import logging as absl_logging
+        absl_logging.warning("from absl")
+        tf.get_logger().warning("from tensorflow")
+        """
+    )
+    result = run_python(code, {}, [ROOT])
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stderr.decode().splitlines() if "from tensorflow" in line]
+    assert lines == (["root: from tensorflow"] if root_configured_first else ["WARNING:tensorflow:from tensorflow"])
