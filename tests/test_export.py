@@ -182,6 +182,12 @@ def test_with_no_choice_given_the_run_s_settings_pick_the_checkpoints_to_average
     # A run that kept fewer than it names (its time budget ended it early) averages those.
     set_run_average(5)
     assert weights() == "average of ckpt-2, ckpt-3, ckpt-4"
+    # Of one checkpoint, the checkpoint itself: its weights, described by its path.
+    newest, newest_weights = load_translator(str(run), average_last=1)
+    assert newest_weights == str(run / "checkpoints" / "ckpt-4")
+    latest, _ = load_translator(str(run), checkpoint="latest")
+    for mine, theirs in zip(newest.model_variables, latest.model_variables, strict=True):
+        np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
     with pytest.raises(ExportError, match="got -2"):
         weights(average_last=-2)
     with pytest.raises(ExportError, match=r"--checkpoint \(latest\) or --average-last \(2\), not both"):
