@@ -181,8 +181,8 @@ def make_train_step(
     gradients over replicas, so the update is that of the global mean token loss,
     however the batch was split.
 
-    `batch_spec`, the distributed dataset's `element_spec`, has the step traced once for
-    every batch shape (`_summed_over_replicas`).
+    `batch_spec`, the distributed dataset's `element_spec`: one trace of the step then
+    serves batches of every shape (`_summed_over_replicas`).
 
     `fused_loss` projects the decoder states onto the vocabulary inside the loss, a slice
     of real target positions at a time (`app.output_loss`), instead of making the whole

@@ -118,7 +118,7 @@ def test_accumulated_micro_batches_give_the_gradient_of_their_combined_token_mea
         np.testing.assert_allclose(np.asarray(variable), want, atol=1e-6)
 
 
-def test_with_a_batch_spec_the_steps_are_traced_once_for_every_batch_shape():
+def test_with_a_batch_spec_one_trace_of_each_step_serves_every_batch_shape():
     config = ModelConfig.from_size("tiny", vocab_size=30, num_layers=1, d_model=16, d_ff=32, num_heads=2, dropout=0.0)
     model = build_transformer(config)
     strategy = tf.distribute.get_strategy()
