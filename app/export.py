@@ -202,12 +202,9 @@ def load_translator(model_dir, checkpoint=None, average_last=None, decoding=Deco
                 f"--average-last {average_last} asks for more checkpoints than {model_dir} keeps ({len(kept)})"
             )
         paths = kept[-average_last:]
-        if len(paths) == 1:  # the average of one checkpoint is that checkpoint: say so
-            checkpoints.restore_weights(model, paths[0])
-            weights = paths[0]
-        else:
-            checkpoints.average_checkpoints(model, paths)
-            weights = f"average of {', '.join(os.path.basename(p) for p in paths)}"
+        checkpoints.average_checkpoints(model, paths)
+        # The average of one checkpoint is that checkpoint: named by its path, as below.
+        weights = paths[0] if len(paths) == 1 else f"average of {', '.join(os.path.basename(p) for p in paths)}"
     else:
         if checkpoint in (None, "best"):
             path = checkpoints.best_checkpoint(model_dir) or (kept[-1] if kept else None)
