@@ -10,7 +10,8 @@ subword ids (the project's vocabulary), in one process, side by side:
 - project: `build_transformer` and `make_train_step` (app/training.py: label-smoothed
   loss over non-padding tokens, Adam on the paper's schedule, the size's dropout), on
   `prepare_data`'s token-budget batches bucketed by length (train.py's defaults: 2,048
-  tokens for tiny, 4,096 until 2026-11-24, and 6,144 for small; `--batch-tokens`). `--precision` and `--jit` apply to this side only.
+  tokens for tiny, 4,096 until 2026-11-24, and 6,144 for small; `--batch-tokens`).
+  `--precision` and `--jit` apply to this side only.
 - keras-hub: the model of keras-hub's English-Spanish example at the same N, d_model,
   d_ff, h and vocabulary (benchmarks/keras_hub_peer.py), trained the example's way:
   every sentence padded to 40, batches of 64 sentences, `compile("rmsprop",
