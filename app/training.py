@@ -65,6 +65,12 @@ class TrainConfig:
     # weight matrix and embedding is multiplied by (1 - learning rate * weight_decay);
     # biases and layer-norm parameters are not decayed. 0: the paper's plain Adam.
     weight_decay: float = 0.0
+    # Bidirectional training (Ding et al., 2021, "Improving Neural Machine Translation
+    # by Bidirectional Training"): the first epochs, as many whole ones as fit in this
+    # fraction of the run, train on every pair in both directions, each reversed pair
+    # target to source, in one model with the shared vocabulary and no language tag;
+    # the rest of the run trains source to target only. 0: off.
+    bidirectional_fraction: float = 0.0
     # "float32", "mixed_float16" (with dynamic loss scaling) or "mixed_bfloat16".
     precision: str = "float32"
     # Compile the forward and backward pass with XLA.
@@ -117,6 +123,8 @@ class TrainConfig:
             raise ValueError(f"precision={self.precision!r}, expected one of {PRECISIONS}")
         if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
             raise ValueError(f"weight_decay must be a non-negative number, got {self.weight_decay}")
+        if not 0.0 <= self.bidirectional_fraction < 1.0:
+            raise ValueError(f"bidirectional_fraction must be in [0, 1), got {self.bidirectional_fraction}")
         if not 0.0 <= self.cooldown_fraction <= 1.0:
             raise ValueError(f"cooldown_fraction must be between 0 and 1, got {self.cooldown_fraction}")
         if self.keep_checkpoints < 1:
@@ -325,6 +333,8 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
         )
     max_steps = _total_steps(config, steps_per_epoch)
 
+    bidirectional_epochs = _bidirectional_epochs(config, data, max_steps, log)
+
     progress = checkpoints.Progress(max_steps, config.resolved_cooldown(max_steps))
     with strategy.scope():
         model = build_transformer(model_config)
@@ -466,7 +476,12 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
             while step < total_steps:
                 epoch = int(progress.epoch)
                 skip = int(progress.batch_in_epoch)
-                batches = _distribute(strategy, data.train_batches(epoch, seed=config.seed, skip=skip))
+                batches = _distribute(
+                    strategy,
+                    data.train_batches(
+                        epoch, seed=config.seed, skip=skip, both_directions=epoch < bidirectional_epochs
+                    ),
+                )
                 iterator = iter(batches)
                 while step < total_steps:
                     micro_batches = _take(iterator, config.accumulate)
@@ -556,6 +571,36 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
         "best_checkpoint": tracker.best_path(),
         "evaluation": entry,
     }
+
+
+def _bidirectional_epochs(config, data, max_steps, log):
+    """How many epochs, from the first, train in both directions: the whole epochs that
+    fit in `config.bidirectional_fraction` of the run's `max_steps`.
+
+    Whole epochs, so that an epoch is one order of one set of pairs and a resumed run
+    picks up the same batches. A corpus whose one epoch in both directions is longer
+    than that fraction (WMT at most lengths) gets none, and the log says so.
+    """
+    if not config.bidirectional_fraction:
+        return 0
+    plan = data.train_plan(0, config.seed, both_directions=True)
+    steps_per_epoch = len(plan) // config.accumulate
+    epochs = int(config.bidirectional_fraction * max_steps) // max(steps_per_epoch, 1)
+    forward = f"{data.config.source_lang}->{data.config.target_lang}"
+    backward = f"{data.config.target_lang}->{data.config.source_lang}"
+    if epochs == 0:
+        log(
+            f"bidirectional training off: one epoch of {forward} and {backward} is {steps_per_epoch:,} steps, "
+            f"more than {config.bidirectional_fraction:.0%} of the run's {max_steps:,}"
+        )
+    else:
+        steps = epochs * steps_per_epoch
+        which = "the first epoch trains" if epochs == 1 else f"the first {epochs} epochs train"
+        log(
+            f"bidirectional training: {which} ({steps:,} steps, {steps / max_steps:.0%} of the run) "
+            f"on {forward} and {backward} together, the rest on {forward}"
+        )
+    return epochs
 
 
 def _total_steps(config, steps_per_epoch):

@@ -66,39 +66,59 @@ class PreparedData:
     # How validation was made when the source has none ("held out N pairs of train").
     validation_note: Optional[str] = None
 
-    # The last epoch's BPE-dropout segmentation, {(seed, epoch): TokenizedPairs}: the
-    # trainer asks for an epoch's plan and then its batches.
-    _sampled: Dict[Tuple[int, int], TokenizedPairs] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+    # The last epoch's training ids when they are not `tokens["train"]` as it is (a
+    # BPE-dropout segmentation, or the pairs in both directions), keyed by
+    # (seed, epoch, both_directions): the trainer asks for an epoch's plan, then its batches.
+    _epoch_tokens: Dict[Tuple[int, int, bool], TokenizedPairs] = dataclasses.field(
+        default_factory=dict, repr=False, compare=False
+    )
 
-    def train_tokens(self, epoch: int, seed: int = 0) -> TokenizedPairs:
+    def train_tokens(self, epoch: int, seed: int = 0, both_directions: bool = False) -> TokenizedPairs:
         """Epoch `epoch`'s training ids: `tokens["train"]`, or with BPE-dropout a fresh
-        segmentation of the same pairs, the same for the same (seed, epoch)."""
-        if self.config.bpe_dropout == 0.0:
+        segmentation of the same pairs, the same for the same (seed, epoch).
+
+        `both_directions`: every pair also reversed, target to source, after the pairs
+        themselves (`TokenizedPairs.in_both_directions`); twice the batches an epoch.
+        """
+        sampled = self.config.bpe_dropout > 0.0
+        if not (sampled or both_directions):
             return self.tokens["train"]
-        if (seed, epoch) not in self._sampled:
-            # One int from (seed, epoch): sentencepiece's generator takes a single seed.
-            draw_seed = int(np.random.default_rng([seed, epoch, _BPE_DROPOUT_STREAM]).integers(2**31))
-            pairs = sample_pairs(self.tokenizer, self.text["train"], self.config.bpe_dropout, draw_seed)
-            # Longer pieces-wise than the deterministic split: a pair can outgrow max_length.
-            fits = pairs.fits(self.config.max_length)
-            self._sampled.clear()
-            self._sampled[(seed, epoch)] = pairs if fits.all() else pairs.select(fits)
-        return self._sampled[(seed, epoch)]
+        # Without BPE-dropout, every epoch in both directions holds the same ids.
+        key = (seed, epoch if sampled else 0, both_directions)
+        if key not in self._epoch_tokens:
+            pairs = self.tokens["train"]
+            if sampled:
+                # One int from (seed, epoch): sentencepiece's generator takes a single seed.
+                draw_seed = int(np.random.default_rng([seed, epoch, _BPE_DROPOUT_STREAM]).integers(2**31))
+                pairs = sample_pairs(self.tokenizer, self.text["train"], self.config.bpe_dropout, draw_seed)
+                # Longer pieces-wise than the deterministic split: a pair can outgrow max_length.
+                fits = pairs.fits(self.config.max_length)
+                pairs = pairs if fits.all() else pairs.select(fits)
+            if both_directions:
+                pairs = pairs.in_both_directions(self.config.max_length)
+            self._epoch_tokens.clear()
+            self._epoch_tokens[key] = pairs
+        return self._epoch_tokens[key]
 
-    def train_plan(self, epoch: int, seed: int = 0) -> BatchPlan:
-        """Epoch `epoch`'s batches; the same for the same (seed, epoch)."""
+    def train_plan(self, epoch: int, seed: int = 0, both_directions: bool = False) -> BatchPlan:
+        """Epoch `epoch`'s batches; the same for the same (seed, epoch, both_directions)."""
         rng = np.random.default_rng([seed, epoch])
-        return self.scheme.plan(*self.train_tokens(epoch, seed).lengths(), rng=rng)
+        return self.scheme.plan(*self.train_tokens(epoch, seed, both_directions).lengths(), rng=rng)
 
-    def train_batches(self, epoch: int, seed: int = 0, skip: int = 0) -> tf.data.Dataset:
+    def train_batches(
+        self, epoch: int, seed: int = 0, skip: int = 0, both_directions: bool = False
+    ) -> tf.data.Dataset:
         """One epoch of shuffled training batches: (source int32 [B, S], target int32 [B, T]).
 
         Args:
             epoch: selects the shuffle; another epoch gives another order.
             seed: the run's seed.
             skip: batches already trained on in this epoch (resuming mid-epoch).
+            both_directions: train on every pair in both directions this epoch
+                (bidirectional training; see `TrainConfig.bidirectional_fraction`).
         """
-        return make_batches(self.train_tokens(epoch, seed), self.train_plan(epoch, seed), skip=skip)
+        tokens = self.train_tokens(epoch, seed, both_directions)
+        return make_batches(tokens, self.train_plan(epoch, seed, both_directions), skip=skip)
 
     def eval_plan(self, split: str = "validation") -> BatchPlan:
         """A split's batches in a fixed order (buckets ascending, pairs by length, ties in file order)."""

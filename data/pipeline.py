@@ -53,6 +53,24 @@ class TokenizedPairs:
         indices = np.flatnonzero(keep)
         return TokenizedPairs(tf.gather(self.source, indices), tf.gather(self.target, indices))
 
+    def reversed(self) -> "TokenizedPairs":
+        """The same pairs from target to source, with the markers moved to match:
+        source = target tokens + [end], target = [start] + source tokens + [end]."""
+        start = tf.RaggedTensor.from_tensor(tf.fill([self.source.nrows(), 1], START_ID))  # [N, 1]
+        return TokenizedPairs(source=self.target[:, 1:], target=tf.concat([start, self.source], axis=1))
+
+    def in_both_directions(self, max_length: int) -> "TokenizedPairs":
+        """`2N` pairs: these, then each reversed (`reversed`), minus any reversed pair
+        that outgrows `max_length` (the new target side gains the start marker)."""
+        backward = self.reversed()
+        fits = backward.fits(max_length)
+        if not fits.all():
+            backward = backward.select(fits)
+        return TokenizedPairs(
+            source=tf.concat([self.source, backward.source], axis=0),
+            target=tf.concat([self.target, backward.target], axis=0),
+        )
+
 
 def tokenize_pairs(tokenizer: SubwordTokenizer, text: ParallelText) -> TokenizedPairs:
     """Tokenizes both sides of every pair and adds the start/end markers."""

@@ -149,8 +149,8 @@ class BatchesThatTakeTime:
     def __getattr__(self, name):
         return getattr(self._data, name)
 
-    def train_batches(self, epoch, seed, skip=0):
-        batches = self._data.train_batches(epoch, seed=seed, skip=skip)
+    def train_batches(self, epoch, seed, skip=0, both_directions=False):
+        batches = self._data.train_batches(epoch, seed=seed, skip=skip, both_directions=both_directions)
 
         def generate():
             for batch in batches:

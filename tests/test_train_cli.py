@@ -65,9 +65,11 @@ def test_each_size_resolves_its_own_recipe_and_flags_override_it():
         "--cooldown-fraction",
         "0",
     ]
-    overridden = train_config_from_args(train.parse_args(flags + ["--weight-decay", "0", "--eval-every", "0"]))
+    flags += ["--weight-decay", "0", "--eval-every", "0", "--bidirectional-fraction", "0.25"]
+    overridden = train_config_from_args(train.parse_args(flags))
     assert (overridden.checkpoint_every, overridden.keep_checkpoints, overridden.learning_rate_scale) == (7, 3, 0.5)
     assert (overridden.cooldown_fraction, overridden.weight_decay, overridden.eval_every) == (0.0, 0.0, 0)
+    assert (overridden.bidirectional_fraction, base.bidirectional_fraction) == (0.25, 0.0)
 
 
 def test_each_size_names_the_checkpoints_export_averages_and_the_flag_overrides_it():
