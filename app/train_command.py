@@ -313,6 +313,13 @@ def run(args, started=None):
             return _fail(error)
         for line in format_summary(summarize(data)):
             print(line)
+        if train_config.bidirectional_fraction:
+            from app.training import plan_bidirectional_epochs, run_length
+
+            try:
+                plan_bidirectional_epochs(train_config, data, run_length(train_config, data), print)
+            except ValueError as error:
+                return _fail(error)
         return 0
 
     # A first start whose data fails (a missing file, misaligned lines) leaves no empty

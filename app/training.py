@@ -325,15 +325,8 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
     keras.config.set_dtype_policy(config.precision)
     keras.utils.set_random_seed(config.seed)
 
-    steps_per_epoch = len(data.train_plan(0, config.seed)) // config.accumulate
-    if steps_per_epoch < 1:
-        raise ValueError(
-            f"the training data makes {len(data.train_plan(0, config.seed))} batches per epoch, "
-            f"fewer than --accumulate {config.accumulate}"
-        )
-    max_steps = _total_steps(config, steps_per_epoch)
-
-    bidirectional_epochs = _bidirectional_epochs(config, data, max_steps, log)
+    max_steps = run_length(config, data)
+    bidirectional_epochs = plan_bidirectional_epochs(config, data, max_steps, log)
 
     progress = checkpoints.Progress(max_steps, config.resolved_cooldown(max_steps))
     with strategy.scope():
@@ -573,7 +566,23 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
     }
 
 
-def _bidirectional_epochs(config, data, max_steps, log):
+def run_length(config, data):
+    """The run's length in optimizer steps, from `train_steps` and `epochs` (an epoch
+    counted as one pass over the pairs one way).
+
+    Raises:
+        ValueError: if an epoch holds fewer batches than one update accumulates.
+    """
+    batches = len(data.train_plan(0, config.seed))
+    steps_per_epoch = batches // config.accumulate
+    if steps_per_epoch < 1:
+        raise ValueError(
+            f"the training data makes {batches} batches per epoch, fewer than --accumulate {config.accumulate}"
+        )
+    return _total_steps(config, steps_per_epoch)
+
+
+def plan_bidirectional_epochs(config, data, max_steps, log):
     """How many epochs, from the first, train in both directions: the whole epochs that
     fit in `config.bidirectional_fraction` of the run's `max_steps`.
 

@@ -126,10 +126,10 @@ def test_the_number_of_epochs_rounds_down_to_whole_ones():
 
     config = TrainConfig(train_steps=1000, bidirectional_fraction=0.35)
     lines = []
-    assert training._bidirectional_epochs(config, FakeData(), 1000, lines.append) == 3
+    assert training.plan_bidirectional_epochs(config, FakeData(), 1000, lines.append) == 3
     assert lines == [
         "bidirectional training: the first 3 epochs train (300 steps, 30% of the run) on en->fr and fr->en "
         "together, the rest on en->fr"
     ]
     accumulating = dataclasses.replace(config, accumulate=2)  # 50 updates an epoch both ways
-    assert training._bidirectional_epochs(accumulating, FakeData(), 1000, lines.append) == 7
+    assert training.plan_bidirectional_epochs(accumulating, FakeData(), 1000, lines.append) == 7

@@ -33,6 +33,16 @@ def test_dry_run_of_the_default_shows_tiny_with_its_own_batch():
     assert "batches: 2,048 tokens per batch over 1 replica(s)" in result.stdout
 
 
+def test_dry_run_says_which_epochs_train_both_ways():
+    result = run_train("--dry-run", "--bidirectional-fraction", "0.33")
+    assert result.returncode == 0, result.stderr
+    # 509 batches an epoch both ways; 0.33 of 16,000 steps holds 10 such epochs.
+    assert (
+        "bidirectional training: the first 10 epochs train (5,090 steps, 32% of the run) "
+        "on en->de and de->en together, the rest on en->de"
+    ) in result.stdout.splitlines()
+
+
 def test_dry_run_with_a_bad_override_names_the_value_and_fails():
     result = run_train("--num-heads", "3", "--dry-run")
     assert result.returncode != 0

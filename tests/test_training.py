@@ -272,6 +272,15 @@ def checkpoint_weights(path):
     return {n: reader.get_tensor(n) for n in names}
 
 
+def test_the_run_length_needs_an_epoch_of_at_least_one_update(small_data):
+    batches = len(small_data.train_plan(0, 3))
+    assert training.run_length(TrainConfig(epochs=2, seed=3), small_data) == 2 * batches
+    assert training.run_length(TrainConfig(epochs=2, train_steps=5, accumulate=2, seed=3), small_data) == 5
+    too_many = TrainConfig(train_steps=1, accumulate=batches + 1, seed=3)
+    with pytest.raises(ValueError, match=f"makes {batches} batches per epoch, fewer than --accumulate {batches + 1}"):
+        training.run_length(too_many, small_data)
+
+
 def test_a_few_steps_lower_the_loss(small_data, tmp_path):
     result = run_training(small_data, tmp_path, train_steps=30, learning_rate_scale=2.0)
     records = [r for r in map(json.loads, open(tmp_path / "metrics.jsonl")) if "loss" in r]
