@@ -92,8 +92,7 @@ class PreparedData:
                 draw_seed = int(np.random.default_rng([seed, epoch, _BPE_DROPOUT_STREAM]).integers(2**31))
                 pairs = sample_pairs(self.tokenizer, self.text["train"], self.config.bpe_dropout, draw_seed)
                 # Longer pieces-wise than the deterministic split: a pair can outgrow max_length.
-                fits = pairs.fits(self.config.max_length)
-                pairs = pairs if fits.all() else pairs.select(fits)
+                pairs = pairs.within(self.config.max_length)
             if both_directions:
                 pairs = pairs.in_both_directions(self.config.max_length)
             self._epoch_tokens.clear()

@@ -53,6 +53,11 @@ class TokenizedPairs:
         indices = np.flatnonzero(keep)
         return TokenizedPairs(tf.gather(self.source, indices), tf.gather(self.target, indices))
 
+    def within(self, max_length: int) -> "TokenizedPairs":
+        """The pairs whose both sides fit `max_length` (`fits`); these same pairs when all do."""
+        fits = self.fits(max_length)
+        return self if fits.all() else self.select(fits)
+
     def reversed(self) -> "TokenizedPairs":
         """The same pairs from target to source, with the markers moved to match:
         source = target tokens + [end], target = [start] + source tokens + [end]."""
@@ -62,10 +67,7 @@ class TokenizedPairs:
     def in_both_directions(self, max_length: int) -> "TokenizedPairs":
         """`2N` pairs: these, then each reversed (`reversed`), minus any reversed pair
         that outgrows `max_length` (the new target side gains the start marker)."""
-        backward = self.reversed()
-        fits = backward.fits(max_length)
-        if not fits.all():
-            backward = backward.select(fits)
+        backward = self.reversed().within(max_length)
         return TokenizedPairs(
             source=tf.concat([self.source, backward.source], axis=0),
             target=tf.concat([self.target, backward.target], axis=0),
