@@ -175,7 +175,8 @@ def beam_search(
     initial_ids = tf.convert_to_tensor(initial_ids, tf.int32)  # [B]
     batch_size = shape_list(initial_ids)[0]
     max_lengths = tf.broadcast_to(tf.convert_to_tensor(max_lengths, tf.int32), tf.shape(initial_ids))  # [B]
-    max_output_length = tf.reduce_max(max_lengths)  # L
+    # L; an empty batch (B = 0), whose reduce_max would be int32's minimum, gets 1.
+    max_output_length = tf.reduce_max(tf.concat([max_lengths, [1]], axis=0))
     # Per sentence, like the maximum lengths, so one batch can mix decoding settings.
     alpha = tf.broadcast_to(tf.cast(alpha, tf.float32), tf.shape(initial_ids))  # [B]
 

@@ -94,12 +94,15 @@ def translate_ids(
     source_ids = tf.convert_to_tensor(source_ids, tf.int32)  # [B, S]
     source_lengths = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.int32), axis=1)  # [B]
     # Decoding position t reads positional encoding t: stay within the model's table.
-    max_lengths = tf.minimum(
-        source_lengths + tf.cast(max_extra_length, tf.int32), transformer.config.max_length
-    )  # [B]
+    # The extra length is capped first, so that a huge one cannot overflow int32.
+    model_max_length = transformer.config.max_length
+    max_extra_length = tf.minimum(tf.cast(max_extra_length, tf.int32), model_max_length)
+    max_lengths = tf.minimum(source_lengths + max_extra_length, model_max_length)  # [B]
 
     memory, memory_mask = transformer.encode(source_ids, training=False)  # [B, S, D], [B, 1, S]
-    cache = transformer.init_cache(memory, memory_mask, tf.reduce_max(max_lengths))
+    # An empty batch (B = 0) has no longest sentence: reduce_max would be int32's minimum.
+    cache_length = tf.reduce_max(tf.concat([max_lengths, [1]], axis=0))
+    cache = transformer.init_cache(memory, memory_mask, cache_length)
     initial_ids = tf.fill(tf.shape(source_ids)[:1], START_ID)  # [B]
     return beam_search(
         make_symbols_to_logits(transformer),

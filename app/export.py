@@ -139,6 +139,8 @@ class Translator(tf.Module):
                 tf.size(max_extra_length), tf.size(inputs), message="one max_extra_length per input"
             ),
             tf.debugging.assert_non_negative(alpha, message="alpha must not be negative"),
+            # +inf passes the check above, and would score every hypothesis -0.0.
+            tf.debugging.Assert(tf.reduce_all(tf.math.is_finite(alpha)), ["alpha must be finite, got", alpha]),
             tf.debugging.assert_positive(max_extra_length, message="max_extra_length must be positive"),
         ]
         with tf.control_dependencies(checks):

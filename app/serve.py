@@ -32,6 +32,7 @@ import os
 import re
 import signal
 import sys
+import urllib.parse
 from pathlib import Path
 
 from aiohttp import web
@@ -152,17 +153,21 @@ class Server:
         return web.Response(text=self._page, content_type="text/html")
 
     async def model_request(self, request):
-        match = MODEL_PATH.fullmatch(request.path)
-        malformed = ServingError(f"Malformed request: {request.method} {request.path}")
+        # The path as sent: "%3Apredict" is part of a name, not a method, as in TF Serving,
+        # which matches the raw path and then decodes the name and label.
+        path = request.rel_url.raw_path
+        match = MODEL_PATH.fullmatch(path)
+        malformed = ServingError(f"Malformed request: {request.method} {path}")
         if not match:
             raise malformed
-        name, method, metadata = match["name"], match["method"], match["metadata"]
-        version = int(match["version"]) if match["version"] else None
+        name, method, metadata = _unquoted(match["name"]), match["method"], match["metadata"]
+        label = _unquoted(match["label"])
+        version = _version(match["version"])
         if request.method == "POST" and name and method and not metadata:
             if method == "predict":
-                return await self.predict(request, name, version, match["label"])
+                return await self.predict(request, name, version, label)
             if method in SIGNATURE_METHODS:
-                self._check_name(name, version, match["label"])
+                self._check_name(name, version, label)
                 raise ServingError(
                     f"Expected {SIGNATURE_METHODS[method]} signature method_name to be "
                     f"tensorflow/serving/{method}. Was: tensorflow/serving/predict"
@@ -170,7 +175,7 @@ class Server:
         if request.method == "GET" and not method:
             if not name:
                 raise ServingError("Missing model name in request.")
-            _check_label(match["label"])
+            _check_label(label)
             if metadata:
                 self._check_name(name, version)
                 return _json(self.manager.metadata_json(version))
@@ -209,6 +214,20 @@ class Server:
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
 
+def _unquoted(text):
+    return None if text is None else urllib.parse.unquote(text)
+
+
+def _version(text):
+    """The version of a /versions/<v> path, None without one; TF Serving reads it as an int64."""
+    if text is None:
+        return None
+    version = int(text)
+    if version >= 2**63:
+        raise ServingError(f"Failed to convert version: {text} to numeric.")
+    return version
+
+
 def _check_label(label):
     # TF Serving with no labels configured answers every label so (server_core.cc).
     if label is not None:
@@ -216,7 +235,11 @@ def _check_label(label):
 
 
 def _json(body, status=200):
-    return web.Response(text=json.dumps(body, ensure_ascii=False), status=status, content_type="application/json")
+    try:
+        text = json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (from a request's path, say) has no UTF-8: escape it
+        text = json.dumps(body).encode("ascii")
+    return web.Response(body=text, status=status, content_type="application/json", charset="utf-8")
 
 
 def _bool(text):

@@ -125,6 +125,28 @@ def test_max_length_never_exceeds_the_models_positions():
     assert ids.shape == (1, 1, 10)
 
 
+def test_a_huge_max_extra_length_is_capped_before_it_can_overflow():
+    config = ModelConfig.from_size(
+        "tiny", vocab_size=40, num_layers=1, d_model=8, d_ff=8, num_heads=2, max_length=10
+    )
+    transformer = Transformer(build_transformer(config), config)
+    huge, _ = translate_ids(transformer, SOURCE_IDS, beam_size=2, max_extra_length=np.iinfo(np.int32).max)
+    capped, _ = translate_ids(transformer, SOURCE_IDS, beam_size=2, max_extra_length=10)
+    assert huge.shape == (3, 2, 10)
+    np.testing.assert_array_equal(huge, capped)
+
+
+def test_an_empty_batch_decodes_to_empty_outputs(transformer):
+    transformer, _ = transformer
+    translate = tf.function(
+        lambda source_ids: translate_ids(transformer, source_ids, beam_size=3, max_extra_length=EXTRA),
+        input_signature=[tf.TensorSpec([None, None], tf.int32)],
+    )
+    for source_ids in (np.zeros([0, 7], np.int32), np.zeros([0, 0], np.int32)):
+        ids, scores = translate(source_ids)
+        assert ids.shape[:2] == (0, 3) and scores.shape == (0, 3)
+
+
 def test_symbols_to_logits_feeds_only_the_newest_token(transformer):
     transformer, _ = transformer
     memory, memory_mask = transformer.encode(SOURCE_IDS[:1], training=False)

@@ -100,6 +100,12 @@ def test_nbest_and_options_signatures_agree_with_the_default(exported):
         np.testing.assert_allclose(mixed["scores"].numpy()[i], alone["scores"].numpy()[0], rtol=1e-5)
     with pytest.raises(tf.errors.InvalidArgumentError, match="alpha must not be negative"):
         translator.serve_with_options(tf.constant(SENTENCES[:1]), tf.constant([-1.0]), tf.constant([50]))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="alpha must be finite"):
+        translator.serve_with_options(tf.constant(SENTENCES[:2]), tf.constant([0.6, np.inf]), tf.constant([50, 50]))
+    # An empty batch is a batch: no outputs, in every signature.
+    empty = tf.constant([], tf.string)
+    for outputs in (translator.serve(empty), translator.serve_nbest(empty), translator.serve_greedy(empty)):
+        assert outputs["translations"].shape[0] == 0 and outputs["scores"].shape[0] == 0
 
 
 def test_source_lengths_count_subwords_before_truncation_in_memory_and_in_the_saved_model(exported):

@@ -260,6 +260,57 @@ def test_strings_may_be_base64(server, saved_model):
     assert_outputs_equal(body["outputs"], saved_model["serving_default"])
 
 
+def test_base64_is_read_as_tf_serving_reads_it(server, saved_model):
+    """Padding optional, "." as padding, line breaks skipped (abseil's Base64Unescape)."""
+    sentence = SENTENCES[0].encode("utf-8")
+    padded = base64.b64encode(sentence).decode()
+    assert padded.endswith("=")  # so that the variants below differ from it
+    variants = [padded.rstrip("="), padded.replace("=", "."), base64.encodebytes(sentence * 4).decode()]
+    assert "\n" in variants[2][:-1]  # wrapped, as the base64 command writes it
+    status, body = server.predict({"instances": [{"b64": v} for v in variants]})
+    assert status == 200, body
+    want = texts(saved_model["serving_default"]["translations"])[0]
+    assert [p["translations"] for p in body["predictions"][:2]] == [want, want]
+    status, alone = server.predict({"instances": [SENTENCES[0] * 4]})
+    assert body["predictions"][2] == alone["predictions"][0]
+
+
+def test_a_json_body_is_read_as_tf_servings_parser_reads_it(server, saved_model):
+    # Of a repeated key, the first value counts.
+    status, body = server.request(
+        "POST", "/v1/models/translator:predict",
+        raw=b'{"signature_name": "nbest", "signature_name": "serving_default", "instances": ["A man."], "instances": 5}',
+    )
+    assert status == 200, body
+    assert len(body["predictions"][0]["translations"]) == saved_model["nbest"]["translations"].shape[1]
+    # A surrogate pair is one character (U+1F600 here); only a lone half is refused.
+    status, body = server.request("POST", "/v1/models/translator:predict", raw=b'{"instances": ["\\ud83d\\ude00"]}')
+    assert status == 200, body
+    # Keys of a columnar object other than the signature's inputs are passed over.
+    with_extra = server.predict({"inputs": {"inputs": SENTENCES[:2], "comment": "ignored"}})
+    assert with_extra == server.predict({"inputs": SENTENCES[:2]}) and with_extra[0] == 200
+
+
+@pytest.mark.parametrize("signature, inputs, outputs", [
+    ("serving_default", {"inputs": []}, {"scores": [], "translations": []}),
+    ("nbest", {"inputs": []}, {"scores": [], "translations": []}),
+    ("translate_with_options", {"inputs": [], "alpha": [], "max_extra_length": []}, {"scores": [], "translations": []}),
+])
+def test_an_empty_columnar_batch_gets_empty_outputs(server, signature, inputs, outputs):
+    # Alone here; merged into a batch with other requests it must answer the same.
+    assert server.predict({"signature_name": signature, "inputs": inputs}) == (200, {"outputs": outputs})
+
+
+def test_a_huge_max_extra_length_is_capped_at_the_models_length(server):
+    def options(extra):
+        instances = [{"inputs": s, "alpha": 0.6, "max_extra_length": extra} for s in SENTENCES[:2]]
+        return server.predict({"signature_name": "translate_with_options", "instances": instances})
+
+    status, body = options(2**31 - 1)  # int32's largest: source length + it would overflow
+    assert status == 200, body
+    assert body == options(1000)[1]  # both past the model's positions
+
+
 def test_requests_with_different_options_in_flight_together_get_their_own_answers(server):
     """Concurrent translate_with_options requests are batched only with equal options."""
     sentences = SENTENCES[:1] + SENTENCES[3:5]
@@ -301,6 +352,17 @@ ERRORS = [
     ("unknown named input", "POST", ":predict", b'{"instances": [{"text": "a"}]}', 400, "does not have named input: text"),
     ("mixed instances", "POST", ":predict", b'{"instances": [{"inputs": "a"}, "b"]}', 400, "Expecting object but got"),
     ("bad base64", "POST", ":predict", b'{"instances": [{"b64": "%%%"}]}', 400, "Unable to base64 decode"),
+    ("lone surrogate", "POST", ":predict", b'{"instances": ["a\\ud800"]}', 400, "^JSON Parse error: The surrogate pair in string is invalid$"),
+    ("lone surrogate in a key", "POST", ":predict", b'{"instances": [{"x\\udc00": "a"}]}', 400, "^JSON Parse error: The surrogate pair in string is invalid$"),
+    ("lone surrogate in signature_name", "POST", ":predict", b'{"signature_name": "\\udc00", "instances": ["a"]}', 400, "The surrogate pair in string is invalid"),
+    ("byte-order mark", "POST", ":predict", b'\xef\xbb\xbf{"instances": ["a"]}', 400, "^JSON Parse error: Unexpected UTF-8 BOM"),
+    ("UTF-16", "POST", ":predict", '{"instances": ["a"]}'.encode("utf-16"), 400, "^JSON Parse error: 'utf-8' codec can't decode"),
+    ("nested past the parser", "POST", ":predict", b'{"inputs": ' + b"[" * 5000 + b'"a"' + b"]" * 5000 + b"}", 400, "^JSON Parse error: The document is nested too deeply$"),
+    ("nested past the input's rank", "POST", ":predict", b'{"inputs": ' + b"[" * 900 + b'"a"' + b"]" * 900 + b"}", 400, "has shape \\[1, 1\\], expected \\[\\?\\]"),
+    ("number past a double", "POST", ":predict", b'{"signature_name": "translate_with_options", "instances": [{"inputs": "a", "alpha": 1e400, "max_extra_length": 5}]}', 400, "^JSON Parse error: Number too big to be stored in double: 1e400$"),
+    ("options: alpha past float32", "POST", ":predict", b'{"signature_name": "translate_with_options", "instances": [{"inputs": "a", "alpha": 1e39, "max_extra_length": 5}]}', 400, "Cannot convert JSON value: 1e\\+39 to float32 without loss of precision at element 0 key alpha"),
+    ("options: integer inexact in float32", "POST", ":predict", b'{"signature_name": "translate_with_options", "inputs": {"inputs": ["a"], "alpha": [16777217], "max_extra_length": [5]}}', 400, "Cannot convert JSON value: 16777217 to float32 without loss of precision"),
+    ("options: infinite alpha", "POST", ":predict", b'{"signature_name": "translate_with_options", "instances": [{"inputs": "a", "alpha": Infinity, "max_extra_length": 5}]}', 400, "alpha must be finite"),
     ("signature_name not a string", "POST", ":predict", b'{"signature_name": 3, "instances": ["a"]}', 400, "signature_name"),
     ("unknown signature", "POST", ":predict", b'{"signature_name": "beam9", "instances": ["a"]}', 400, 'Serving signature name: "beam9" not found in signature def'),
     ("options: missing input", "POST", ":predict", b'{"signature_name": "translate_with_options", "instances": [{"inputs": "a", "alpha": 0.6}]}', 400, "must only have keys: alpha,inputs,max_extra_length"),
@@ -322,6 +384,9 @@ ERRORS = [
     ("unknown method", "POST", "/v1/models/translator:explain", b'{"instances": ["a"]}', 400, "Malformed request: POST /v1/models/translator:explain"),
     ("GET predict", "GET", "/v1/models/translator:predict", None, 400, "Malformed request: GET"),
     ("bad version", "GET", "/v1/models/translator/versions/latest", None, 400, "Malformed request"),
+    ("version past int64", "GET", "/v1/models/translator/versions/99999999999999999999", None, 400, "^Failed to convert version: 99999999999999999999 to numeric.$"),
+    ("escaped colon", "POST", "/v1/models/translator%3Apredict", b'{"instances": ["a"]}', 400, "^Malformed request: POST /v1/models/translator%3Apredict$"),
+    ("escaped slash in a name", "GET", "/v1/models/a%2Fb", None, 404, "^Could not find any versions of model a/b$"),
     ("unknown path", "GET", "/v2/anything", None, 404, "Not Found"),
     ("no model name", "GET", "/v1/models", None, 400, "^Missing model name in request.$"),
     ("label: predict", "POST", "/v1/models/translator/labels/stable:predict", b'{"instances": ["a"]}', 400, "^Unrecognized servable version label: stable$"),
@@ -352,6 +417,17 @@ def test_the_v1_models_prefix_matches_in_any_case_as_in_tf_serving(server):
     assert server.request("GET", "/V1/Models/translator/Versions/1") == (200, AVAILABLE_1)
     # The model name is not case-folded: TF Serving looks it up as given.
     assert server.request("GET", "/v1/models/TRANSLATOR")[0] == 404
+
+
+def test_a_response_holding_a_lone_surrogate_is_still_json():
+    # Requests with one are refused, but an echoed path or name must never make the
+    # error answer itself fail (aiohttp would send a plain-text 500).
+    from app.serve import _json
+
+    response = _json({"error": "bad name: a\ud800"}, 400)
+    assert response.status == 400 and response.content_type == "application/json"
+    assert json.loads(response.body) == {"error": "bad name: a\ud800"}
+    assert json.loads(_json({"error": "Straße"}).body.decode("utf-8")) == {"error": "Straße"}  # UTF-8, unescaped
 
 
 def test_errors_do_not_disturb_the_server(server):

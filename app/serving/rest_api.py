@@ -22,6 +22,7 @@ import base64
 import binascii
 import dataclasses
 import json
+import math
 import re
 
 import numpy as np
@@ -73,16 +74,56 @@ class PredictRequest:
 
 
 def parse_json_body(body):
-    """The request body as a JSON object (400 otherwise)."""
+    """The request body (bytes) as a JSON object (400 otherwise).
+
+    As TF Serving's parser (rapidjson) reads it: UTF-8 only, no byte-order mark; of a
+    repeated key the first value counts; a number too big for a double and an escaped
+    lone surrogate (half a UTF-16 pair, e.g. "\\ud800") are parse errors.
+    """
     if not body:
         raise ServingError("JSON Parse error: The document is empty")
     try:
-        document = json.loads(body)
+        document = json.loads(body.decode("utf-8"), object_pairs_hook=_first_of_repeated_keys, parse_float=_double)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ServingError(f"JSON Parse error: {error}") from None
+    except RecursionError:
+        raise ServingError("JSON Parse error: The document is nested too deeply") from None
+    _reject_lone_surrogates(document)
     if not isinstance(document, dict):
         raise ServingError(f"JSON Value: {_short(document)} Is not object")
     return document
+
+
+def _first_of_repeated_keys(pairs):
+    document = {}
+    for key, value in pairs:
+        document.setdefault(key, value)
+    return document
+
+
+def _double(text):
+    value = float(text)
+    if math.isinf(value):
+        raise ServingError(f"JSON Parse error: Number too big to be stored in double: {text}")
+    return value
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")  # what json.loads leaves of an unpaired escape
+
+
+def _reject_lone_surrogates(document):
+    """400 for a string or key holding half a surrogate pair, which is not text (its
+    UTF-8 cannot be written). Iterative: nesting depth is the client's choice."""
+    pending = [document]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, dict):
+            pending.extend(value)
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+        elif isinstance(value, str) and _SURROGATE.search(value):
+            raise ServingError("JSON Parse error: The surrogate pair in string is invalid")
 
 
 def signature_name_of(document):
@@ -175,11 +216,8 @@ def _read_columns(value, input_specs, limits):
     missing = [name for name in names if name not in value]
     if missing:
         raise ServingError(f"Missing named input: {missing[0]} in 'inputs' object.")
-    unknown = sorted(set(value) - set(names))
-    if unknown:
-        raise ServingError(
-            f"'inputs' object has no input named {unknown[0]}; the signature's inputs are: {','.join(names)}"
-        )
+    # Other keys are passed over, as TF Serving does (it looks up only the signature's
+    # inputs); row-format instances, where it checks, must have exactly those keys.
     arrays = {}
     for name in names:
         spec = input_specs[name]
@@ -197,7 +235,7 @@ def _is_base64(value):
 
 def _to_array(value, dtype, shape, where, limits):
     """A JSON value (nested lists) as an array of `dtype` whose shape fits `shape`."""
-    actual = _nested_shape(value)
+    actual = _nested_shape(value, depth=len(shape))
     if actual is None:
         raise ServingError(f"JSON Value: {_short(value)} at {where} is not a dense tensor (lists of unequal lengths)")
     if len(actual) != len(shape) or any(want is not None and want != got for want, got in zip(shape, actual)):
@@ -208,10 +246,14 @@ def _to_array(value, dtype, shape, where, limits):
     return array
 
 
-def _nested_shape(value):
+def _nested_shape(value, depth):
+    """The shape of nested lists, None when ragged. Looks at most `depth` + 1 levels
+    down, one past the expected rank, enough to tell a value of the wrong rank."""
     if not isinstance(value, list):
         return ()
-    shapes = {_nested_shape(item) for item in value}
+    if depth <= 0:
+        return (len(value),)
+    shapes = {_nested_shape(item, depth - 1) for item in value}
     if len(shapes) > 1 or None in shapes:
         return None
     return (len(value),) + (shapes.pop() if shapes else ())
@@ -230,7 +272,7 @@ def _convert(value, dtype, where, limits):
             return value.encode("utf-8")
         if _is_base64(value):
             try:
-                data = base64.b64decode(value["b64"], validate=True)
+                data = base64.b64decode(_padded_base64(value["b64"]), validate=True)
             except (binascii.Error, ValueError):
                 raise ServingError(f"Unable to base64 decode the value at {where}") from None
             if len(data) > limits.max_text_length:
@@ -244,7 +286,7 @@ def _convert(value, dtype, where, limits):
             return value
     elif np.issubdtype(dtype, np.floating):
         if isinstance(value, (int, float)):
-            return value
+            return _to_float(value, dtype, where)
     elif np.issubdtype(dtype, np.integer):
         if isinstance(value, int):
             info = np.iinfo(dtype)
@@ -254,6 +296,32 @@ def _convert(value, dtype, where, limits):
     raise ServingError(
         f"JSON Value: {_short(value)} Type: {_json_type(value)} at {where} is not of expected type: {_type_name(dtype)}"
     )
+
+
+def _padded_base64(text):
+    """Base64 as TF Serving's decoder (abseil's Base64Unescape) accepts it: whitespace
+    (line breaks of wrapped output) skipped, padding optional, "." as padding."""
+    text = "".join(text.split()).replace(".", "=").rstrip("=")
+    return text + "=" * (-len(text) % 4)
+
+
+def _to_float(value, dtype, where):
+    """A JSON number as `dtype`, 400 where it would come out infinite or, for an integer,
+    inexact (16777217 as float32), as TF Serving refuses a lossy conversion."""
+    try:
+        with np.errstate(over="ignore"):
+            converted = dtype.type(value)
+        # Infinity and NaN, which TF Serving's parser also accepts, pass as they are.
+        lossless = np.isfinite(converted) or not math.isfinite(value)
+        if lossless and isinstance(value, int):
+            lossless = int(converted) == value
+    except OverflowError:  # an integer past any float
+        lossless = False
+    if not lossless:
+        raise ServingError(
+            f"Cannot convert JSON value: {_short(value)} to {_type_name(dtype)} without loss of precision at {where}"
+        )
+    return converted
 
 
 def _json_type(value):
@@ -273,7 +341,10 @@ def _type_name(dtype):
 
 
 def _short(value, limit=120):
-    text = json.dumps(value, ensure_ascii=False)
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except RecursionError:
+        text = "[" * limit  # nested past what json.dumps writes: its opening is all there is to show
     return text if len(text) <= limit else text[:limit] + "..."
 
 
