@@ -195,8 +195,13 @@ def _or_default(value, default):
     return default if value is None else value
 
 
-def save_settings(model_dir, model_config, data_config, train_config):
-    """Writes settings.json atomically; refuses to resume a run with another model or data."""
+def save_settings(model_dir, model_config, data_config, train_config, log=print):
+    """Writes settings.json atomically; refuses to resume a run with another model or data.
+
+    Training settings may change between starts (a longer run, another time budget):
+    each change is logged. Only a change into or out of mixed_float16 is refused, as its
+    checkpoints hold a loss scale that the others' lack.
+    """
     path = os.path.join(model_dir, "settings.json")
     settings = {
         "model": model_config.to_dict(),
@@ -220,6 +225,22 @@ def save_settings(model_dir, model_config, data_config, train_config):
                     f"{model_dir} holds a run with another {section} configuration ({details}); "
                     "use another --model-dir"
                 )
+        previous_train = _read_settings(path)["train"]
+        was, now = previous_train.get("precision"), train_config.precision
+        if was is not None and was != now and "mixed_float16" in (was, now):
+            raise ValueError(
+                f"{model_dir} holds a run trained in {was}, which cannot resume in {now}: mixed_float16's "
+                f"checkpoints hold a loss scale that the others' lack; give --precision {was} "
+                "or use another --model-dir"
+            )
+        changed = {
+            k: (previous_train[k], v)
+            for k, v in settings["train"].items()
+            if k in previous_train and previous_train[k] != v
+        }
+        if changed:
+            details = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in sorted(changed.items()))
+            log(f"resuming with changed training settings: {details}")
     fd, temporary = tempfile.mkstemp(dir=model_dir, prefix=".settings-", suffix=".json")
     with os.fdopen(fd, "w") as f:
         json.dump(settings, f, indent=2)
@@ -298,6 +319,12 @@ def run(args, started=None):
     except ValueError as error:
         return _fail(error)
 
+    if data_config.max_length > requested.max_length:
+        return _fail(
+            f"--max-length {data_config.max_length} is longer than the model's {requested.max_length} "
+            "positions (--max-positions): sentences that long could not be encoded"
+        )
+
     if args.dry_run:
         print(f"model size: {args.size}" + (f", Table 3 variant {args.variant}" if args.variant else ""))
         for field, value in requested.to_dict().items():
@@ -306,11 +333,15 @@ def run(args, started=None):
         print(f"replicas: {strategy.num_replicas_in_sync}")
         # A dry run leaves no trace: the vocabulary goes to a scratch directory unless
         # the model directory already has one.
-        vocab_dir = model_dir if os.path.exists(os.path.join(model_dir, MODEL_FILENAME)) else tempfile.mkdtemp()
+        has_vocab = os.path.exists(os.path.join(model_dir, MODEL_FILENAME))
+        vocab_dir = model_dir if has_vocab else tempfile.mkdtemp(prefix="dry-run-vocab-")
         try:
             data = prepare_data(data_config, vocab_dir, num_replicas=strategy.num_replicas_in_sync)
         except DataError as error:
             return _fail(error)
+        finally:
+            if not has_vocab:
+                shutil.rmtree(vocab_dir, ignore_errors=True)  # The tokenizer holds it in memory.
         for line in format_summary(summarize(data)):
             print(line)
         if train_config.bidirectional_fraction:

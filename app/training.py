@@ -102,7 +102,11 @@ class TrainConfig:
     def __post_init__(self):
         if self.train_steps is None and self.epochs is None:
             raise ValueError("give --train-steps or --epochs (or both)")
-        for name in ("train_steps", "epochs", "warmup_steps", "checkpoint_every", "patience"):
+        for name in ("train_steps", "epochs"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
+        for name in ("warmup_steps", "checkpoint_every", "patience"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"{name} must not be negative, got {value}")
@@ -413,7 +417,12 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
     interrupted = _InterruptFlag()
 
     def learning_rate():
+        """The rate of the update just made. The optimizer's `learning_rate` is already
+        the next update's: its schedule reads the count of updates made so far."""
         inner = optimizer.inner_optimizer if hasattr(optimizer, "inner_optimizer") else optimizer
+        schedule = inner._learning_rate  # Keras keeps the schedule there, without a public name
+        if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
+            return float(schedule(inner.iterations - 1))
         return float(inner.learning_rate)
 
     def say(message):

@@ -175,11 +175,14 @@ def prepare_data(config: DataConfig, model_dir: str, num_replicas: int = 1) -> P
             dropped_empty=corpus.dropped_empty[split],
             dropped_too_long=int((~fits).sum()),
         )
-    if len(tokens["train"]) == 0:
-        raise DataError(
-            f"no training pair fits max_length {config.max_length} "
-            f"({counts['train'].dropped_too_long} too long)"
-        )
+    for split in ("train", "validation"):
+        # Without validation pairs, the validation loss would read 0 and pick checkpoints.
+        if split in tokens and len(tokens[split]) == 0:
+            raise DataError(
+                f"no {'training' if split == 'train' else split} pair fits max_length {config.max_length} "
+                f"({counts[split].dropped_too_long} too long, {counts[split].dropped_empty} empty, "
+                f"of {counts[split].read} read)"
+            )
     return PreparedData(
         config=config,
         tokenizer=tokenizer,

@@ -190,6 +190,25 @@ def test_too_long_pairs_are_dropped_and_counted(tmp_path):
     assert lengths.max() <= 32
 
 
+@pytest.mark.parametrize("split", ["training", "validation"])
+def test_a_split_with_no_pair_that_fits_is_an_error_not_an_empty_set(tmp_path, split):
+    long_line = " ".join(["word"] * 200)
+    short = [f"a short line {i}" for i in range(100)]
+    files = {
+        "train.s": short if split == "validation" else [long_line] * 3,
+        "train.t": short if split == "validation" else [long_line] * 3,
+        "valid.s": [long_line, "short", ""],
+        "valid.t": ["kurz", long_line, ""],
+    }
+    for name, lines in files.items():
+        (tmp_path / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    paths = ",".join(str(tmp_path / name) for name in files)
+    config = DataConfig(dataset=f"files:{paths}", vocab_size=300, batch_tokens=512, max_length=32)
+    counts = "3 too long, 0 empty, of 3 read" if split == "training" else "2 too long, 1 empty, of 3 read"
+    with pytest.raises(DataError, match=f"^no {split} pair fits max_length 32 \\({counts}\\)$"):
+        prepare_data(config, str(tmp_path / "model"))
+
+
 def test_summary(small):
     summary = summarize(small)
     assert summary["splits"]["train"]["kept"] == len(small.tokens["train"])

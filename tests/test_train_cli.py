@@ -173,6 +173,28 @@ def test_a_negative_thread_count_names_the_flag_and_fails():
     assert "--intra-op-threads must be 0 (TensorFlow's choice) or more, got -1" in result.stderr
 
 
+@pytest.mark.parametrize("flags", [["--max-positions", "16"], ["--max-length", "300"]])
+def test_a_max_length_past_the_models_positions_is_refused_before_anything_is_written(flags, tmp_path):
+    model_dir = tmp_path / "run"
+    result = run_train(*flags, "--model-dir", str(model_dir))
+    assert result.returncode == 1
+    want = {"--max-positions": "--max-length 256 is longer than the model's 16 positions",
+            "--max-length": "--max-length 300 is longer than the model's 256 positions"}[flags[0]]
+    assert f"error: {want} (--max-positions): sentences that long could not be encoded" in result.stderr
+    assert not model_dir.exists()
+
+
+def test_a_dry_run_leaves_no_vocabulary_behind(tmp_path):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TMPDIR": str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, "train.py", "--dry-run", "--model-dir", str(tmp_path / "run")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "batches: 2,048 tokens per batch" in result.stdout  # the data was prepared
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_first_start_whose_data_fails_leaves_no_model_directory(tmp_path):
     source, target = tmp_path / "train.en", tmp_path / "train.de"
     source.write_text("a cat\nthe dog\n", encoding="utf-8")

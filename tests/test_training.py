@@ -172,9 +172,11 @@ def test_train_config_rejects_bad_values():
         ("eval_sentences", -3, r"eval_sentences must be at least 1 \(or all, by default\), got -3"),
         ("eval_sentences", 0, r"eval_sentences must be at least 1 \(or all, by default\), got 0"),
         ("checkpoint_minutes", 0.0, "checkpoint_minutes must be positive, got 0.0"),
+        ("train_steps", 0, "train_steps must be at least 1, got 0"),
+        ("epochs", 0, "epochs must be at least 1, got 0"),
     ]:
         with pytest.raises(ValueError, match=message):
-            TrainConfig(train_steps=1, **{field: bad})
+            TrainConfig(**{"train_steps": 1, field: bad})
     # The edges that are allowed: an evaluation only at the end, one validation sentence.
     TrainConfig(train_steps=1, eval_every=0, eval_sentences=1, learning_rate_scale=1e-3)
 
@@ -288,6 +290,21 @@ def test_a_few_steps_lower_the_loss(small_data, tmp_path):
     assert last < first - 0.5, (first, last)
     assert result["step"] == 30
     assert all(r["tokens_per_second"] > 0 for r in records)
+
+
+def test_each_record_logs_the_learning_rate_its_step_was_trained_at(small_data, tmp_path):
+    from app.schedule import WarmupInverseSqrt
+
+    run_training(small_data, tmp_path, train_steps=5, warmup_steps=2, cooldown_fraction=0.4)
+    records = [r for r in map(json.loads, open(tmp_path / "metrics.jsonl")) if "loss" in r]
+    d_model = small_model_config(small_data).d_model
+    schedule = WarmupInverseSqrt(d_model, 2, 1.0, total_steps=5, cooldown_steps=2)
+    # Step n is the n-th update, made at the schedule's iteration n - 1. The last update
+    # is made at half the rate of the one before (a cooldown of 2), never at 0.
+    want = [float(schedule(n - 1)) for n in range(1, 6)]
+    assert [r["step"] for r in records] == [1, 2, 3, 4, 5]
+    np.testing.assert_allclose([r["learning_rate"] for r in records], want, rtol=1e-6)
+    assert records[-1]["learning_rate"] == pytest.approx(records[-2]["learning_rate"] * 0.5 * (4 / 5) ** 0.5, rel=1e-6)
 
 
 def test_off_a_terminal_progress_is_plain_lines_between_the_messages(small_data, tmp_path):
@@ -412,6 +429,30 @@ def test_resuming_with_another_model_configuration_is_refused(tmp_path):
         r"use another --model-dir",
     ):
         save_settings(str(tmp_path), ModelConfig.from_size("tiny", d_model=256), data_config, train_config)
+
+
+def test_resuming_logs_changed_training_settings_and_refuses_a_change_of_loss_scaling(tmp_path):
+    from app.train_command import save_settings
+
+    model, data = ModelConfig.from_size("tiny"), DataConfig(batch_tokens=512)
+    save_settings(str(tmp_path), model, data, TrainConfig(train_steps=1, precision="float32"))
+    lines = []
+    longer_bf16 = TrainConfig(train_steps=3, precision="mixed_bfloat16")
+    save_settings(str(tmp_path), model, data, longer_bf16, log=lines.append)
+    assert lines == [
+        "resuming with changed training settings: precision: 'float32' -> 'mixed_bfloat16', train_steps: 1 -> 3"
+    ]
+    lines.clear()
+    save_settings(str(tmp_path), model, data, longer_bf16, log=lines.append)
+    assert lines == []  # nothing changed, nothing said
+    before = (tmp_path / "settings.json").read_text()
+    with pytest.raises(
+        ValueError,
+        match=r"holds a run trained in mixed_bfloat16, which cannot resume in mixed_float16: .* "
+        r"give --precision mixed_bfloat16 or use another --model-dir",
+    ):
+        save_settings(str(tmp_path), model, data, TrainConfig(train_steps=3, precision="mixed_float16"))
+    assert (tmp_path / "settings.json").read_text() == before  # not rewritten
 
 
 @pytest.mark.parametrize(
