@@ -42,7 +42,7 @@ def main(argv=None):
 
     import_tensorflow()
     from app.decoding import DecodingConfig
-    from app.export import ExportError, export, export_metadata, load_translator
+    from app.export import ExportError, check_export_base, export, export_metadata, load_translator
     from app.serving.rest_api import MODEL_NAME
 
     try:
@@ -53,8 +53,9 @@ def main(argv=None):
                 "not starting with '.'"
             )
         decoding = DecodingConfig(args.beam_size, args.alpha, args.max_extra_length)
-        translator, weights = load_translator(args.model_dir, args.checkpoint, args.average_last, decoding)
         base = args.output or os.path.join("saved_models", args.name)
+        check_export_base(base)  # before the slow part
+        translator, weights = load_translator(args.model_dir, args.checkpoint, args.average_last, decoding)
         metadata = export_metadata(args.model_dir, weights, decoding)
         path = export(translator, base, args.version, metadata)
     except (ExportError, FileNotFoundError, ValueError) as error:

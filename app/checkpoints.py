@@ -27,6 +27,24 @@ import numpy as np
 import tensorflow as tf
 
 
+class CheckpointError(ValueError):
+    """A checkpoint or record of a model directory that cannot be read, named."""
+
+
+# What TensorFlow raises for a checkpoint whose files are gone, cut short or unreadable:
+# NotFoundError, DataLossError, a bare OpError for a missing data file, and IndexError
+# ("Read less bytes than requested") for one cut short.
+_UNREADABLE = (tf.errors.OpError, IndexError)
+
+
+def _unreadable(path, error):
+    first_line = str(getattr(error, "message", error)).strip().splitlines()[0]
+    return CheckpointError(
+        f"checkpoint {path} cannot be read ({type(error).__name__}: {first_line}); "
+        "its files are missing or damaged"
+    )
+
+
 class Progress(tf.Module):
     """Where training is: optimizer steps, the position in the data, and where it ends.
 
@@ -100,7 +118,10 @@ class CheckpointTracker:
         """Restores the newest checkpoint, if any; returns its path or None."""
         path = tf.train.latest_checkpoint(self._chief_checkpoints)
         if path:
-            self.manager.checkpoint.restore(path).assert_existing_objects_matched()
+            try:
+                self.manager.checkpoint.restore(path).assert_existing_objects_matched()
+            except _UNREADABLE as error:
+                raise _unreadable(path, error) from None
             self._latest = path
         return path
 
@@ -164,14 +185,20 @@ def restore_weights(model, path):
                 "the model was built from another configuration than the checkpoint's"
             )
     # read(), not restore(): it ignores the save counter, which weights-only use needs not.
-    status = tf.train.Checkpoint(weights=weights).read(path)
-    status.expect_partial().assert_existing_objects_matched()
+    try:
+        status = tf.train.Checkpoint(weights=weights).read(path)
+        status.expect_partial().assert_existing_objects_matched()
+    except _UNREADABLE as error:
+        raise _unreadable(path, error) from None
 
 
 def saved_weight_paths(path):
     """The Keras paths of the model weights in checkpoint `path` (optimizer state left out)."""
     prefix, suffix = "weights/", "/.ATTRIBUTES/VARIABLE_VALUE"
-    names = tf.train.load_checkpoint(path).get_variable_to_shape_map()
+    try:
+        names = tf.train.load_checkpoint(path).get_variable_to_shape_map()
+    except _UNREADABLE as error:
+        raise _unreadable(path, error) from None
     # A checkpoint key escapes "/" in a dict key as ".S" and "." as "..".
     unescape = {"S": "/", ".": "."}
     return {
@@ -205,11 +232,20 @@ def _remove_directories(directories):
 
 
 def _read_json(path, default):
+    """The JSON object at `path`, `default` if there is no file; ValueError naming it if
+    it is damaged (written atomically, it can only be damaged from outside)."""
     try:
         with open(path) as f:
-            return json.load(f)
+            payload = json.load(f)
     except FileNotFoundError:
         return default
+    except json.JSONDecodeError as error:
+        raise CheckpointError(
+            f"{path} is not valid JSON ({error}); restore it, or delete it to start its record afresh"
+        ) from None
+    if not isinstance(payload, dict):
+        raise CheckpointError(f"{path} holds {type(payload).__name__}, not a JSON object; restore it or delete it")
+    return payload
 
 
 def _write_json_atomically(path, payload):

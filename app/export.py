@@ -248,12 +248,19 @@ def next_version(base):
     return max(versions, default=0) + 1
 
 
+def check_export_base(base):
+    """ExportError unless `base` is a directory of versions or can become one."""
+    if os.path.exists(base) and not os.path.isdir(base):
+        raise ExportError(f"{base} is a file, not a directory of versions; give another --output")
+
+
 def export(translator, base=DEFAULT_BASE, version=None, metadata=None):
     """Writes `translator` to `base/<version>/` atomically; returns that path."""
     version = next_version(base) if version is None else version
     if not isinstance(version, int) or version < 1:
         raise ExportError(f"a version must be a positive integer, got {version!r}")
     final = os.path.join(base, str(version))
+    check_export_base(base)
     if os.path.exists(final):
         raise ExportError(f"{final} exists; versions are never overwritten (choose another --version)")
     os.makedirs(base, exist_ok=True)

@@ -381,6 +381,7 @@ def run(args, started=None):
     for line in format_summary(summarize(data)):
         print(line)
 
+    from app.checkpoints import CheckpointError
     from app.evaluation import make_bleu_evaluator
     from app.training import NonFiniteLoss, train
 
@@ -396,7 +397,7 @@ def run(args, started=None):
     )
     try:
         result = train(model_config, data, train_config, model_dir, strategy, evaluate_fn, started=started)
-    except (NonFiniteLoss, WorkersDisagree) as error:
+    except (NonFiniteLoss, WorkersDisagree, CheckpointError) as error:
         return _fail(error)
     except KeyboardInterrupt:
         return 130

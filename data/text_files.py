@@ -20,6 +20,8 @@ def read_lines(path: str) -> List[str]:
     Raises:
         DataError: the file is missing, is not valid gzip, or a line is not UTF-8.
     """
+    if os.path.isdir(path):
+        raise DataError(f"{path} is a directory, not a text file")
     if not os.path.isfile(path):
         raise DataError(f"file not found: {path}")
     opener = gzip.open if path.endswith(".gz") else open

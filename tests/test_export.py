@@ -231,6 +231,30 @@ def test_export_command_reports_a_missing_model_dir(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_export_command_refuses_a_file_as_its_output_before_loading(model_dir, tmp_path):
+    output = tmp_path / "out"
+    output.write_text("mine", encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, "export.py", "--model-dir", model_dir, "--output", str(output)],
+        cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 1
+    assert f"error: {output} is a file, not a directory of versions; give another --output" in result.stderr
+    assert output.read_text(encoding="utf-8") == "mine"
+
+
+def test_a_checkpoint_whose_files_are_gone_is_named(model_dir, tmp_path):
+    from app.checkpoints import CheckpointError, checkpoint_paths
+
+    copy = tmp_path / "run"
+    shutil.copytree(model_dir, copy)
+    older = checkpoint_paths(str(copy))[-2]
+    for data_file in copy.glob(f"checkpoints/{os.path.basename(older)}.data-*"):
+        data_file.unlink()
+    with pytest.raises(CheckpointError, match=f"^checkpoint {older} cannot be read .*missing or damaged$"):
+        load_translator(str(copy), average_last=2)
+
+
 @pytest.mark.parametrize(
     "flags, message",
     [

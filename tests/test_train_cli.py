@@ -206,6 +206,15 @@ def test_a_first_start_whose_data_fails_leaves_no_model_directory(tmp_path):
     assert not model_dir.exists()
 
 
+def test_a_directory_given_as_a_data_file_is_named_as_one(tmp_path):
+    (tmp_path / "corpus").mkdir()
+    target = tmp_path / "train.de"
+    target.write_text("eine Katze\n", encoding="utf-8")
+    result = run_train("--dataset", f"files:{tmp_path / 'corpus'},{target}", "--dry-run")
+    assert result.returncode == 1
+    assert f"error: {tmp_path / 'corpus'} is a directory, not a text file" in result.stderr
+
+
 def test_a_failed_start_leaves_an_existing_model_directory_as_it_was(tmp_path):
     model_dir = tmp_path / "run"
     model_dir.mkdir()

@@ -293,8 +293,6 @@ def test_a_few_steps_lower_the_loss(small_data, tmp_path):
 
 
 def test_each_record_logs_the_learning_rate_its_step_was_trained_at(small_data, tmp_path):
-    from app.schedule import WarmupInverseSqrt
-
     run_training(small_data, tmp_path, train_steps=5, warmup_steps=2, cooldown_fraction=0.4)
     records = [r for r in map(json.loads, open(tmp_path / "metrics.jsonl")) if "loss" in r]
     d_model = small_model_config(small_data).d_model
@@ -415,6 +413,25 @@ def test_the_best_checkpoint_follows_the_score(small_data, tmp_path):
     np.testing.assert_array_equal(
         sorted(checkpoint_weights(result["best_checkpoint"])), sorted(checkpoint_weights(result["checkpoint"]))
     )
+
+
+def test_a_damaged_checkpoint_or_best_record_is_named_when_training_resumes(small_data, tmp_path):
+    from app.checkpoints import CheckpointError
+
+    run_training(small_data, tmp_path, train_steps=3)
+    best = tmp_path / "best" / "best.json"
+    best.write_text('{"step": 3, "sco')
+    with pytest.raises(CheckpointError, match=f"^{best} is not valid JSON .*; restore it, or delete it"):
+        run_training(small_data, tmp_path, train_steps=6)
+    best.write_text("[3]")
+    with pytest.raises(CheckpointError, match=f"^{best} holds list, not a JSON object"):
+        run_training(small_data, tmp_path, train_steps=6)
+    best.unlink()
+    newest = tf.train.latest_checkpoint(str(tmp_path / "checkpoints"))
+    (data_file,) = (tmp_path / "checkpoints").glob(os.path.basename(newest) + ".data-*")
+    data_file.write_bytes(data_file.read_bytes()[:100])  # cut short
+    with pytest.raises(CheckpointError, match=f"^checkpoint {newest} cannot be read .*missing or damaged$"):
+        run_training(small_data, tmp_path, train_steps=6)
 
 
 def test_resuming_with_another_model_configuration_is_refused(tmp_path):
