@@ -132,8 +132,20 @@ def output_language(args, data_config):
     return args.target_lang or info.get("target_lang"), info.get("lowercase")
 
 
-def make_translate_fn(args):
-    """`(translate, measure, description of the weights, data config or None)`.
+def read_data_config(args):
+    """The DataConfig of the data the weights were trained on; None where none is needed
+    (a SavedModel scored on --source/--reference files). Reads settings.json or
+    export_info.json only: nothing heavy loads."""
+    if args.saved_model:
+        return None if (args.source or args.reference) else saved_model_data_config(args)
+    from app.train_command import load_settings
+
+    _, data_config, _ = load_settings(args.model_dir)
+    return data_config
+
+
+def make_translate_fn(args, decoding):
+    """`(translate, measure, description of the weights)`: loads the model (the slow part).
 
     translate: list[str] -> list[str], the translations.
     measure: list[str] -> (lengths, limit), each sentence's subwords with the end token and
@@ -142,17 +154,8 @@ def make_translate_fn(args):
     """
     import tensorflow as tf
 
-    from app.decoding import DecodingConfig
-
-    # Checked here for a SavedModel too, whose signature would refuse bad options only
-    # once it runs, with a graph assertion instead of a message.
-    decoding = DecodingConfig(args.beam_size, args.alpha, args.max_extra_length)
     if args.saved_model:
         import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
-
-        # Before loading, so a missing language pair fails at once.
-        needs_data = not (args.source or args.reference)
-        data_config = saved_model_data_config(args) if needs_data else None
 
         loaded = tf.saved_model.load(args.saved_model)
         signature = loaded.signatures["translate_with_options"]
@@ -166,19 +169,17 @@ def make_translate_fn(args):
             )
             return [t.decode("utf-8") for t in out["translations"].numpy()]
 
-        return translate, _measure_fn(getattr(loaded, "source_lengths", None)), args.saved_model, data_config
+        return translate, _measure_fn(getattr(loaded, "source_lengths", None)), args.saved_model
 
     from app.export import load_translator
-    from app.train_command import load_settings
 
-    _, data_config, _ = load_settings(args.model_dir)
     translator, weights = load_translator(args.model_dir, args.checkpoint, args.average_last, decoding)
 
     def translate(sentences):
         out = translator.serve(tf.constant(sentences))
         return [t.decode("utf-8") for t in out["translations"].numpy()]
 
-    return translate, _measure_fn(translator.source_lengths), weights, data_config
+    return translate, _measure_fn(translator.source_lengths), weights
 
 
 def _measure_fn(source_lengths):
@@ -289,13 +290,19 @@ def moses_lowercase_bleu(hypotheses, references, target_lang=None):
 def main(argv=None):
     args = parse_args(argv)
     import_tensorflow()
+    from app.decoding import DecodingConfig
     from app.export import ExportError
     from data.errors import DataError
 
     try:
-        translate, measure, weights, data_config = make_translate_fn(args)
+        # Every check before the model loads, so a mistake costs seconds, not a load.
+        # The decoding options too for a SavedModel, whose signature would refuse bad
+        # ones only once it runs, with a graph assertion instead of a message.
+        decoding = DecodingConfig(args.beam_size, args.alpha, args.max_extra_length)
+        data_config = read_data_config(args)
         sources, references, description = read_references(args, data_config)
         target_lang, lowercase_model = output_language(args, data_config)
+        translate, measure, weights = make_translate_fn(args, decoding)
     except (DataError, ExportError, FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
