@@ -14,6 +14,7 @@ the decoding settings and speed.
 import argparse
 import json
 import os
+import re
 import sys
 import time
 
@@ -76,6 +77,31 @@ def read_references(args, data_config):
     text = corpus.splits[split]
     description = f"{dataset} {args.split} {data_config.source_lang}->{data_config.target_lang}"
     return list(text.source), list(text.target), description
+
+
+def check_saved_model(path):
+    """Raises DataError unless `path` is a SavedModel's directory (it holds saved_model.pb).
+
+    The common slip is the export's base directory, which holds its versions 1, 2, ...:
+    the error names the newest of them, the one TF Serving would serve.
+    """
+    from data.errors import DataError
+
+    if not os.path.exists(path):
+        raise DataError(f"no such SavedModel directory: {path}")
+    if not os.path.isdir(path):
+        raise DataError(f"{path} is not a SavedModel directory (it is a file)")
+    if os.path.exists(os.path.join(path, "saved_model.pb")):
+        return
+    # TF Serving's versions: directories named by a number (it skips a hidden .tmp-* one).
+    names = [name for name in os.listdir(path) if os.path.isdir(os.path.join(path, name))]
+    versions = sorted(int(name) for name in names if re.fullmatch(r"[0-9]+", name))
+    if versions:
+        raise DataError(
+            f"{path} is not a SavedModel (no saved_model.pb); it holds versions "
+            f"{', '.join(map(str, versions))}: use {os.path.join(path, str(versions[-1]))}"
+        )
+    raise DataError(f"{path} is not a SavedModel (no saved_model.pb)")
 
 
 def saved_model_data_config(args):
@@ -299,6 +325,8 @@ def main(argv=None):
         # The decoding options too for a SavedModel, whose signature would refuse bad
         # ones only once it runs, with a graph assertion instead of a message.
         decoding = DecodingConfig(args.beam_size, args.alpha, args.max_extra_length)
+        if args.saved_model:
+            check_saved_model(args.saved_model)
         data_config = read_data_config(args)
         sources, references, description = read_references(args, data_config)
         target_lang, lowercase_model = output_language(args, data_config)

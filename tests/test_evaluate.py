@@ -144,6 +144,28 @@ def test_a_saved_model_without_data_names_the_flags_it_needs(tmp_path):
         saved_model_data_config(args)
 
 
+def test_a_saved_model_path_that_is_no_saved_model_is_refused_before_anything_loads(tmp_path, capsys):
+    from app.evaluate import main
+
+    base = tmp_path / "translator"
+    for version in ("1", "2", "10", ".tmp-11-99"):  # a hidden .tmp-* is an export in progress
+        (base / version).mkdir(parents=True)
+    (tmp_path / "s").write_text("a\n", encoding="utf-8")
+    (tmp_path / "r").write_text("b\n", encoding="utf-8")
+    files = ["--source", str(tmp_path / "s"), "--reference", str(tmp_path / "r")]
+    for data in (["--split", "test"], files):
+        assert main(["--saved-model", str(base), *data]) == 1
+        assert capsys.readouterr().err.strip() == (
+            f"error: {base} is not a SavedModel (no saved_model.pb); it holds versions 1, 2, 10: use {base / '10'}"
+        )
+        assert main(["--saved-model", str(tmp_path / "missing"), *data]) == 1
+        assert capsys.readouterr().err.strip() == f"error: no such SavedModel directory: {tmp_path / 'missing'}"
+    assert main(["--saved-model", str(base / "1"), *files]) == 1
+    assert capsys.readouterr().err.strip() == f"error: {base / '1'} is not a SavedModel (no saved_model.pb)"
+    assert main(["--saved-model", str(tmp_path / "s"), *files]) == 1
+    assert capsys.readouterr().err.strip() == f"error: {tmp_path / 's'} is not a SavedModel directory (it is a file)"
+
+
 def test_a_saved_model_scored_on_files_writes_what_it_serves_and_splits_its_own_language(
     exported, tmp_path, capsys
 ):
