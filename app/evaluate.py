@@ -21,6 +21,11 @@ import time
 from app.cli import add_decoding_arguments, add_weights_arguments
 from app.quiet_tensorflow import import_tensorflow
 
+# What a JSON value is, by the Python type json.load gives it, for messages.
+JSON_KINDS = {
+    list: "an array", str: "a string", int: "a number", float: "a number", bool: "true or false", type(None): "null"
+}
+
 # Names a user may give a split, per the dataset's own names.
 SPLIT_ALIASES = {"val": "validation", "valid": "validation", "dev": "validation", "test_2016_flickr": "test"}
 
@@ -140,9 +145,14 @@ def read_export_info(saved_model):
         return {}
     with open(path, encoding="utf-8") as f:
         try:
-            return json.load(f)
+            info = json.load(f)
         except json.JSONDecodeError as error:
             raise DataError(f"{path} is not valid JSON: {error}") from None
+    if not isinstance(info, dict):
+        raise DataError(
+            f"{path} must hold a JSON object (as export.py writes it), not {JSON_KINDS[type(info)]}"
+        )
+    return info
 
 
 def output_language(args, data_config):

@@ -142,6 +142,11 @@ def test_a_saved_model_without_data_names_the_flags_it_needs(tmp_path):
     (tmp_path / "export_info.json").write_text("{not json")
     with pytest.raises(DataError, match="export_info.json is not valid JSON"):
         saved_model_data_config(args)
+    (tmp_path / "export_info.json").write_text("[1, 2]")
+    with pytest.raises(DataError) as refused:
+        saved_model_data_config(args)
+    path = tmp_path / "export_info.json"
+    assert str(refused.value) == f"{path} must hold a JSON object (as export.py writes it), not an array"
 
 
 def test_a_saved_model_path_that_is_no_saved_model_is_refused_before_anything_loads(tmp_path, capsys):
