@@ -30,6 +30,18 @@ JSON_KINDS = {
 SPLIT_ALIASES = {"val": "validation", "valid": "validation", "dev": "validation", "test_2016_flickr": "test"}
 
 
+def positive_int(text):
+    """argparse type of a count (of sentences): a whole number of at least 1. argparse names
+    the flag in its message, and the command stops before TensorFlow loads anything."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     source = parser.add_mutually_exclusive_group(required=True)
@@ -47,8 +59,8 @@ def parse_args(argv=None):
     parser.add_argument("--source", help="a source file to translate instead of a split (with --reference)")
     parser.add_argument("--reference", help="the reference translations of --source")
     add_decoding_arguments(parser, beam_size_help="beams, with --model-dir; a SavedModel uses its exported beam size")
-    parser.add_argument("--batch-size", type=int, default=64, help="sentences per decoding batch")
-    parser.add_argument("--limit", type=int, help="score only the first N sentences")
+    parser.add_argument("--batch-size", type=positive_int, default=64, help="sentences per decoding batch")
+    parser.add_argument("--limit", type=positive_int, metavar="N", help="score only the first N sentences")
     parser.add_argument("--output", help="write the translations here, one per line")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     return parser.parse_args(argv)

@@ -211,6 +211,21 @@ def test_bad_decoding_options_are_refused_by_name_before_any_model_loads(tmp_pat
         assert capsys.readouterr().err.strip() == f"error: {message}"
 
 
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [("--batch-size", "0", "must be at least 1, got 0"), ("--batch-size", "-2", "must be at least 1, got -2"),
+     ("--limit", "0", "must be at least 1, got 0"), ("--limit", "-1", "must be at least 1, got -1"),
+     ("--limit", "ten", "expected a whole number, got 'ten'")],
+)
+def test_batch_size_and_limit_are_refused_by_name_unless_positive(capsys, flag, value, message):
+    # --limit -1 dropped the last line and --limit 0 scored them all; --batch-size 0 failed
+    # with a traceback once the model had loaded.
+    with pytest.raises(SystemExit) as exited:
+        parse_args(["--model-dir", "x", flag, value])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(f"error: argument {flag}: {message}")
+
+
 def test_sources_longer_than_the_model_reads_are_found_and_named():
     def measure(sentences):
         return [len(s.split()) + 1 for s in sentences], 4  # words as subwords, 4 positions
