@@ -76,6 +76,10 @@ def read_references(args, data_config):
         if not (args.source and args.reference):
             raise DataError("--source and --reference go together")
         sources, references = read_parallel_lines(args.source, args.reference)
+        # Files of unequal length were refused above; two empty ones would decode an
+        # empty batch and score nothing.
+        if not sources:
+            raise DataError(f"{args.source} and {args.reference} have no lines: there is nothing to score")
         # An empty line scores as a translation of nothing and usually means the files
         # were cut or joined wrongly; training drops such pairs, a score must not.
         for number, (source, reference) in enumerate(zip(sources, references), start=1):

@@ -93,6 +93,22 @@ def test_source_and_reference_files_must_align(tmp_path):
         read_references(args, None)
 
 
+def test_empty_source_and_reference_files_are_refused_by_name_before_the_model_loads(
+    model_dir, tmp_path, capsys, monkeypatch
+):
+    import app.evaluate
+
+    monkeypatch.setattr(app.evaluate, "make_translate_fn", lambda *_: pytest.fail("the model loaded"))
+    (tmp_path / "s").write_text("", encoding="utf-8")
+    (tmp_path / "r").write_text("", encoding="utf-8")
+    # Was a TensorFlow InvalidArgumentError traceback, once the model had loaded.
+    assert app.evaluate.main(["--model-dir", model_dir, "--source", str(tmp_path / "s"),
+                              "--reference", str(tmp_path / "r")]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"error: {tmp_path / 's'} and {tmp_path / 'r'} have no lines: there is nothing to score"
+    )
+
+
 @pytest.mark.parametrize("source, reference, bad", [("a\n\nc\n", "x\ny\nz\n", "s"), ("a\nb\n", "x\n \n", "r")])
 def test_an_empty_line_in_source_or_reference_names_the_file_and_line(tmp_path, source, reference, bad):
     (tmp_path / "s").write_text(source, encoding="utf-8")
