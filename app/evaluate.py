@@ -184,6 +184,43 @@ def output_language(args, data_config):
     return args.target_lang or info.get("target_lang"), info.get("lowercase")
 
 
+def check_output(args):
+    """Raises DataError unless --output names a file that can be written and that is not
+    one of the files being scored. Checked before the model loads: the translations are
+    written only once all are decoded, too late for a wrong path to cost nothing."""
+    from data.errors import DataError
+
+    path = args.output
+    if os.path.isdir(path):
+        raise DataError(f"--output {path} is a directory; name a file to write the translations to")
+    directory = os.path.dirname(path) or "."
+    if not os.path.isdir(directory):
+        problem = "is not a directory" if os.path.exists(directory) else "does not exist"
+        raise DataError(f"--output {path}: its directory {directory} {problem}")
+    if not os.access(directory, os.W_OK):
+        raise DataError(f"--output {path}: its directory {directory} is not writable")
+    for flag, scored in (("--source", args.source), ("--reference", args.reference)):
+        if scored and os.path.exists(path) and os.path.samefile(path, scored):
+            raise DataError(f"--output {path} is the {flag} file; the translations would overwrite it")
+
+
+def write_translations(path, hypotheses):
+    """Writes one translation per line to `path`, whole or not at all.
+
+    They go to `path.partial`, renamed over `path` once complete, so a full disk or a
+    kill mid-write leaves any earlier file as it was; a write that fails removes the
+    partial file, which would otherwise be left beside it.
+    """
+    partial = f"{path}.partial"
+    try:
+        with open(partial, "w", encoding="utf-8") as f:
+            f.writelines(h + "\n" for h in hypotheses)
+        os.replace(partial, path)
+    finally:
+        if os.path.isfile(partial):
+            os.remove(partial)
+
+
 def read_data_config(args):
     """The DataConfig of the data the weights were trained on; None where none is needed
     (a SavedModel scored on --source/--reference files). Reads settings.json or
@@ -355,6 +392,8 @@ def main(argv=None):
             check_saved_model(args.saved_model)
         data_config = read_data_config(args)
         sources, references, description = read_references(args, data_config)
+        if args.output:
+            check_output(args)
         target_lang, lowercase_model = output_language(args, data_config)
         translate, measure, weights = make_translate_fn(args, decoding)
     except (DataError, ExportError, FileNotFoundError, ValueError) as error:
@@ -371,11 +410,11 @@ def main(argv=None):
     hypotheses = translate_all(translate, sources, args.batch_size)
     seconds = time.perf_counter() - started
     if args.output:
-        # Whole or not at all: a full disk or a kill mid-write leaves any earlier file.
-        partial = f"{args.output}.partial"
-        with open(partial, "w", encoding="utf-8") as f:
-            f.writelines(h + "\n" for h in hypotheses)
-        os.replace(partial, args.output)
+        try:
+            write_translations(args.output, hypotheses)
+        except OSError as error:  # checked before decoding, but a disk can fill meanwhile
+            print(f"error: could not write --output {args.output}: {error}", file=sys.stderr)
+            return 1
 
     result = {
         "data": description,

@@ -17,6 +17,7 @@ from app.evaluate import (
     saved_model_data_config,
     score,
     translate_all,
+    write_translations,
 )
 from data.config import DataConfig
 from data.errors import DataError
@@ -212,6 +213,43 @@ def test_a_saved_model_scored_on_files_writes_what_it_serves_and_splits_its_own_
     # Decoded in batches of 2 sorted by length, written back in input order, exactly as served.
     assert output.read_text(encoding="utf-8").splitlines() == [served["translations"][i].decode() for i in rows]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["1", "out.de", "ref", "src"]  # no .partial left
+
+
+def test_an_output_path_that_cannot_be_written_is_refused_before_the_model_loads(
+    model_dir, tmp_path, capsys, monkeypatch
+):
+    import app.evaluate
+
+    monkeypatch.setattr(app.evaluate, "make_translate_fn", lambda *_: pytest.fail("the model loaded"))
+    (tmp_path / "s").write_text("a\n", encoding="utf-8")
+    (tmp_path / "r").write_text("b\n", encoding="utf-8")
+    files = ["--model-dir", model_dir, "--source", str(tmp_path / "s"), "--reference", str(tmp_path / "r")]
+    missing, folder, reference = tmp_path / "missing" / "out.de", tmp_path, tmp_path / "r"
+    for output, message in (
+        (missing, f"--output {missing}: its directory {tmp_path / 'missing'} does not exist"),
+        (tmp_path / "s" / "out.de", f"--output {tmp_path / 's' / 'out.de'}: its directory {tmp_path / 's'} "
+         "is not a directory"),
+        (folder, f"--output {folder} is a directory; name a file to write the translations to"),
+        (reference, f"--output {reference} is the --reference file; the translations would overwrite it"),
+    ):
+        assert app.evaluate.main([*files, "--output", str(output)]) == 1
+        assert capsys.readouterr().err.strip() == f"error: {message}"
+    assert reference.read_text(encoding="utf-8") == "b\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r", "s"]
+
+
+def test_a_write_that_fails_keeps_the_earlier_file_and_leaves_no_partial_one(tmp_path):
+    output = tmp_path / "out.de"
+    output.write_text("an earlier file\n", encoding="utf-8")
+    with pytest.raises(UnicodeEncodeError):  # fails mid-write, as a full disk would
+        write_translations(str(output), ["Ein Mann.", "\ud800"])
+    assert output.read_text(encoding="utf-8") == "an earlier file\n"
+    (tmp_path / "taken").mkdir()  # a directory put in the way while decoding: the rename fails
+    with pytest.raises(IsADirectoryError):
+        write_translations(str(tmp_path / "taken"), ["Ein Mann."])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.de", "taken"]
+    write_translations(str(output), ["Ein Mann.", "Zwei Hunde."])
+    assert output.read_text(encoding="utf-8") == "Ein Mann.\nZwei Hunde.\n"
 
 
 @pytest.mark.parametrize(
