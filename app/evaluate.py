@@ -18,7 +18,7 @@ import re
 import sys
 import time
 
-from app.cli import add_decoding_arguments, add_weights_arguments
+from app.cli import DEFAULT_BEAM_SIZE, add_decoding_arguments, add_weights_arguments
 from app.quiet_tensorflow import import_tensorflow
 
 # What a JSON value is, by the Python type json.load gives it, for messages.
@@ -48,7 +48,9 @@ def parse_args(argv=None):
     source.add_argument("--model-dir", help="a training run's directory")
     source.add_argument("--saved-model", help="an exported SavedModel version directory")
     add_weights_arguments(parser, applies_to="with --model-dir: ")
-    parser.add_argument("--split", default="validation", help="validation (default), test_2016_flickr / test, train")
+    parser.add_argument(
+        "--split", help="validation (default), test_2016_flickr / test, train; not with --source/--reference"
+    )
     parser.add_argument("--dataset", help="the dataset of --split (default: the run's or the export's own)")
     parser.add_argument(
         "--source-lang", help="with --saved-model: the source language (default: from its export_info.json)"
@@ -63,7 +65,50 @@ def parse_args(argv=None):
     parser.add_argument("--limit", type=positive_int, metavar="N", help="score only the first N sentences")
     parser.add_argument("--output", help="write the translations here, one per line")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    return parser.parse_args(argv)
+    # None: not given, so that a flag which cannot apply is told apart from its default.
+    parser.set_defaults(beam_size=None)
+    args = parser.parse_args(argv)
+    conflict = conflicting_flags(args)
+    if conflict:
+        parser.error(conflict)
+    if args.beam_size is None:
+        args.beam_size = DEFAULT_BEAM_SIZE
+    if args.split is None and not args.source:
+        args.split = "validation"
+    return args
+
+
+def conflicting_flags(args):
+    """What is wrong with a combination of flags of which one cannot apply, or None.
+
+    Such a flag was silently ignored before: a SavedModel's weights and beam size are
+    fixed at export (--alpha and --max-extra-length reach it through its
+    translate_with_options signature), a model directory's settings.json names its
+    languages, and --source/--reference files are the data instead of a split.
+    """
+    files = args.source or args.reference
+    if files and not (args.source and args.reference):
+        return "--source and --reference go together"
+    if args.saved_model:
+        for flag, value in (("--checkpoint", args.checkpoint), ("--average-last", args.average_last)):
+            if value is not None:
+                return f"{flag} applies to --model-dir only; a SavedModel holds the weights it was exported with"
+        if args.beam_size is not None:
+            return (
+                "--beam-size applies to --model-dir only; a SavedModel decodes with the beam size it was "
+                "exported with (its export_info.json says which)"
+            )
+    else:
+        for flag, value in (("--source-lang", args.source_lang), ("--target-lang", args.target_lang)):
+            if value is not None:
+                return f"{flag} applies to --saved-model only; a model directory's settings.json names its languages"
+    if files:
+        if args.split is not None:
+            return "give --split or --source/--reference, not both: each chooses the data to score"
+        for flag, value in (("--dataset", args.dataset), ("--source-lang", args.source_lang)):
+            if value is not None:
+                return f"{flag} applies to --split only, not to --source/--reference files"
+    return None
 
 
 def read_references(args, data_config):
@@ -72,9 +117,7 @@ def read_references(args, data_config):
     from data.errors import DataError
     from data.text_files import read_parallel_lines
 
-    if args.source or args.reference:
-        if not (args.source and args.reference):
-            raise DataError("--source and --reference go together")
+    if args.source:  # with --reference: parse_args refuses either alone
         sources, references = read_parallel_lines(args.source, args.reference)
         # Files of unequal length were refused above; two empty ones would decode an
         # empty batch and score nothing.

@@ -280,6 +280,49 @@ def test_batch_size_and_limit_are_refused_by_name_unless_positive(capsys, flag, 
     assert capsys.readouterr().err.splitlines()[-1].endswith(f"error: argument {flag}: {message}")
 
 
+FILES = ["--source", "s.en", "--reference", "r.de"]
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [(["--saved-model", "m", "--checkpoint", "best"],
+      "--checkpoint applies to --model-dir only; a SavedModel holds the weights it was exported with"),
+     (["--saved-model", "m", "--average-last", "0"],
+      "--average-last applies to --model-dir only; a SavedModel holds the weights it was exported with"),
+     (["--saved-model", "m", "--beam-size", "4"],
+      "--beam-size applies to --model-dir only; a SavedModel decodes with the beam size it was exported with "
+      "(its export_info.json says which)"),
+     (["--model-dir", "d", "--source-lang", "fr", "--target-lang", "en"],
+      "--source-lang applies to --saved-model only; a model directory's settings.json names its languages"),
+     (["--model-dir", "d", *FILES, "--target-lang", "en"],
+      "--target-lang applies to --saved-model only; a model directory's settings.json names its languages"),
+     (["--model-dir", "d", *FILES, "--split", "validation"],
+      "give --split or --source/--reference, not both: each chooses the data to score"),
+     (["--saved-model", "m", *FILES, "--dataset", "multi30k"],
+      "--dataset applies to --split only, not to --source/--reference files"),
+     (["--saved-model", "m", *FILES, "--source-lang", "en"],
+      "--source-lang applies to --split only, not to --source/--reference files"),
+     (["--model-dir", "d", "--source", "s.en"], "--source and --reference go together"),
+     (["--saved-model", "m", "--reference", "r.de"], "--source and --reference go together")],
+)
+def test_flags_that_cannot_apply_are_refused_by_name_not_ignored(capsys, flags, message):
+    with pytest.raises(SystemExit) as exited:
+        parse_args(flags)
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(f"error: {message}")
+
+
+def test_the_flags_that_do_apply_are_taken_and_defaults_filled_in():
+    decoding = ["--alpha", "1.0", "--max-extra-length", "9"]
+    saved = parse_args(["--saved-model", "m", *FILES, "--target-lang", "de", *decoding])
+    assert (saved.target_lang, saved.alpha, saved.max_extra_length, saved.split) == ("de", 1.0, 9, None)
+    assert saved.beam_size == 4  # unused by a SavedModel, but DecodingConfig checks it
+    split = parse_args(["--saved-model", "m", "--dataset", "multi30k", "--source-lang", "en", "--target-lang", "de"])
+    assert (split.split, split.dataset) == ("validation", "multi30k")
+    run = parse_args(["--model-dir", "d", "--checkpoint", "best", "--beam-size", "1", "--split", "test"])
+    assert (run.checkpoint, run.beam_size, run.split) == ("best", 1, "test")
+
+
 def test_sources_longer_than_the_model_reads_are_found_and_named():
     def measure(sentences):
         return [len(s.split()) + 1 for s in sentences], 4  # words as subwords, 4 positions
