@@ -193,9 +193,14 @@ def test_a_budget_ends_the_run_in_time_with_its_cooldown_whole(small_data, tmp_p
     records = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
     assert [(r["step"], r["planned_steps"]) for r in records if "planned_steps" in r] == [(10, 60), (25, 42)]
     rates = [(r["step"], r["learning_rate"]) for r in records if "learning_rate" in r]
-    # The schedule followed the plan: after the 42nd update the rate is zero, and after
-    # the warmup it never rose.
-    assert rates[-1] == (42, 0.0)
+    # The schedule followed the plan: the 42nd update, the last, was made at an eighth
+    # of the decayed rate (a cooldown of 8), one more would be made at zero, and after
+    # the warmup the rate never rose.
+    d_model = small_model_config(small_data).d_model
+    schedule = WarmupInverseSqrt(d_model, 2, 1.0, total_steps=42, cooldown_steps=8)
+    without_cooldown = WarmupInverseSqrt(d_model, 2, 1.0)
+    assert rates[-1][0] == 42 and rates[-1][1] == pytest.approx(float(without_cooldown(41)) / 8, rel=1e-6)
+    assert float(schedule(42)) == 0.0
     assert all(later <= earlier for (_, earlier), (_, later) in zip(rates, rates[1:]))
 
 
