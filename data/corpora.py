@@ -166,6 +166,10 @@ def _read_tfds(name, source_lang, target_lang):
             f"unknown dataset {name!r}: expected 'multi30k', 'files:...', or a "
             "TensorFlow Datasets translation builder such as 'wmt14_translate/de-en'"
         ) from None
+    except (ValueError, AssertionError) as error:
+        # A config or version the builder lacks ("wmt14_translate/xx-yy", ":9.9.9"), or a
+        # name TFDS cannot parse; its message lists what there is.
+        raise DataError(f"TensorFlow Datasets cannot build {name!r}: {_first_line(error)}") from None
     languages = sorted(builder.info.features.keys())
     for flag, lang in (("--source-lang", source_lang), ("--target-lang", target_lang)):
         if lang not in languages:
@@ -174,7 +178,14 @@ def _read_tfds(name, source_lang, target_lang):
                 f"the keys {', '.join(languages)}"
             )
 
-    builder.download_and_prepare()  # Downloads on first use; a no-op afterwards.
+    try:
+        builder.download_and_prepare()  # Downloads on first use; a no-op afterwards.
+    except OSError as error:  # requests' ConnectionError and HTTPError are OSErrors too
+        raise DataError(
+            f"could not download or prepare {name!r} ({type(error).__name__}: {_first_line(error)}); "
+            f"TensorFlow Datasets needs the network on first use, or a copy prepared under "
+            f"its data directory ({builder.data_dir})"
+        ) from None
     # Mocked builders in tests carry no split metadata; then ask for all three.
     available = set(builder.info.splits.keys()) or set(_TFDS_SPLITS)
     if "train" not in available:
@@ -184,6 +195,11 @@ def _read_tfds(name, source_lang, target_lang):
         if split in available:
             raw[split] = _tfds_pairs(tfds, builder, split, source_lang, target_lang)
     return raw
+
+
+def _first_line(error):
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _tfds_pairs(tfds, builder, split, source_lang, target_lang):

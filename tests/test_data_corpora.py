@@ -3,6 +3,7 @@
 import argparse
 import dataclasses
 import gzip
+import re
 
 import pytest
 
@@ -116,6 +117,35 @@ def test_tfds_unknown_language_lists_the_keys():
     # Checked from the builder's code, before any download.
     with pytest.raises(DataError, match="no language 'fr'.*keys en, pt"):
         load_corpus("ted_hrlr_translate/pt_to_en", "fr", "en")
+
+
+@pytest.mark.parametrize("name, message", [
+    ("wmt14_translate/xx-yy", "BuilderConfig xx-yy not found"),
+    ("ted_hrlr_translate/pt_to_en:9.9.9", "9.9.9"),
+])
+def test_tfds_a_config_or_version_the_builder_lacks_is_named(name, message):
+    with pytest.raises(DataError, match=f"^TensorFlow Datasets cannot build {re.escape(repr(name))}: .*{message}"):
+        load_corpus(name, "pt", "en")
+
+
+def test_tfds_a_failed_download_is_named_with_the_way_out(monkeypatch, tmp_path):
+    tfds = pytest.importorskip("tensorflow_datasets")
+    import requests
+
+    # Where the real download starts: the builder's code path, then its checksums and URLs.
+    builder_class = type(tfds.builder("ted_hrlr_translate/pt_to_en"))
+    assert builder_class.code_path.name == "ted_hrlr_translate_dataset_builder.py"  # its imports resolve
+
+    def no_network(self, *args, **kwargs):
+        raise requests.exceptions.ConnectionError("Failed to resolve 'www.phontron.com'")
+
+    monkeypatch.setattr(builder_class, "download_and_prepare", no_network)
+    with pytest.raises(
+        DataError,
+        match=r"^could not download or prepare 'ted_hrlr_translate/pt_to_en' \(ConnectionError: Failed to resolve "
+        r"'www.phontron.com'\); TensorFlow Datasets needs the network on first use, or a copy prepared under",
+    ):
+        load_corpus("ted_hrlr_translate/pt_to_en", "pt", "en")
 
 
 def test_tfds_translation_builder_under_mock_data(tmp_path):
