@@ -11,6 +11,7 @@ Standard library only, so it runs without TensorFlow.
 
 import argparse
 import json
+import math
 import sys
 import urllib.error
 import urllib.parse
@@ -23,7 +24,7 @@ class ClientError(RuntimeError):
 
 def predict(url, model, instances, signature_name=None, version=None, timeout=60.0):
     """POSTs `{"instances": ...}` to the model's :predict endpoint; returns the predictions."""
-    path = f"/v1/models/{model}" + (f"/versions/{version}" if version else "") + ":predict"
+    path = f"/v1/models/{model}" + (f"/versions/{version}" if version is not None else "") + ":predict"
     payload = {"instances": instances}
     if signature_name:
         payload["signature_name"] = signature_name
@@ -69,9 +70,26 @@ def translate(url, model, sentences, nbest=False, alpha=None, max_extra_length=N
         signature = "nbest" if nbest else None
         instances = list(sentences)
     predictions = predict(url, model, instances, signature, version)
-    if signature == "nbest":
-        return [list(zip(p["translations"], p["scores"])) for p in predictions]
-    return [[(p["translations"], p["scores"])] for p in predictions]
+    # Each input line must get its own output line: a short or odd answer is an error,
+    # not translations that no longer line up with their sources.
+    if not isinstance(predictions, list) or len(predictions) != len(sentences):
+        count = len(predictions) if isinstance(predictions, list) else type(predictions).__name__
+        raise ClientError(f"{url} answered {count} predictions for {len(sentences)} sentences")
+    hypotheses = []
+    for i, p in enumerate(predictions):
+        try:
+            texts, scores = p["translations"], p["scores"]
+            if signature != "nbest":
+                texts, scores = [texts], [scores]
+            pairs = list(zip(texts, scores, strict=True))
+            if not pairs or not all(isinstance(t, str) and isinstance(x, (int, float)) for t, x in pairs):
+                raise TypeError
+        except (KeyError, TypeError, ValueError):
+            raise ClientError(
+                f"{url} answered prediction {i} as {json.dumps(p)[:80]}, not translations (strings) and scores"
+            ) from None
+        hypotheses.append(pairs)
+    return hypotheses
 
 
 def parse_args(argv=None):
@@ -87,7 +105,22 @@ def parse_args(argv=None):
         "--max-extra-length", type=int, help="output length beyond the input's (translate_with_options)"
     )
     parser.add_argument("--batch-size", type=int, default=32, help="stdin lines per request (default 32)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.alpha is not None and not (math.isfinite(args.alpha) and args.alpha >= 0):
+        parser.error(f"--alpha must be a finite number >= 0, got {args.alpha}")
+    return args
+
+
+def read_lines(stream):
+    """The lines of a binary stream as text, "\n" or "\r\n" removed; a line that is not
+    UTF-8 is an error naming it (it would otherwise fail its whole request)."""
+    lines = []
+    for number, raw in enumerate(stream, start=1):
+        try:
+            lines.append(raw.decode("utf-8").removesuffix("\n").removesuffix("\r"))
+        except UnicodeDecodeError as error:
+            raise ClientError(f"standard input, line {number}: not valid UTF-8 ({error.reason})") from None
+    return lines
 
 
 def main(argv=None):
@@ -98,8 +131,8 @@ def main(argv=None):
     if args.batch_size < 1:
         print(f"error: --batch-size must be at least 1, got {args.batch_size}", file=sys.stderr)
         return 2
-    lines = args.sentences or [line.rstrip("\n") for line in sys.stdin]
     try:
+        lines = args.sentences or read_lines(sys.stdin.buffer)
         for start in range(0, len(lines), args.batch_size):
             batch = lines[start : start + args.batch_size]
             for hypotheses in translate(
