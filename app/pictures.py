@@ -243,7 +243,7 @@ def plot_attention(weights, row_labels, column_labels, path, title, row_axis, co
 
 def write_attention_pictures(attention: SentenceAttention, output_dir, per_layer=False):
     """Writes the PNGs of `attention` into `output_dir` (created); returns their paths."""
-    os.makedirs(output_dir, exist_ok=True)
+    prepare_output(output_dir, "directory")
     caption = f"{attention.sentence}  \u2192  {attention.translation}"
     paths = []
     for kind, (title, rows, columns) in ATTENTION_KINDS.items():
@@ -284,10 +284,14 @@ def read_metrics(path):
     """
     if not os.path.isfile(path):
         raise PicturesError(f"{path} not found: no metrics yet (training writes it every --log-every steps)")
-    with open(path, encoding="utf-8") as f:
-        lines = f.read().split("\n")
+    with open(path, "rb") as f:
+        lines = f.read().split(b"\n")
     records = []
-    for number, line in enumerate(lines, start=1):
+    for number, raw in enumerate(lines, start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise PicturesError(f"{path} line {number} is not UTF-8 ({error.reason} at byte {error.start})") from None
         if not line.strip():
             continue
         try:
@@ -296,7 +300,8 @@ def read_metrics(path):
             if number == len(lines):  # the unfinished last line
                 continue
             raise PicturesError(f"{path} line {number} is not JSON ({error.msg}): {line[:80]!r}") from None
-        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+        step = record.get("step") if isinstance(record, dict) else None
+        if not isinstance(step, int) or isinstance(step, bool):
             raise PicturesError(f"{path} line {number} is not a record with an integer \"step\": {line[:80]!r}")
         records.append(record)
     if not records:
@@ -349,11 +354,25 @@ def plot_curves(records, path, title=""):
             ax.legend(fontsize=8)
     axes[-1].set_xlabel("step")
     figure.suptitle(title, fontsize=10)
-    directory = os.path.dirname(path)
-    if directory:
-        os.makedirs(directory, exist_ok=True)
-    figure.savefig(path, dpi=120)
+    prepare_output(path, "file")
+    # format given: a name without ".png" is written as named, not with ".png" appended.
+    figure.savefig(path, dpi=120, format="png")
     return path
+
+
+def prepare_output(path, kind):
+    """Makes sure `path` can be written as a `kind` ("file" or "directory"), creating the
+    directories it needs; PicturesError naming it otherwise. Called before the slow work."""
+    if kind == "file" and os.path.isdir(path):
+        raise PicturesError(f"--output {path} is a directory; name the PNG file to write")
+    if kind == "directory" and os.path.exists(path) and not os.path.isdir(path):
+        raise PicturesError(f"--output {path} is a file; name a directory for the PNGs")
+    directory = path if kind == "directory" else os.path.dirname(path)
+    try:
+        if directory:
+            os.makedirs(directory, exist_ok=True)
+    except OSError as error:
+        raise PicturesError(f"--output {path}: cannot create {directory} ({error.strerror})") from None
 
 
 # Command line.
@@ -385,15 +404,18 @@ def run_attention(args):
     from app.export import ExportError, load_translator
 
     # Nothing to attend over but the end token: no picture worth drawing.
-    if not args.sentence.strip():
-        raise PicturesError(f"--sentence is empty ({args.sentence!r}); give the source sentence to draw")
+    for flag, text in (("--sentence", args.sentence), ("--target", args.target)):
+        if text is not None and not text.strip():
+            raise PicturesError(f"{flag} is empty ({text!r}); give the text to draw")
     decoding = DecodingConfig(args.beam_size, args.alpha, args.max_extra_length)
+    output = args.output or os.path.join(args.model_dir, "pictures", "attention")
+    prepare_output(output, "directory")  # before the model loads
     try:
         translator, weights = load_translator(args.model_dir, args.checkpoint, args.average_last)
     except ExportError as error:  # no vocabulary, no checkpoint yet, ...
         raise PicturesError(str(error)) from error
+    warn_if_truncated(translator, args.sentence, args.target)
     attention = sentence_attention(translator, args.sentence, args.target, decoding)
-    output = args.output or os.path.join(args.model_dir, "pictures", "attention")
     paths = write_attention_pictures(attention, output, args.per_layer)
     print(f"weights: {weights}")
     print(f"source:      {' '.join(attention.source_pieces)}")
@@ -401,9 +423,25 @@ def run_attention(args):
     print("\n".join(f"wrote {path}" for path in paths))
 
 
+def warn_if_truncated(translator, sentence, target):
+    """Says on stderr when the pictures show only the start of a text: the model reads
+    (and its decoder writes) at most its positions, as the exported model does."""
+    import tensorflow as tf
+
+    measured = translator.source_lengths(tf.constant([sentence]))
+    length, limit = int(measured["lengths"][0]), int(measured["limit"])  # with the end token
+    if length > limit:
+        print(f"warning: --sentence has {length - 1} subwords; the model reads its first {limit - 1}", file=sys.stderr)
+    if target is not None:
+        pieces = int(translator.tokenizer.tokenize(tf.constant([target])).row_lengths()[0])
+        if pieces > limit - 1:
+            print(f"warning: --target has {pieces} subwords; the pictures show its first {limit - 1}", file=sys.stderr)
+
+
 def run_curves(args):
     path = os.path.join(args.model_dir, "metrics.jsonl")
     output = args.output or os.path.join(args.model_dir, "pictures", "curves.png")
+    prepare_output(output, "file")
     plot_curves(read_metrics(path), output, title=os.path.basename(os.path.normpath(args.model_dir)))
     print(f"wrote {output}")
 

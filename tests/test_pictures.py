@@ -232,6 +232,32 @@ def test_an_empty_sentence_is_an_error_and_draws_nothing(model_dir, tmp_path, ca
     assert not output.exists()
 
 
+def test_an_empty_target_and_an_output_that_is_a_file_are_errors_before_the_model_loads(model_dir, tmp_path, capsys):
+    output = tmp_path / "attention"
+    assert main(["attention", "--model-dir", model_dir, "--sentence", "A man.", "--target", "",
+                 "--output", str(output)]) == 1
+    assert "--target is empty ('')" in capsys.readouterr().err
+    assert not output.exists()
+    output.write_text("mine")
+    # A model directory that does not exist: the output is checked first.
+    assert main(["attention", "--model-dir", str(tmp_path / "nope"), "--sentence", "A man.",
+                 "--output", str(output)]) == 1
+    assert f"error: --output {output} is a file; name a directory for the PNGs" in capsys.readouterr().err
+    assert output.read_text() == "mine"
+
+
+def test_an_overlong_sentence_or_target_is_drawn_cut_with_a_warning(model_dir, tmp_path, capsys):
+    long_text = " ".join(["dog"] * 80)  # past the test model's 48 positions
+    output = str(tmp_path / "attention")
+    assert main(["attention", "--model-dir", model_dir, "--sentence", long_text, "--target", long_text,
+                 "--output", output]) == 0
+    err = capsys.readouterr().err
+    assert re.search(r"warning: --sentence has \d+ subwords; the model reads its first 47", err), err
+    assert re.search(r"warning: --target has \d+ subwords; the pictures show its first 47", err), err
+    assert main(["attention", "--model-dir", model_dir, "--sentence", "A dog.", "--output", output]) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
 def test_grids_have_a_row_per_layer_and_a_column_per_head(tmp_path):
     labels = dict(row_labels=list("abcd"), column_labels=list("vwxyz"), title="t", row_axis="r", column_axis="c")
     weights = np.full((3, 2, 4, 5), 0.2, np.float32)  # [N, H, rows, columns]
@@ -316,6 +342,29 @@ def test_a_line_being_written_is_skipped_but_a_bad_line_is_an_error(tmp_path):
     no_step = write_lines(tmp_path / "no_step.jsonl", [lines[0], '{"loss": 1.0}'])
     with pytest.raises(PicturesError, match=re.escape(f'{no_step} line 2 is not a record with an integer "step"')):
         read_metrics(no_step)
+    true_step = write_lines(tmp_path / "true_step.jsonl", [lines[0], '{"step": true, "loss": 1.0}'])
+    with pytest.raises(PicturesError, match=re.escape(f'{true_step} line 2 is not a record with an integer "step"')):
+        read_metrics(true_step)
+    not_utf8 = tmp_path / "not_utf8.jsonl"
+    not_utf8.write_bytes(lines[0].encode() + b'\n{"step": 2, "loss": "\xff"}\n')
+    message = f"{not_utf8} line 2 is not UTF-8 (invalid start byte at byte 21)"
+    with pytest.raises(PicturesError, match=re.escape(message)):
+        read_metrics(not_utf8)
+
+
+def test_curves_go_exactly_where_output_says_or_nowhere(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    write_lines(run / "metrics.jsonl", [json.dumps(r) for r in METRICS])
+    no_suffix = tmp_path / "curves"
+    assert main(["curves", "--model-dir", str(run), "--output", str(no_suffix)]) == 0
+    assert capsys.readouterr().out == f"wrote {no_suffix}\n"
+    png_size(no_suffix)  # written as named, a PNG, no ".png" appended
+    assert main(["curves", "--model-dir", str(run), "--output", str(tmp_path)]) == 1
+    assert f"error: --output {tmp_path} is a directory; name the PNG file to write" in capsys.readouterr().err
+    under_a_file = no_suffix / "c.png"
+    assert main(["curves", "--model-dir", str(run), "--output", str(under_a_file)]) == 1
+    assert f"error: --output {under_a_file}: cannot create {no_suffix}" in capsys.readouterr().err
 
 
 def test_missing_and_empty_metrics_name_the_file(tmp_path, capsys):
