@@ -29,10 +29,7 @@ def make_strategy(kind="auto", cpu_replicas=None):
     if kind == "multi-worker":
         if "TF_CONFIG" not in os.environ:
             raise ValueError("--strategy multi-worker needs the TF_CONFIG environment variable")
-        try:
-            json.loads(os.environ["TF_CONFIG"])
-        except json.JSONDecodeError as error:
-            raise ValueError(f"TF_CONFIG is not valid JSON ({error}): {os.environ['TF_CONFIG']!r}") from error
+        check_tf_config(os.environ["TF_CONFIG"])
         options = tf.distribute.experimental.CommunicationOptions(
             implementation=tf.distribute.experimental.CommunicationImplementation.AUTO
         )
@@ -45,6 +42,39 @@ def make_strategy(kind="auto", cpu_replicas=None):
     if kind == "mirrored":
         return tf.distribute.MirroredStrategy(["/cpu:0"])
     return tf.distribute.get_strategy()
+
+
+def check_tf_config(text):
+    """ValueError naming the problem unless `text` is a TF_CONFIG TensorFlow can use:
+
+        {"cluster": {"worker": ["host0:port", "host1:port"], ...},
+         "task": {"type": "worker", "index": 0}}
+
+    TensorFlow's own checks run later, with messages that do not say TF_CONFIG, and
+    some shapes (a list, a bare string) it takes for "no cluster" without a word.
+    """
+    def bad(problem):
+        return ValueError(f"TF_CONFIG {problem}: {text!r}")
+
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise bad(f"is not valid JSON ({error})") from None
+    if not isinstance(config, dict):
+        raise bad('must be a JSON object with "cluster" and "task"')
+    cluster, task = config.get("cluster"), config.get("task")
+    if not isinstance(cluster, dict) or not cluster:
+        raise bad('needs "cluster", an object of job name -> list of "host:port"')
+    for job, addresses in cluster.items():
+        if not isinstance(addresses, list) or not addresses or not all(isinstance(a, str) for a in addresses):
+            raise bad(f'has cluster job {job!r} as {json.dumps(addresses)}, not a list of "host:port" strings')
+    if not isinstance(task, dict):
+        raise bad('needs "task", an object {"type": <a job of the cluster>, "index": <its number>}')
+    kind, index = task.get("type"), task.get("index")
+    if kind not in cluster:
+        raise bad(f"has task type {kind!r}, which is not a job of the cluster ({', '.join(map(repr, cluster))})")
+    if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(cluster[kind]):
+        raise bad(f"has task index {index!r}; job {kind!r} has tasks 0 to {len(cluster[kind]) - 1}")
 
 
 def _split_cpu(count):

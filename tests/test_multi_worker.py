@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from app.strategy import is_chief
+from app.strategy import check_tf_config, is_chief
 
 ROOT = Path(__file__).resolve().parents[1]
 # Seconds one launch (both workers, or workers and reference together) may take. A tiny
@@ -56,6 +56,40 @@ def test_the_chief_is_the_chief_task_or_else_worker_0(monkeypatch, cluster, task
     monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": task}))
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     assert is_chief(SimpleNamespace(cluster_resolver=resolver)) is expected
+
+
+WORKERS = {"worker": ["a:1", "b:2"]}
+
+
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("{", "is not valid JSON (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))"),
+        ("[]", 'must be a JSON object with "cluster" and "task"'),
+        ('"x"', 'must be a JSON object with "cluster" and "task"'),
+        ('{"task": {"type": "worker", "index": 0}}', 'needs "cluster", an object of job name -> list of "host:port"'),
+        ('{"cluster": {"worker": "a:1"}, "task": {"type": "worker", "index": 0}}',
+         "has cluster job 'worker' as \"a:1\", not a list of \"host:port\" strings"),
+        (json.dumps({"cluster": WORKERS}),
+         'needs "task", an object {"type": <a job of the cluster>, "index": <its number>}'),
+        (json.dumps({"cluster": WORKERS, "task": {"type": "chief", "index": 0}}),
+         "has task type 'chief', which is not a job of the cluster ('worker')"),
+        (json.dumps({"cluster": WORKERS, "task": {"type": "worker", "index": 2}}),
+         "has task index 2; job 'worker' has tasks 0 to 1"),
+        (json.dumps({"cluster": WORKERS, "task": {"type": "worker", "index": "0"}}),
+         "has task index '0'; job 'worker' has tasks 0 to 1"),
+    ],
+)
+def test_a_tf_config_tensorflow_cannot_use_is_named_before_it_is_used(text, problem):
+    with pytest.raises(ValueError) as error:
+        check_tf_config(text)
+    assert str(error.value) == f"TF_CONFIG {problem}: {text!r}"
+
+
+def test_a_tf_config_of_workers_or_a_chief_and_workers_passes():
+    check_tf_config(json.dumps({"cluster": WORKERS, "task": {"type": "worker", "index": 1}}))
+    chief_and_worker = {"chief": ["a:1"], "worker": ["b:2"]}
+    check_tf_config(json.dumps({"cluster": chief_and_worker, "task": {"type": "chief", "index": 0}}))
 
 
 def test_a_single_process_is_the_chief():
