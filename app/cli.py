@@ -26,7 +26,7 @@ def add_model_arguments(parser: argparse.ArgumentParser):
     group.add_argument(
         "--variant",
         choices=sorted(TABLE3_VARIANTS),
-        help="a row of the paper's Table 3, applied on top of --size",
+        help="a row of the paper's Table 3, which varies the base model: with --size base only",
     )
     for field, (kind, text) in _OVERRIDES.items():
         group.add_argument("--" + field.replace("_", "-"), type=kind, help=text)
@@ -52,20 +52,47 @@ def add_model_arguments(parser: argparse.ArgumentParser):
 
 
 def model_config_from_args(args, vocab_size):
-    """The ModelConfig the flags describe: --size, then --variant, then single overrides."""
-    overrides = dict(TABLE3_VARIANTS[args.variant]) if args.variant else {}
-    for field in _OVERRIDES:
-        if getattr(args, field) is not None:
-            overrides[field] = getattr(args, field)
+    """The ModelConfig the flags describe: --size, then --variant, then single overrides.
+
+    Raises:
+        ValueError: a --variant on another size than base (its rows are the base model's
+            widths: C4's d_model 256 would double tiny), or a flag that contradicts the row.
+    """
+    overrides = {field: getattr(args, field) for field in _OVERRIDES if getattr(args, field) is not None}
     overrides.update(
-        positional=args.positional,
-        share_embeddings=args.share_embeddings,
-        norm_first=args.norm_first,
-        attention_bias=args.attention_bias,
-        max_length=args.max_positions,
-        vocab_size=vocab_size,
+        {
+            field: value
+            for field, value in dict(
+                positional=args.positional,
+                share_embeddings=args.share_embeddings,
+                norm_first=args.norm_first,
+                attention_bias=args.attention_bias,
+                max_length=args.max_positions,
+            ).items()
+            if value is not None
+        }
     )
-    return ModelConfig.from_size(args.size, **overrides)
+    if args.variant:
+        row = TABLE3_VARIANTS[args.variant]
+        if args.size != "base":
+            raise ValueError(
+                f"--variant {args.variant} is a row of the paper's Table 3, which varies the base model "
+                f"({' '.join(_flag(field, value) for field, value in row.items())} on base); give --size base, "
+                f"or set the knobs for {args.size} with their own flags"
+            )
+        for field, value in row.items():
+            if field in overrides and overrides[field] != value:
+                raise ValueError(
+                    f"{_flag(field, overrides[field])} contradicts --variant {args.variant} "
+                    f"({_flag(field, value)}); leave it out, or give the knobs without --variant"
+                )
+        overrides = {**row, **overrides}
+    return ModelConfig.from_size(args.size, vocab_size=vocab_size, **overrides)
+
+
+def _flag(field, value):
+    name = "max-positions" if field == "max_length" else field.replace("_", "-")
+    return f"--{name} {value}"
 
 
 def add_weights_arguments(parser: argparse.ArgumentParser, applies_to: str = ""):

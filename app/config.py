@@ -74,7 +74,9 @@ class ModelConfig:
             object.__setattr__(self, "key_dim", self.d_model // self.num_heads)
         if self.value_dim is None:
             object.__setattr__(self, "value_dim", self.key_dim)
-        check(self.key_dim > 0 and self.value_dim > 0, f"key_dim={self.key_dim}, value_dim={self.value_dim}")
+        for name in ("key_dim", "value_dim"):
+            value = getattr(self, name)
+            check(isinstance(value, int) and value > 0, f"{name} must be a positive int, got {value!r}")
         for name in ("dropout", "attention_dropout", "inner_dropout", "label_smoothing"):
             value = getattr(self, name)
             check(0.0 <= value < 1.0, f"{name} must be in [0, 1), got {value!r}")

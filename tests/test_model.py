@@ -158,6 +158,8 @@ def test_config_overrides_rederive_the_head_width():
         (dict(positional="rotary"), "positional='rotary'"),
         (dict(share_embeddings="some"), "share_embeddings='some'"),
         (dict(num_layers=0), "num_layers must be a positive int, got 0"),
+        (dict(value_dim=-1), "value_dim must be a positive int, got -1"),
+        (dict(key_dim=0), "key_dim must be a positive int, got 0"),
         (dict(heads=4), "unknown model configuration fields: \\['heads'\\]"),
     ],
 )

@@ -120,6 +120,33 @@ def test_the_default_length_comes_with_a_time_budget_and_a_length_asked_for_with
         budget("--time-budget", "-5")
 
 
+def test_a_table3_row_varies_the_base_model_and_no_flag_may_contradict_it():
+    import train
+    from app.cli import model_config_from_args
+
+    def config(*flags):
+        return model_config_from_args(train.parse_args(list(flags)), vocab_size=100)
+
+    assert config("--size", "base", "--variant", "E").positional == "learned"
+    c4 = config("--size", "base", "--variant", "C4")
+    assert (c4.d_model, c4.key_dim) == (256, 32)
+    # A flag that agrees with the row, or sets what the row leaves alone, is taken.
+    agreed = config("--size", "base", "--variant", "E", "--positional", "learned", "--dropout", "0.3")
+    assert (agreed.positional, agreed.dropout) == ("learned", 0.3)
+    with pytest.raises(ValueError) as error:
+        config("--variant", "C4")  # tiny, by default
+    assert str(error.value) == (
+        "--variant C4 is a row of the paper's Table 3, which varies the base model (--d-model 256 --key-dim 32 "
+        "on base); give --size base, or set the knobs for tiny with their own flags"
+    )
+    with pytest.raises(ValueError) as error:
+        config("--size", "base", "--variant", "E", "--positional", "sinusoidal")
+    assert str(error.value) == (
+        "--positional sinusoidal contradicts --variant E (--positional learned); "
+        "leave it out, or give the knobs without --variant"
+    )
+
+
 def test_norm_placement_can_be_set_either_way_whatever_the_size_default():
     import train
     from app.cli import model_config_from_args
