@@ -19,6 +19,7 @@ import sys
 import time
 
 from app.cli import DEFAULT_BEAM_SIZE, add_decoding_arguments, add_weights_arguments
+from app.flag_types import positive_int
 from app.quiet_tensorflow import import_tensorflow
 
 # What a JSON value is, by the Python type json.load gives it, for messages.
@@ -28,18 +29,6 @@ JSON_KINDS = {
 
 # Names a user may give a split, per the dataset's own names.
 SPLIT_ALIASES = {"val": "validation", "valid": "validation", "dev": "validation", "test_2016_flickr": "test"}
-
-
-def positive_int(text):
-    """argparse type of a count (of sentences): a whole number of at least 1. argparse names
-    the flag in its message, and the command stops before TensorFlow loads anything."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def parse_args(argv=None):
