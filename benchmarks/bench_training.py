@@ -37,6 +37,11 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from app.config import SIZES  # noqa: E402
+from app.flag_types import int_at_least, name_list, positive_int  # noqa: E402
+
 # Every setting but the "plain loss" ones projects onto the vocabulary inside the loss,
 # a slice of rows at a time (`app.output_loss`); XLA always takes the plain path.
 SETTINGS = {
@@ -81,7 +86,6 @@ SETTINGS = {
 
 def run_one(args):
     """Trains one setting and prints a JSON line (runs in its own process)."""
-    sys.path.insert(0, ROOT)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
     import keras
@@ -137,11 +141,18 @@ def run_one(args):
         # Steady state: one untimed pass over the whole first epoch traces (and, with XLA,
         # compiles) every bucket shape; then the same batches again, timed from the start.
         epoch = list(data.train_batches(epoch=0, seed=0))
+        if len(epoch) < args.steps:
+            raise SystemExit(f"an epoch has only {len(epoch)} batches, fewer than --steps {args.steps}")
         batches = epoch + epoch[: args.steps]
         warmup = len(epoch)
     else:
         batches = list(data.train_batches(epoch=0, seed=0).take(args.warmup + args.steps))
         warmup = args.warmup
+        if len(batches) < args.warmup + args.steps:
+            # One epoch is all there is: fewer timed steps than asked would be reported as if not.
+            raise SystemExit(
+                f"an epoch has only {len(batches)} batches, fewer than --warmup {args.warmup} + --steps {args.steps}"
+            )
     losses, tokens, started = [], 0.0, None
     for index, batch in enumerate(batches):
         if index == warmup:
@@ -153,41 +164,56 @@ def run_one(args):
     elapsed = time.perf_counter() - started
     print(json.dumps({"setting": args.setting, "tokens_per_second": tokens / elapsed, "losses": losses}))
 
-def main():
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size", default="tiny")
-    parser.add_argument("--steps", type=int, default=60, help="timed steps per setting")
-    parser.add_argument("--warmup", type=int, default=60, help="untimed steps first (tracing, XLA compiles)")
-    parser.add_argument("--batch-tokens", type=int, default=4096)
+    parser.add_argument("--size", default="tiny", choices=sorted(SIZES))
+    parser.add_argument("--steps", type=positive_int, default=60, help="timed steps per setting")
+    parser.add_argument(
+        "--warmup", type=int_at_least(0), default=60, help="untimed steps first (tracing, XLA compiles)"
+    )
+    parser.add_argument("--batch-tokens", type=positive_int, default=4096)
     parser.add_argument(
         "--warmup-epoch", action="store_true",
         help="warm up on the whole first epoch (every bucket shape), then time --steps of it again: XLA's steady state",
     )
-    parser.add_argument("--settings", default=",".join(SETTINGS))
-    parser.add_argument("--setting", help=argparse.SUPPRESS)
+    parser.add_argument("--settings", type=name_list(SETTINGS, "setting"), default=",".join(SETTINGS))
+    parser.add_argument("--setting", choices=SETTINGS, help=argparse.SUPPRESS)
     parser.add_argument("--vocab-dir", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    # Here, not in each setting's process: a batch too small for one row would fail them all.
+    from data.config import DataConfig
+    from data.errors import DataError
+
+    try:
+        DataConfig(batch_tokens=args.batch_tokens)
+    except DataError as error:
+        parser.error(f"--batch-tokens: {error}")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
     if args.setting:
         return run_one(args)
 
-    names = args.settings.split(",")
-    unknown = [name for name in names if name not in SETTINGS]
-    if unknown:
-        parser.error(f"unknown setting(s) {', '.join(map(repr, unknown))}; known: {', '.join(SETTINGS)}")
-    vocab_dir = tempfile.mkdtemp()
+    names = args.settings
     results = {}
-    for name in names:
-        command = [sys.executable, __file__, "--setting", name, "--vocab-dir", vocab_dir, "--size", args.size,
-                   "--steps", str(args.steps), "--warmup", str(args.warmup), "--batch-tokens", str(args.batch_tokens)]
-        if args.warmup_epoch:
-            command.append("--warmup-epoch")
-        output = subprocess.run(
-            command, capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-        )
-        if output.returncode != 0:
-            print(f"{name}: failed\n{output.stderr[-2000:]}")
-            continue
-        results[name] = json.loads(output.stdout.strip().splitlines()[-1])
+    # The settings share one vocabulary, trained by the first; removed with its directory at the end.
+    with tempfile.TemporaryDirectory(prefix="bench_training_") as vocab_dir:
+        for name in names:
+            command = [
+                sys.executable, __file__, "--setting", name, "--vocab-dir", vocab_dir, "--size", args.size,
+                "--steps", str(args.steps), "--warmup", str(args.warmup), "--batch-tokens", str(args.batch_tokens),
+            ]
+            if args.warmup_epoch:
+                command.append("--warmup-epoch")
+            output = subprocess.run(
+                command, capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+            )
+            if output.returncode != 0:
+                print(f"{name}: failed\n{output.stderr[-2000:]}")
+                continue
+            results[name] = json.loads(output.stdout.strip().splitlines()[-1])
 
     if not results:
         return 1
