@@ -8,7 +8,9 @@ For each mode it starts `python -m app.serve` on a free port of 127.0.0.1 (--ena
 true, then false), then, for each count in `--clients`, runs that many threads that each
 send `--requests` predict requests of 1 to 3 Multi30k validation sentences (mixed
 lengths) one after another. It prints requests/s, sentences/s, p50 and p95 latency, the errors, and, from the server's
-/monitoring/prometheus/metrics, how many model calls of each batch size it made.
+/monitoring/prometheus/metrics, how many model calls of each batch size it made. A server
+that exits, serves no version or fails the first request stops the run with the cause and
+the path of its log, which is then kept (a temporary file; a good run's logs are removed).
 
 `--tiny` trains a small model for four steps (the tests' recipe) and exports it: its
 translations are junk that runs to the maximum length, the slowest case per sentence.
@@ -33,6 +35,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from app.flag_types import int_list, name_list, positive_int  # noqa: E402
+from app.serving.models import list_versions  # noqa: E402
+
+# --modes: the local server with dynamic batching (--enable_batching true) and without.
+MODES = ("batching", "unbatched")
+
+
+class ServerFailed(Exception):
+    """The local server exited, did not answer, or serves nothing; the message names its log."""
+
 
 def export_tiny(directory):
     """Trains the tests' small model for four steps and exports it; returns the base path."""
@@ -50,7 +62,12 @@ def export_tiny(directory):
 
 
 def start_server(base, flags, log):
-    """A `python -m app.serve` process on a free port; `(process, url)` once it answers."""
+    """A `python -m app.serve` process on a free port; `(process, url)` once it answers.
+
+    `log` is the open file its stderr goes to. Raises ServerFailed when the server exits
+    or is silent for 300 s before it answers, or answers with no version loaded (the
+    first poll, which loads them, comes before it listens: each one failed to load).
+    """
     process = subprocess.Popen(
         [sys.executable, "-m", "app.serve", "--model_base_path", base, "--rest_api_port", "0", *flags],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
@@ -61,8 +78,23 @@ def start_server(base, flags, log):
         line = process.stdout.readline() if ready else ""
         if not line and (not ready or process.poll() is not None):
             process.kill()
-            raise RuntimeError("the server did not start; see its log")
+            process.wait()
+            raise ServerFailed(f"the server did not start{_cause(log)}; see its log, {log.name}")
+    if "(versions: none yet)" in line:
+        process.terminate()
+        process.wait()
+        raise ServerFailed(f"the server loaded no version of {base}{_cause(log)}; see its log, {log.name}")
     return process, re.search(r"(http://\S+?)/?$", line.strip()).group(1)
+
+
+def _cause(log):
+    """` (the log's likeliest cause)`: its last line that says a version failed to load,
+    else its last line (an error or a traceback's end); "" for an empty log."""
+    log.flush()
+    with open(log.name, encoding="utf-8", errors="replace") as f:
+        lines = [line.strip() for line in f if line.strip()]
+    causes = [line for line in lines if "failed to load" in line] or lines
+    return f" ({causes[-1]})" if causes else ""
 
 
 def post(url, body, timeout=300):
@@ -129,13 +161,13 @@ def report(name, latencies, sent, errors, wall, sizes):
         print(f"{'':<16} error: {error}")
 
 
-def main(argv=None):
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     where = parser.add_mutually_exclusive_group()
     where.add_argument(
         "--model_base_path",
         default=os.path.join("saved_models", "translator"),
-        help="an export to serve (default saved_models/translator)",
+        help="an export to serve: a directory of numbered versions (default saved_models/translator)",
     )
     where.add_argument(
         "--tiny", action="store_true", help="export the tests' tiny model to a temporary directory and serve that"
@@ -143,36 +175,53 @@ def main(argv=None):
     where.add_argument("--url", help="measure a server that is already running instead")
     parser.add_argument("--model", default="translator", help="model name (default translator)")
     parser.add_argument(
-        "--clients", default="1,16", help="concurrent clients, one measurement per count (default 1,16)"
+        "--clients",
+        type=int_list(),
+        default="1,16",
+        help="concurrent clients, comma-separated, one measurement per count (default 1,16)",
     )
-    parser.add_argument("--requests", type=int, default=50, help="requests per client (default 50)")
-    parser.add_argument("--modes", default="batching,unbatched", help="which local server modes to run (default both)")
+    parser.add_argument("--requests", type=positive_int, default=50, help="requests per client (default 50)")
+    parser.add_argument(
+        "--modes",
+        type=name_list(MODES, "mode"),
+        default=",".join(MODES),
+        help=f"which local server modes to run, comma-separated (default {','.join(MODES)})",
+    )
     parser.add_argument(
         "--server-flags",
         default="",
         help="extra flags for python -m app.serve, e.g. '--batching_parameters_file serving/batching_parameters.txt'",
     )
     args = parser.parse_args(argv)
-    try:
-        client_counts = [int(count) for count in args.clients.split(",")]
-    except ValueError:
-        parser.error(f"--clients takes comma-separated integers, got {args.clients!r}")
+    if not args.url and not args.tiny:
+        # The server runs in the repository root: a relative path is made absolute here, where the user meant it.
+        args.model_base_path = os.path.abspath(args.model_base_path)
+        # Before the server starts: without a version it would start, then answer every request 404.
+        if not list_versions(args.model_base_path):
+            parser.error(
+                f"--model_base_path {args.model_base_path} holds no version to serve "
+                "(a numbered directory such as 1/, as export.py writes)"
+            )
+    return args
 
+
+def main(argv=None):
+    args = parse_args(argv)
     with gzip.open(ROOT / "data" / "multi30k" / "val.en.gz", "rt", encoding="utf-8") as f:
         sentences = [line.strip() for line in f]
     lengths = sorted(len(s.split()) for s in sentences)
-    print(f"{args.clients} clients x {args.requests} requests of 1-3 Multi30k validation sentences "
-          f"({lengths[0]}-{lengths[-1]} words, median {lengths[len(lengths) // 2]})")
+    print(f"{','.join(map(str, args.clients))} clients x {args.requests} requests of 1-3 Multi30k validation "
+          f"sentences ({lengths[0]}-{lengths[-1]} words, median {lengths[len(lengths) // 2]})")
 
     if args.url:
-        for clients in client_counts:
+        for clients in args.clients:
             before = batch_sizes(args.url)
             result = load(args.url, args.model, sentences, clients, args.requests)
             report(f"server x{clients}", *result, new_calls(before, batch_sizes(args.url)))
         return 0
     with tempfile.TemporaryDirectory() as scratch:
         base = export_tiny(scratch) if args.tiny else args.model_base_path
-        for mode in args.modes.split(","):
+        for mode in args.modes:
             flags = [
                 "--model_name",
                 args.model,
@@ -180,18 +229,45 @@ def main(argv=None):
                 "true" if mode == "batching" else "false",
                 *args.server_flags.split(),
             ]
-            with open(os.path.join(scratch, f"serve-{mode}.log"), "w") as log:
-                process, url = start_server(base, flags, log)
-                try:
-                    post(f"{url}/v1/models/{args.model}:predict", {"instances": sentences[:1]})  # warm
-                    for clients in client_counts:
-                        before = batch_sizes(url)
-                        result = load(url, args.model, sentences, clients, args.requests)
-                        report(f"{mode} x{clients}", *result, new_calls(before, batch_sizes(url)))
-                finally:
-                    process.terminate()
-                    process.wait()
+            # Outside the scratch directory, which goes at the end: a failed server's log is kept
+            # for the message that points to it; a good one's is removed.
+            fd, log_path = tempfile.mkstemp(prefix=f"bench_serving-{mode}-", suffix=".log")
+            os.close(fd)
+            failed = False
+            try:
+                with open(log_path, "w") as log:
+                    measure_mode(mode, base, flags, log, args, sentences)
+            except ServerFailed as error:
+                failed = True
+                raise SystemExit(f"bench_serving.py: error: {mode}: {error}") from None
+            finally:
+                if not failed:
+                    os.remove(log_path)
     return 0
+
+
+def measure_mode(mode, base, flags, log, args, sentences):
+    """Starts the server with `flags` and runs the clients of each count against it."""
+    process, url = start_server(base, flags, log)
+    try:
+        try:
+            post(f"{url}/v1/models/{args.model}:predict", {"instances": sentences[:1]})  # warm
+        except urllib.error.HTTPError as error:
+            answer = error.read().decode("utf-8", "replace").strip()
+            raise ServerFailed(
+                f"the server answered the first request with HTTP {error.code} {answer}; see its log, {log.name}"
+            ) from None
+        except urllib.error.URLError as error:
+            raise ServerFailed(
+                f"the server did not answer the first request ({error.reason}); see its log, {log.name}"
+            ) from None
+        for clients in args.clients:
+            before = batch_sizes(url)
+            result = load(url, args.model, sentences, clients, args.requests)
+            report(f"{mode} x{clients}", *result, new_calls(before, batch_sizes(url)))
+    finally:
+        process.terminate()
+        process.wait()
 
 
 if __name__ == "__main__":
