@@ -1,5 +1,5 @@
-"""argparse types for count and list flags: whole numbers with a least value, and
-comma-separated lists of them or of known names.
+"""argparse types for count and list flags: whole (or finite) numbers with a least value,
+and comma-separated lists of whole numbers or of known names.
 
 A bad value fails in `parse_args`, so argparse names the flag in its message and the
 command exits (status 2) before it loads TensorFlow, prepares data or starts a process:
@@ -10,6 +10,7 @@ command exits (status 2) before it loads TensorFlow, prepares data or starts a p
 """
 
 import argparse
+import math
 
 
 def _whole_number(text):
@@ -36,6 +37,22 @@ def int_at_least(least):
 # A count (of steps, sentences, repeats): a whole number of at least 1.
 positive_int = int_at_least(1)
 positive_int.__name__ = "positive_int"
+
+
+def float_at_least(least):
+    """The type of a finite number of at least `least` (nan and inf are refused)."""
+
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not (math.isfinite(value) and value >= least):
+            raise argparse.ArgumentTypeError(f"must be a finite number of at least {least}, got {text}")
+        return value
+
+    parse.__name__ = f"float_at_least_{least}"
+    return parse
 
 
 def int_list(least=1):
