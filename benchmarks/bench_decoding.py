@@ -29,8 +29,9 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from app.beam_search import END_ID, PAD_ID, START_ID, beam_search  # noqa: E402
-from app.config import ModelConfig  # noqa: E402
+from app.config import SIZES, ModelConfig  # noqa: E402
 from app.decoding import translate_ids  # noqa: E402
+from app.flag_types import float_at_least, int_at_least, int_list, name_list, positive_int  # noqa: E402
 from app.model import Transformer, build_transformer  # noqa: E402
 from data.config import DEFAULT_VOCAB_SIZE  # noqa: E402
 
@@ -80,18 +81,32 @@ def time_decoder(decode, source_ids, repeats):
     return best, int(lengths.sum()), ids
 
 
-def main():
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="tiny", help="comma-separated model sizes (tiny, small, base, big)")
-    parser.add_argument("--batch-sizes", default="1,32")
-    parser.add_argument("--beam-size", type=int, default=4)
-    parser.add_argument("--alpha", type=float, default=0.6)
-    parser.add_argument("--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE)
-    parser.add_argument("--source-length", type=int, default=16)
-    parser.add_argument("--max-extra-length", type=int, default=8)
-    parser.add_argument("--repeats", type=int, default=3, help="timed calls per measurement; the best counts")
+    parser.add_argument(
+        "--sizes", type=name_list(SIZES, "size"), default="tiny",
+        help=f"comma-separated model sizes ({', '.join(SIZES)})",
+    )
+    parser.add_argument("--batch-sizes", type=int_list(), default="1,32", help="comma-separated sentences per batch")
+    parser.add_argument("--beam-size", type=positive_int, default=4)
+    parser.add_argument("--alpha", type=float_at_least(0), default=0.6)
+    # Random source ids are drawn above the reserved ones (padding, start, end, unknown).
+    parser.add_argument(
+        "--vocab-size", type=int_at_least(5), default=DEFAULT_VOCAB_SIZE, help="at least 5: ids 0-3 are reserved"
+    )
+    parser.add_argument(
+        "--source-length", type=positive_int, default=16, help="source ids per sentence, its end id included"
+    )
+    parser.add_argument("--max-extra-length", type=int_at_least(0), default=8)
+    parser.add_argument(
+        "--repeats", type=positive_int, default=3, help="timed calls per measurement; the best counts"
+    )
     parser.add_argument("--no-uncached", action="store_true", help="skip the decoder without cache")
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
 
     print(
         f"beam {args.beam_size}, alpha {args.alpha}, vocabulary {args.vocab_size}, source length "
@@ -101,7 +116,7 @@ def main():
     header = f"{'size':<6} {'batch':>5} {'decoder':<9} {'s/batch':>8} {'sent/s':>8} {'tokens/s':>9} {'speed-up':>8}"
     print(header)
     print("-" * len(header))
-    for size in args.sizes.split(","):
+    for size in args.sizes:
         keras.utils.set_random_seed(0)
         config = ModelConfig.from_size(size, vocab_size=args.vocab_size)
         model = build_transformer(config)
@@ -111,7 +126,7 @@ def main():
             decoders["uncached"] = uncached_decoder(
                 model, config.vocab_size, args.beam_size, args.alpha, args.max_extra_length
             )
-        for batch_size in (int(b) for b in args.batch_sizes.split(",")):
+        for batch_size in args.batch_sizes:
             rng = np.random.default_rng(batch_size)
             source_ids = rng.integers(4, config.vocab_size, size=[batch_size, args.source_length], dtype=np.int32)
             source_ids[:, -1] = END_ID

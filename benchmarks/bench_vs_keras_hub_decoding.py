@@ -51,8 +51,9 @@ import tensorflow as tf  # noqa: E402
 from keras import ops  # noqa: E402
 
 from app.beam_search import END_ID, PAD_ID, START_ID  # noqa: E402
-from app.config import ModelConfig  # noqa: E402
+from app.config import SIZES, ModelConfig  # noqa: E402
 from app.decoding import translate_ids  # noqa: E402
+from app.flag_types import float_at_least, int_list, name_list, positive_int  # noqa: E402
 from app.model import Transformer, build_transformer  # noqa: E402
 from benchmarks.keras_hub_peer import (  # noqa: E402
     MAX_SEQUENCE_LENGTH,
@@ -118,16 +119,28 @@ def project_tokens(ids):
     return int(np.where(ends.any(axis=1), ends.argmax(axis=1) + 1, best.shape[1]).sum())
 
 
-def main():
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="tiny", help="comma-separated model sizes")
-    parser.add_argument("--batch-sizes", default="1,32")
-    parser.add_argument("--beam-size", type=int, default=4)
-    parser.add_argument("--alpha", type=float, default=0.6, help="project side's length penalty")
-    parser.add_argument("--repeats", type=int, default=3, help="timed calls per figure; the best counts")
+    parser.add_argument(
+        "--sizes", type=name_list(SIZES, "size"), default="tiny",
+        help=f"comma-separated model sizes ({', '.join(SIZES)})",
+    )
+    parser.add_argument(
+        "--batch-sizes", type=int_list(), default="1,32",
+        help="comma-separated sentences per batch, the first of Multi30k validation",
+    )
+    parser.add_argument("--beam-size", type=positive_int, default=4)
+    parser.add_argument("--alpha", type=float_at_least(0), default=0.6, help="project side's length penalty")
+    parser.add_argument(
+        "--repeats", type=positive_int, default=3, help="timed calls per figure; the best counts"
+    )
     parser.add_argument("--no-eager", action="store_true", help="skip keras-hub called eagerly")
     parser.add_argument("--vocab-dir", help="directory with subwords.model (default: train one, as train.py does)")
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
 
     for line in machine_header():
         print(line)
@@ -138,6 +151,12 @@ def main():
     )
     data = prepare_data(DataConfig(batch_tokens=4096), args.vocab_dir or tempfile.mkdtemp(prefix="bench_vs_keras_hub_"))
     sources = [row for row in data.tokens["validation"].source.to_list() if len(row) <= MAX_SEQUENCE_LENGTH]
+    # Known only now, with the vocabulary: a larger batch would be labelled with sentences it lacks.
+    if max(args.batch_sizes) > len(sources):
+        raise SystemExit(
+            f"--batch-sizes {max(args.batch_sizes)}: only {len(sources)} validation sentences have at most "
+            f"{MAX_SEQUENCE_LENGTH} source ids"
+        )
 
     header = (
         f"{'size':<6}{'batch':>6}  {'decoder':<30}{'s/batch':>9}{'sent/s':>9}{'tokens':>8}{'tokens/s':>10}"
@@ -145,7 +164,7 @@ def main():
     )
     print(header)
     print("-" * len(header))
-    for size in args.sizes.split(","):
+    for size in args.sizes:
         config = ModelConfig.from_size(size, vocab_size=data.tokenizer.vocab_size)
         keras.utils.set_random_seed(0)
         model = build_transformer(config)
@@ -160,7 +179,7 @@ def main():
         if not args.no_eager:
             decoders["keras-hub (eager, example)"] = keras_hub_decoder(peer, args.beam_size, compiled=False)
 
-        for batch_size in (int(b) for b in args.batch_sizes.split(",")):
+        for batch_size in args.batch_sizes:
             rows = sources[:batch_size]
             padded = tf.ragged.constant(rows, dtype=tf.int32).to_tensor()  # [B, S], the project's input
             extra = tf.constant([OUTPUT_TOKENS - len(row) for row in rows], tf.int32)  # [B]

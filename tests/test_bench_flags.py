@@ -1,0 +1,53 @@
+"""The benchmarks' count, size and list flags fail when parsed: a usage error (status 2) that
+names the flag and the bad value, before a model is built or data prepared."""
+
+import importlib
+
+import pytest
+
+SIZES = "known: tiny, small, base, big"
+
+CASES = {
+    "bench_decoding": [
+        (["--repeats", "0"], "argument --repeats: must be at least 1, got 0"),
+        (["--source-length", "0"], "argument --source-length: must be at least 1, got 0"),
+        (["--batch-sizes", "1,0"], "argument --batch-sizes: each must be at least 1, got 0"),
+        (["--batch-sizes", "1,"], "argument --batch-sizes: expected comma-separated whole numbers, got '1,'"),
+        (["--sizes", "tiny,tny"], f"argument --sizes: unknown size(s) 'tny'; {SIZES}"),
+        (["--beam-size", "0"], "argument --beam-size: must be at least 1, got 0"),
+        (["--alpha", "-1"], "argument --alpha: must be a finite number of at least 0, got -1"),
+        (["--vocab-size", "4"], "argument --vocab-size: must be at least 5, got 4"),
+        (["--max-extra-length", "-1"], "argument --max-extra-length: must be at least 0, got -1"),
+    ],
+    "bench_vs_keras_hub_decoding": [
+        (["--sizes", "tny"], f"argument --sizes: unknown size(s) 'tny'; {SIZES}"),
+        (["--batch-sizes", "0"], "argument --batch-sizes: each must be at least 1, got 0"),
+        (["--repeats", "0"], "argument --repeats: must be at least 1, got 0"),
+        (["--beam-size", "0"], "argument --beam-size: must be at least 1, got 0"),
+        (["--alpha", "inf"], "argument --alpha: must be a finite number of at least 0, got inf"),
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    "script, flags, message",
+    [(script, flags, message) for script, cases in CASES.items() for flags, message in cases],
+)
+def test_a_bad_flag_is_a_usage_error_naming_it(script, flags, message, capsys):
+    module = importlib.import_module(f"benchmarks.{script}")
+    with pytest.raises(SystemExit) as exit:
+        module.parse_args(flags)
+    assert exit.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(f": error: {message}")
+
+
+@pytest.mark.parametrize("script", list(CASES))
+def test_the_defaults_parse(script):
+    importlib.import_module(f"benchmarks.{script}").parse_args([])
+
+
+def test_lists_are_parsed_into_their_items():
+    from benchmarks import bench_decoding
+
+    args = bench_decoding.parse_args(["--sizes", "tiny,base", "--batch-sizes", "1,8,32"])
+    assert (args.sizes, args.batch_sizes) == (["tiny", "base"], [1, 8, 32])
