@@ -45,6 +45,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from app.config import ModelConfig  # noqa: E402
+from app.flag_types import int_at_least, name_list, positive_int  # noqa: E402
 from app.model import build_transformer  # noqa: E402
 from app.train_command import SIZE_DEFAULTS  # noqa: E402
 from app.training import TrainConfig, make_optimizer, make_train_step  # noqa: E402
@@ -61,6 +62,7 @@ from benchmarks.keras_hub_peer import (  # noqa: E402
 )
 from data.config import DataConfig  # noqa: E402
 from data.dataset import prepare_data  # noqa: E402
+from data.errors import DataError  # noqa: E402
 
 # fit's default shuffle=True does not apply to a tf.data input, and says so every call.
 warnings.filterwarnings("ignore", message="`shuffle=True` was passed")
@@ -190,22 +192,37 @@ def measure(size, args, peaks, vocab_dir):
     return rows
 
 
-def main():
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="tiny,small", help="comma-separated model sizes")
-    parser.add_argument("--steps", type=int, default=40, help="timed steps per side")
     parser.add_argument(
-        "--warmup-steps", type=int, default=10,
+        "--sizes", type=name_list(SIZE_DEFAULTS, "size"), default="tiny,small",
+        help=f"comma-separated model sizes ({', '.join(SIZE_DEFAULTS)})",
+    )
+    parser.add_argument("--steps", type=positive_int, default=40, help="timed steps per side")
+    parser.add_argument(
+        "--warmup-steps", type=int_at_least(2), default=10,
         help="untimed steps per side first; at least 2: the project's step traces once more at its second batch shape",
     )
-    parser.add_argument("--rounds", type=int, default=2, help="alternating timed chunks per side")
+    parser.add_argument("--rounds", type=positive_int, default=2, help="alternating timed chunks per side")
     parser.add_argument("--precision", default="float32", choices=["float32", "mixed_bfloat16"], help="project side")
     parser.add_argument("--jit", action="store_true", help="project side: XLA")
-    parser.add_argument("--batch-tokens", type=int, help="project side (default: train.py's for the size)")
+    parser.add_argument(
+        "--batch-tokens", type=positive_int, help="project side (default: train.py's for the size)"
+    )
     parser.add_argument("--vocab-dir", help="directory with subwords.model (default: train one, as train.py does)")
-    args = parser.parse_args()
-    if args.steps < args.rounds or args.warmup_steps < 2:
-        parser.error("need --steps >= --rounds and --warmup-steps >= 2")
+    args = parser.parse_args(argv)
+    if args.steps < args.rounds:
+        parser.error(f"--steps {args.steps} is fewer than --rounds {args.rounds}: each round times at least one step")
+    if args.batch_tokens is not None:
+        try:
+            DataConfig(batch_tokens=args.batch_tokens)
+        except DataError as error:
+            parser.error(f"--batch-tokens: {error}")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
 
     for line in machine_header():
         print(line, flush=True)
@@ -222,7 +239,7 @@ def main():
         f"{'target tok/s':>14}{'ratio':>7}{'GFLOP/s':>9}{'MFU':>7}"
     )
     rows = []
-    for size in args.sizes.split(","):
+    for size in args.sizes:
         size_rows = measure(size, args, peaks, vocab_dir)
         rows += size_rows
         if len(rows) == len(size_rows):

@@ -26,6 +26,20 @@ CASES = {
         (["--beam-size", "0"], "argument --beam-size: must be at least 1, got 0"),
         (["--alpha", "inf"], "argument --alpha: must be a finite number of at least 0, got inf"),
     ],
+    "bench_vs_keras_hub_training": [
+        (["--sizes", "tny"], f"argument --sizes: unknown size(s) 'tny'; {SIZES}"),
+        (["--steps", "0"], "argument --steps: must be at least 1, got 0"),
+        (["--warmup-steps", "1"], "argument --warmup-steps: must be at least 2, got 1"),
+        (["--rounds", "0"], "argument --rounds: must be at least 1, got 0"),
+        (["--steps", "3", "--rounds", "4"], "--steps 3 is fewer than --rounds 4: each round times at least one step"),
+        (["--batch-tokens", "0"], "argument --batch-tokens: must be at least 1, got 0"),
+        (["--batch-tokens", "100"], "--batch-tokens: batch_tokens 100 cannot hold one row of max_length 256"),
+    ],
+    "bench_data_pipeline": [
+        (["--batch-tokens", "0"], "argument --batch-tokens: must be at least 1, got 0"),
+        (["--batch-tokens", "200"], "--batch-tokens: batch_tokens 200 cannot hold one row of max_length 256"),
+        (["--epochs", "-1"], "argument --epochs: must be at least 0, got -1"),
+    ],
 }
 
 
