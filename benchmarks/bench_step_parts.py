@@ -41,6 +41,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from app.flag_types import int_at_least, positive_int  # noqa: E402
 from app.losses import smoothed_cross_entropy  # noqa: E402
 from app.output_loss import projected_loss_sum  # noqa: E402
 from layers.dense import Dense  # noqa: E402
@@ -199,15 +200,28 @@ def time_pair(steps, iterations, repeats):
     return {name: statistics.median(values) for name, values in timings.items()}
 
 
-def main():
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tokens", type=int, default=4096, help="target tokens in the batch (a multiple of 32)")
-    parser.add_argument("--vocab", type=int, default=8000)
-    parser.add_argument("--d-model", type=int, default=128)
-    parser.add_argument("--d-ff", type=int, default=256, help="the feed-forward width (tiny's by default)")
-    parser.add_argument("--iterations", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args()
+    parser.add_argument(
+        "--tokens", type=positive_int, default=4096, help="target tokens in the batch (a multiple of 32)"
+    )
+    # Label smoothing spreads over the vocabulary's other tokens: there must be one.
+    parser.add_argument("--vocab", type=int_at_least(2), default=8000)
+    parser.add_argument("--d-model", type=positive_int, default=128)
+    parser.add_argument(
+        "--d-ff", type=positive_int, default=256, help="the feed-forward width (tiny's by default)"
+    )
+    parser.add_argument("--iterations", type=positive_int, default=10)
+    parser.add_argument("--repeats", type=positive_int, default=5)
+    args = parser.parse_args(argv)
+    # Most pairs take the tokens as rows of 32; the rest would be dropped there and not elsewhere.
+    if args.tokens % 32:
+        parser.error(f"--tokens must be a multiple of 32 (rows of 32 tokens), got {args.tokens}")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
     rng = np.random.default_rng(0)
     print(f"{args.tokens} tokens, vocabulary {args.vocab}, d_model {args.d_model}, d_ff {args.d_ff}; "
           f"median of {args.repeats} x {args.iterations} calls")

@@ -35,6 +35,15 @@ CASES = {
         (["--batch-tokens", "0"], "argument --batch-tokens: must be at least 1, got 0"),
         (["--batch-tokens", "100"], "--batch-tokens: batch_tokens 100 cannot hold one row of max_length 256"),
     ],
+    "bench_step_parts": [
+        (["--tokens", "0"], "argument --tokens: must be at least 1, got 0"),
+        (["--tokens", "33"], "--tokens must be a multiple of 32 (rows of 32 tokens), got 33"),
+        (["--vocab", "1"], "argument --vocab: must be at least 2, got 1"),
+        (["--d-model", "0"], "argument --d-model: must be at least 1, got 0"),
+        (["--d-ff", "0"], "argument --d-ff: must be at least 1, got 0"),
+        (["--iterations", "0"], "argument --iterations: must be at least 1, got 0"),
+        (["--repeats", "0"], "argument --repeats: must be at least 1, got 0"),
+    ],
     "bench_data_pipeline": [
         (["--batch-tokens", "0"], "argument --batch-tokens: must be at least 1, got 0"),
         (["--batch-tokens", "200"], "--batch-tokens: batch_tokens 200 cannot hold one row of max_length 256"),
