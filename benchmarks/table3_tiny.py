@@ -34,6 +34,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+from app.flag_types import int_at_least, positive_int  # noqa: E402
+
 # Tiny is h = 4 heads of d_k = d_v = 32 over d_model = 128 (see app/config.py). Rows
 # change what the paper's rows change, scaled to that width.
 ROWS = {
@@ -76,9 +78,9 @@ def parse_args(argv=None):
     parser.add_argument(
         "--rows", default=",".join(ROWS), help=f"comma-separated rows (default: all of {', '.join(ROWS)})"
     )
-    parser.add_argument("--steps", type=int, default=1000, help="training steps per row")
+    parser.add_argument("--steps", type=positive_int, default=1000, help="training steps per row")
     parser.add_argument(
-        "--warmup-steps", type=int, default=ROW_WARMUP_STEPS,
+        "--warmup-steps", type=int_at_least(0), default=ROW_WARMUP_STEPS,
         help=f"warmup of every row (default: {ROW_WARMUP_STEPS}, as the README's rows)",
     )
     parser.add_argument(
@@ -102,6 +104,14 @@ def parse_args(argv=None):
         parser.error(f"--seeds must be comma-separated integers, got {args.seeds!r}")
     if not args.seeds or len(set(args.seeds)) != len(args.seeds):
         parser.error(f"--seeds must name at least one seed, each once; got {args.seeds}")
+    # Here, not in the first row's train.py, whose error would be in its log behind a traceback.
+    from data.config import DataConfig
+    from data.errors import DataError
+
+    try:
+        DataConfig(vocab_size=args.vocab_size)
+    except DataError as error:
+        parser.error(f"--vocab-size: {error}")
     if args.extra and args.extra[0] == "--":
         args.extra = args.extra[1:]
     return args

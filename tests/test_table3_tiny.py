@@ -59,6 +59,9 @@ def test_other_seeds_train_the_same_command_in_their_own_directory(tmp_path):
         (["--seeds", "1,two"], "--seeds must be comma-separated integers, got '1,two'"),
         (["--seeds", "2,2"], "each once; got [2, 2]"),
         (["--seeds", ","], "at least one seed"),
+        (["--steps", "0"], "argument --steps: must be at least 1, got 0"),
+        (["--warmup-steps", "-1"], "argument --warmup-steps: must be at least 0, got -1"),
+        (["--vocab-size", "100"], "--vocab-size: vocab_size must be at least 300, got 100"),
     ],
 )
 def test_unknown_rows_and_bad_seeds_are_refused_by_name(flags, message, capsys):
