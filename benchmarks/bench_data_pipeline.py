@@ -11,7 +11,9 @@ prefetch buffer; later epochs are the steady state. Training on a CPU consumes r
 """  # noqa: E501
 
 import argparse
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -43,7 +45,11 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
 
-    model_dir = args.model_dir or tempfile.mkdtemp(prefix="bench_data_")
+    model_dir = args.model_dir
+    if model_dir is None:
+        # A vocabulary for this run only: removed when it ends.
+        model_dir = tempfile.mkdtemp(prefix="bench_data_")
+        atexit.register(shutil.rmtree, model_dir, ignore_errors=True)
     trains_vocabulary = not os.path.exists(os.path.join(model_dir, MODEL_FILENAME))
     start = time.perf_counter()
     data = prepare_data(DataConfig(batch_tokens=args.batch_tokens), model_dir)

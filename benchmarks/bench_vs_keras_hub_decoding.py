@@ -35,7 +35,9 @@ call (tracing).
 """
 
 import argparse
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -149,7 +151,12 @@ def main(argv=None):
         f"of Multi30k validation with at most {MAX_SEQUENCE_LENGTH} source ids, untrained weights",
         flush=True,
     )
-    data = prepare_data(DataConfig(batch_tokens=4096), args.vocab_dir or tempfile.mkdtemp(prefix="bench_vs_keras_hub_"))
+    vocab_dir = args.vocab_dir
+    if vocab_dir is None:
+        # A vocabulary for this run only: removed when it ends.
+        vocab_dir = tempfile.mkdtemp(prefix="bench_vs_keras_hub_")
+        atexit.register(shutil.rmtree, vocab_dir, ignore_errors=True)
+    data = prepare_data(DataConfig(batch_tokens=4096), vocab_dir)
     sources = [row for row in data.tokens["validation"].source.to_list() if len(row) <= MAX_SEQUENCE_LENGTH]
     # Known only now, with the vocabulary: a larger batch would be labelled with sentences it lacks.
     if max(args.batch_sizes) > len(sources):

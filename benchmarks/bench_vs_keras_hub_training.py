@@ -30,7 +30,9 @@ bfloat16 when the project trains in it).
 """
 
 import argparse
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -233,7 +235,11 @@ def main(argv=None):
     print(f"{args.steps} timed steps per side in {args.rounds} alternating chunks, after {args.warmup_steps} untimed")
     print("MFU: 3 x forward FLOPs of the non-padding tokens / s / peak (see keras_hub_peer.forward_flops)", flush=True)
 
-    vocab_dir = args.vocab_dir or tempfile.mkdtemp(prefix="bench_vs_keras_hub_")
+    vocab_dir = args.vocab_dir
+    if vocab_dir is None:
+        # A vocabulary for this run only, shared by its sizes: removed when it ends.
+        vocab_dir = tempfile.mkdtemp(prefix="bench_vs_keras_hub_")
+        atexit.register(shutil.rmtree, vocab_dir, ignore_errors=True)
     header = (
         f"{'size':<6}{'side':<11}{'batches':<28}{'setting':<22}{'rows':>6}{'useful':>8}{'params':>11}"
         f"{'target tok/s':>14}{'ratio':>7}{'GFLOP/s':>9}{'MFU':>7}"
