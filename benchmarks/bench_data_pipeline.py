@@ -21,25 +21,21 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 
-from app.flag_types import int_at_least, positive_int  # noqa: E402
-from data import DataConfig, DataError, format_summary, prepare_data, summarize  # noqa: E402
+from app.flag_types import int_at_least  # noqa: E402
+from data import DataConfig, format_summary, prepare_data, summarize  # noqa: E402
+from data.cli import batch_tokens as batch_tokens_flag  # noqa: E402
 from data.pipeline import tokenize_pairs  # noqa: E402
 from data.tokenizer import MODEL_FILENAME  # noqa: E402
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batch-tokens", type=positive_int, default=4096)
+    parser.add_argument("--batch-tokens", type=batch_tokens_flag, default=4096)
     parser.add_argument(
         "--epochs", type=int_at_least(0), default=3, help="epochs timed after the preparation (0: none)"
     )
     parser.add_argument("--model-dir", default=None, help="vocabulary directory (default: a fresh temporary one)")
-    args = parser.parse_args(argv)
-    try:
-        DataConfig(batch_tokens=args.batch_tokens)
-    except DataError as error:
-        parser.error(f"--batch-tokens: {error}")
-    return args
+    return parser.parse_args(argv)
 
 
 def main(argv=None):

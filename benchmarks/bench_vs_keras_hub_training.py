@@ -62,9 +62,9 @@ from benchmarks.keras_hub_peer import (  # noqa: E402
     training_flops,
     useful_fraction,
 )
+from data.cli import batch_tokens as batch_tokens_flag  # noqa: E402
 from data.config import DataConfig  # noqa: E402
 from data.dataset import prepare_data  # noqa: E402
-from data.errors import DataError  # noqa: E402
 
 # fit's default shuffle=True does not apply to a tf.data input, and says so every call.
 warnings.filterwarnings("ignore", message="`shuffle=True` was passed")
@@ -209,17 +209,12 @@ def parse_args(argv=None):
     parser.add_argument("--precision", default="float32", choices=["float32", "mixed_bfloat16"], help="project side")
     parser.add_argument("--jit", action="store_true", help="project side: XLA")
     parser.add_argument(
-        "--batch-tokens", type=positive_int, help="project side (default: train.py's for the size)"
+        "--batch-tokens", type=batch_tokens_flag, help="project side (default: train.py's for the size)"
     )
     parser.add_argument("--vocab-dir", help="directory with subwords.model (default: train one, as train.py does)")
     args = parser.parse_args(argv)
     if args.steps < args.rounds:
         parser.error(f"--steps {args.steps} is fewer than --rounds {args.rounds}: each round times at least one step")
-    if args.batch_tokens is not None:
-        try:
-            DataConfig(batch_tokens=args.batch_tokens)
-        except DataError as error:
-            parser.error(f"--batch-tokens: {error}")
     return args
 
 

@@ -11,6 +11,24 @@ import argparse
 from data.config import DEFAULT_MAX_LENGTH, DEFAULT_VOCAB_SIZE, SUBWORD_MODELS, DataConfig
 
 
+def batch_tokens(text):
+    """argparse type of a --batch-tokens value: a whole number DataConfig accepts (one that
+    holds at least one row of the longest sequences), checked when the flags are parsed."""
+    from data.errors import DataError
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    try:
+        DataConfig(batch_tokens=value)
+    except DataError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return value
+
+
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds --dataset, --source-lang, --target-lang, --vocab-size, --subword-model,
     --batch-tokens, --max-length, --bpe-dropout and --lowercase."""

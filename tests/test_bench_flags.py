@@ -33,7 +33,7 @@ CASES = {
         (["--rounds", "0"], "argument --rounds: must be at least 1, got 0"),
         (["--steps", "3", "--rounds", "4"], "--steps 3 is fewer than --rounds 4: each round times at least one step"),
         (["--batch-tokens", "0"], "argument --batch-tokens: must be at least 1, got 0"),
-        (["--batch-tokens", "100"], "--batch-tokens: batch_tokens 100 cannot hold one row of max_length 256"),
+        (["--batch-tokens", "100"], "argument --batch-tokens: batch_tokens 100 cannot hold one row of max_length 256"),
     ],
     "bench_step_parts": [
         (["--tokens", "0"], "argument --tokens: must be at least 1, got 0"),
@@ -46,7 +46,7 @@ CASES = {
     ],
     "bench_data_pipeline": [
         (["--batch-tokens", "0"], "argument --batch-tokens: must be at least 1, got 0"),
-        (["--batch-tokens", "200"], "--batch-tokens: batch_tokens 200 cannot hold one row of max_length 256"),
+        (["--batch-tokens", "200"], "argument --batch-tokens: batch_tokens 200 cannot hold one row of max_length 256"),
         (["--epochs", "-1"], "argument --epochs: must be at least 0, got -1"),
     ],
 }

@@ -20,7 +20,7 @@ SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
         (["--steps", "0"], "argument --steps: must be at least 1, got 0"),
         (["--warmup", "-1"], "argument --warmup: must be at least 0, got -1"),
         (["--batch-tokens", "0"], "argument --batch-tokens: must be at least 1, got 0"),
-        (["--batch-tokens", "100"], "--batch-tokens: batch_tokens 100 cannot hold one row of max_length 256"),
+        (["--batch-tokens", "100"], "argument --batch-tokens: batch_tokens 100 cannot hold one row of max_length 256"),
         (["--settings", "float32,bogus"], "argument --settings: unknown setting(s) 'bogus'; known: "
          + ", ".join(bench_training.SETTINGS)),
     ],
