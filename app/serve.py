@@ -107,7 +107,9 @@ class Server:
             self._poller.cancel()
             await asyncio.gather(self._poller, return_exceptions=True)
         await self.batcher.stop()
-        self._loading.shutdown(wait=True)
+        # A version still loading is not waited for: it would be thrown away. (Its thread
+        # cannot be stopped; main() exits without joining it.)
+        self._loading.shutdown(wait=False, cancel_futures=True)
 
     async def _poll_forever(self):
         while True:
@@ -280,6 +282,13 @@ def parse_args(argv=None):
         "--max_num_load_retries", type=int, default=5, help="retries of a version that fails to load (default 5)"
     )
     parser.add_argument(
+        "--load_retry_interval_micros",
+        type=int,
+        default=60_000_000,
+        help="least time between two tries of a version that failed to load (default 60000000: one minute, "
+        "as TF Serving)",
+    )
+    parser.add_argument(
         "--enable_batching",
         type=_bool,
         nargs="?",
@@ -313,7 +322,11 @@ def parse_args(argv=None):
     if not args.file_system_poll_wait_seconds >= 0:
         wait = args.file_system_poll_wait_seconds
         parser.error(f"--file_system_poll_wait_seconds must be >= 0 (0: look once, at start), got {wait}")
-    for flag, least in (("num_versions", 1), ("max_num_load_retries", 0), ("max_instances", 1), ("max_text_length", 1)):
+    least_values = (
+        ("num_versions", 1), ("max_num_load_retries", 0), ("load_retry_interval_micros", 0), ("max_instances", 1),
+        ("max_text_length", 1),
+    )
+    for flag, least in least_values:
         if getattr(args, flag) < least:
             parser.error(f"--{flag} must be at least {least}, got {getattr(args, flag)}")
     args.batching_parameters = BatchingParameters()
@@ -328,7 +341,12 @@ def parse_args(argv=None):
 async def serve(args):
     parameters = args.batching_parameters
     manager = ModelManager(
-        args.model_name, args.model_base_path, args.num_versions, args.max_num_load_retries, LoadedVersion
+        args.model_name,
+        args.model_base_path,
+        args.num_versions,
+        args.max_num_load_retries,
+        LoadedVersion,
+        load_retry_interval_seconds=args.load_retry_interval_micros / 1e6,
     )
     server = Server(
         manager,
@@ -336,8 +354,26 @@ async def serve(args):
         Limits(args.max_instances, args.max_text_length),
         args.file_system_poll_wait_seconds,
     )
+    # The signals first: the first poll, inside runner.setup(), may load for a while.
+    # A first SIGINT or SIGTERM stops the server once the requests in flight are answered;
+    # a second exits at once.
+    stop = asyncio.Event()
+
+    def on_signal():
+        if stop.is_set():
+            log.warning("second signal: exiting now")
+            os._exit(1)
+        stop.set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        asyncio.get_running_loop().add_signal_handler(signum, on_signal)
     runner = web.AppRunner(server.app(), access_log=None)
-    await runner.setup()
+    setup = asyncio.create_task(runner.setup())
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({setup, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if not setup.done():  # stopped while the first versions loaded: nothing was served yet
+        return
+    setup.result()  # its error, if it failed
     site = web.TCPSite(runner, args.host, args.rest_api_port)
     await site.start()
     host, port = runner.addresses[0][:2]
@@ -346,10 +382,7 @@ async def serve(args):
         f"Serving model {manager.name} (versions: {versions}) from {manager.base_path} at http://{host}:{port}/",
         flush=True,
     )
-    stop = asyncio.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        asyncio.get_running_loop().add_signal_handler(signum, stop.set)
-    await stop.wait()
+    await stopping
     await runner.cleanup()
 
 
@@ -358,7 +391,11 @@ def main(argv=None):
     import_tensorflow()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     asyncio.run(serve(args))
-    return 0
+    # os._exit, not a return: Python would join the loading thread at exit, which a
+    # version still loading would hold up for as long as its load takes.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from app.serving.models import ModelManager, list_versions
+from app.serving.models import ModelManager, list_versions, version_directories
 from app.serving.rest_api import ServingError
 
 
@@ -41,10 +41,19 @@ def states(manager):
 
 
 def test_only_integer_directories_are_versions(tmp_path):
-    make(tmp_path, 1, 12, ".tmp-13-4242", "notes", "3a")
+    make(tmp_path, 1, 12, ".tmp-13-4242", "notes", "3a", "\u0663", 2**63)  # an Arabic-Indic 3; past int64
     (tmp_path / "7").write_text("a file, not a directory")
     assert list_versions(str(tmp_path)) == [1, 12]
     assert list_versions(str(tmp_path / "missing")) == []
+    assert list_versions(str(tmp_path / "7")) == []  # a file as the base path
+
+
+def test_a_version_is_loaded_from_its_directory_as_named(tmp_path):
+    make(tmp_path, "007", "2", "002")
+    assert version_directories(str(tmp_path)) == {2: "2", 7: "007"}
+    manager = ModelManager("translator", str(tmp_path), loader=FakeVersion)
+    poll(manager)
+    assert manager.get().version == 7 and manager.get().path == os.path.join(str(tmp_path), "007")
 
 
 def test_the_newest_version_is_served_and_replaces_the_old_one(tmp_path):
@@ -79,7 +88,9 @@ def test_num_versions_keeps_older_versions_addressable(tmp_path):
 
 
 def test_a_broken_version_is_reported_and_the_last_good_one_stays_served(tmp_path):
-    manager = ModelManager("translator", str(tmp_path), max_num_load_retries=2, loader=FakeVersion)
+    manager = ModelManager(
+        "translator", str(tmp_path), max_num_load_retries=2, loader=FakeVersion, load_retry_interval_seconds=0
+    )
     make(tmp_path, 1)
     poll(manager)
     make(tmp_path, "2/broken")
@@ -90,6 +101,60 @@ def test_a_broken_version_is_reported_and_the_last_good_one_stays_served(tmp_pat
     assert status["state"] == "END" and status["status"]["error_code"] == "UNKNOWN"
     assert "is broken" in status["status"]["error_message"]
     assert manager.status[2].failed_loads == 3  # the first try and two retries, then no more
+
+
+def test_a_failed_version_is_retried_a_retry_interval_later_and_forgotten_once_gone(tmp_path):
+    clock = [100.0]
+    manager = ModelManager(
+        "translator", str(tmp_path), max_num_load_retries=1, loader=FakeVersion,
+        load_retry_interval_seconds=60, clock=lambda: clock[0],
+    )
+    make(tmp_path, "2/broken")  # a version still being copied, say
+    poll(manager)
+    clock[0] += 59
+    poll(manager)
+    assert manager.status[2].failed_loads == 1  # not tried again within the minute
+    os.rmdir(tmp_path / "2" / "broken")  # the copy completes
+    clock[0] += 1
+    poll(manager)
+    assert manager.get().version == 2
+    make(tmp_path, "3/broken")
+    for _ in range(3):
+        poll(manager)
+        clock[0] += 60
+    assert manager.status[3].failed_loads == 2  # the first try and one retry, then no more
+    os.rmdir(tmp_path / "3" / "broken")
+    poll(manager)
+    assert manager.get().version == 2  # retries are spent
+    os.rmdir(tmp_path / "3")
+    poll(manager)  # gone: its failures are forgotten
+    make(tmp_path, 3)
+    poll(manager)
+    assert manager.get().version == 3
+
+
+def test_a_missing_base_path_is_logged_once_and_what_is_loaded_stays_served(tmp_path, caplog):
+    base = tmp_path / "translator"
+    make(base, 1)
+    manager = ModelManager("translator", str(base), loader=FakeVersion)
+    poll(manager)
+    (tmp_path / "moved").mkdir()
+    os.rename(base / "1", tmp_path / "moved" / "1")
+    os.rmdir(base)
+    with caplog.at_level("INFO", logger="app.serve"):
+        poll(manager)
+        poll(manager)
+        base.write_text("a file now")
+        poll(manager)
+        base.unlink()
+        os.rename(tmp_path / "moved", base)
+        poll(manager)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"the base path {base} of model translator does not exist; serving what is loaded",
+        f"the base path {base} of model translator is not a directory; serving what is loaded",
+        f"the base path {base} of model translator is back",
+    ]
+    assert manager.get().version == 1
 
 
 def test_a_deleted_newest_version_gives_way_to_the_one_before(tmp_path):

@@ -112,3 +112,22 @@ def test_a_poll_wait_of_zero_serves_the_versions_there_at_start_and_no_later_one
         assert [v["version"] for v in version_status(server)] == ["1"]
     finally:
         server.stop()
+
+
+def test_a_sigterm_while_the_first_version_loads_stops_the_server_cleanly(exported, tmp_path_factory, tmp_path):
+    import signal
+
+    base = serving_base(tmp_path_factory, exported)
+    log_path = tmp_path / "serve.log"
+    server = Server(base, log_path=log_path, wait=False)
+    try:
+        deadline = time.monotonic() + 120
+        while "model translator version 1 is loading" not in log_path.read_text():
+            assert time.monotonic() < deadline and server.process.poll() is None, log_path.read_text()[-2000:]
+            time.sleep(0.05)
+        server.process.send_signal(signal.SIGTERM)
+        # Handled, not TensorFlow's process killed by the signal (-15) or a traceback.
+        assert server.process.wait(60) == 0
+        assert "Traceback" not in log_path.read_text()
+    finally:
+        server.stop()

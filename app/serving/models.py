@@ -15,6 +15,7 @@ import dataclasses
 import logging
 import os
 import re
+import time
 
 import numpy as np
 
@@ -134,13 +135,30 @@ def signature_def_json(path):
     }
 
 
-def list_versions(base_path):
-    """The integer versions under `base_path` (temporary and other directories ignored)."""
+# A version directory's name: ASCII digits ("\d" would take other scripts' digits too),
+# read as TF Serving reads it, an int64; a larger number is not a version.
+VERSION_NAME = re.compile(r"[0-9]+")
+MAX_VERSION = 2**63 - 1
+
+
+def version_directories(base_path):
+    """`{version: directory name}` under `base_path`, the name as it is on disk ("007" for
+    version 7; where two names read as one version, the plain one). Temporary and other
+    directories are ignored; a missing or unreadable base path has none."""
     try:
-        names = os.listdir(base_path)
-    except FileNotFoundError:
-        return []
-    return sorted(int(n) for n in names if re.fullmatch(r"\d+", n) and os.path.isdir(os.path.join(base_path, n)))
+        names = sorted(os.listdir(base_path), key=lambda name: (len(name), name), reverse=True)
+    except OSError:
+        return {}
+    directories = {}
+    for name in names:  # longest first, so that "7" overwrites "007"
+        if VERSION_NAME.fullmatch(name) and int(name) <= MAX_VERSION and os.path.isdir(os.path.join(base_path, name)):
+            directories[int(name)] = name
+    return dict(sorted(directories.items()))
+
+
+def list_versions(base_path):
+    """The integer versions under `base_path`, oldest first."""
+    return list(version_directories(base_path))
 
 
 class ModelManager:
@@ -151,23 +169,46 @@ class ModelManager:
             default policy (`latest { num_versions: 1 }`): an older version stops being
             addressable once a newer one is available.
         max_num_load_retries: a version that fails to load is retried on later polls, at
-            most this many times (TF Serving's flag of the same name).
+            most this many times (TF Serving's flag of the same name). A version whose
+            directory goes away is forgotten: created again, it is tried afresh.
+        load_retry_interval_seconds: the least time between two tries of a version that
+            failed (TF Serving's --load_retry_interval_micros, one minute by default):
+            time for a version still being copied into place to be complete.
         loader: `(version, path) -> LoadedVersion`; tests may replace it.
+        clock: seconds, for the retry interval; tests may replace it.
     """
 
-    def __init__(self, name, base_path, num_versions=1, max_num_load_retries=5, loader=LoadedVersion):
+    def __init__(
+        self,
+        name,
+        base_path,
+        num_versions=1,
+        max_num_load_retries=5,
+        loader=LoadedVersion,
+        load_retry_interval_seconds=60.0,
+        clock=time.monotonic,
+    ):
         self.name = name
         self.base_path = base_path
         self.num_versions = num_versions
         self.max_num_load_retries = max_num_load_retries
+        self.load_retry_interval_seconds = load_retry_interval_seconds
         self._loader = loader
+        self._clock = clock
         self.loaded = {}  # version -> LoadedVersion, servable
         self._aspired = set()  # the newest num_versions versions on disk at the last poll
         self.status = {}  # version -> VersionStatus, every version ever seen
+        self._failed_at = {}  # version -> clock time of its last failed load
+        self._base_path_problem = None  # what was wrong with base_path at the last poll
 
     def to_load(self):
         """The (version, path) pairs to load now, newest first."""
-        aspired = list_versions(self.base_path)[-self.num_versions:]
+        self._check_base_path()
+        directories = version_directories(self.base_path)
+        for version in [v for v in self._failed_at if v not in directories]:
+            del self._failed_at[version]  # gone from disk: a new one of that number starts afresh
+            self.status[version].failed_loads = 0
+        aspired = list(directories)[-self.num_versions:]
         self._aspired = set(aspired)
         pending = []
         for version in reversed(aspired):
@@ -176,8 +217,26 @@ class ModelManager:
                 continue
             if status.failed_loads > self.max_num_load_retries:
                 continue
-            pending.append((version, os.path.join(self.base_path, str(version))))
+            failed_at = self._failed_at.get(version)
+            if failed_at is not None and self._clock() - failed_at < self.load_retry_interval_seconds:
+                continue
+            pending.append((version, os.path.join(self.base_path, directories[version])))
         return pending
+
+    def _check_base_path(self):
+        """Logs, once per change, a base path that is missing or not a directory (as TF
+        Serving does); the versions already loaded stay served."""
+        if os.path.isdir(self.base_path):
+            problem = None
+        elif os.path.exists(self.base_path):
+            problem = "is not a directory"
+        else:
+            problem = "does not exist"
+        if problem and problem != self._base_path_problem:
+            log.warning("the base path %s of model %s %s; serving what is loaded", self.base_path, self.name, problem)
+        elif self._base_path_problem and not problem:
+            log.info("the base path %s of model %s is back", self.base_path, self.name)
+        self._base_path_problem = problem
 
     def load(self, version, path):
         """Loads and warms up one version (blocking); then `publish` it."""
@@ -187,6 +246,7 @@ class ModelManager:
 
     def start_loading(self, version):
         self.status[version].state = LOADING
+        log.info("model %s version %s is loading", self.name, version)
 
     def unload_removed(self):
         """Unloads versions whose directories are gone, when a newer-on-disk one is served."""
@@ -196,6 +256,7 @@ class ModelManager:
         """Makes a loaded version servable, then unloads versions beyond `num_versions`."""
         self.loaded[loaded.version] = loaded
         self.status[loaded.version] = VersionStatus(AVAILABLE)
+        self._failed_at.pop(loaded.version, None)
         log.info("model %s version %s is AVAILABLE (%s)", self.name, loaded.version, loaded.path)
         self._unload_extra()
 
@@ -204,6 +265,7 @@ class ModelManager:
         status.state, status.error_code = END, "UNKNOWN"
         status.error_message = f"{type(error).__name__}: {_first_line(str(error))}"
         status.failed_loads += 1
+        self._failed_at[version] = self._clock()
         log.warning("model %s version %s failed to load: %s", self.name, version, status.error_message)
 
     def _unload_extra(self):
