@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from app.serving.batching import Batcher, BatchingParameters
+from app.serving.batching import Batcher, BatchingParameters, client_connected
 from app.serving.rest_api import ServingError
 from tests.tiny_run import ROOT
 
@@ -20,10 +20,16 @@ class FakeVersion:
         self.seconds = seconds
         self.fail = fail
         self.lock = threading.Lock()
+        self.running = 0
+        self.most_running = 0  # the most calls that ran at once
 
     def run(self, signature_name, inputs):
+        with self.lock:
+            self.running += 1
+            self.most_running = max(self.most_running, self.running)
         time.sleep(self.seconds)  # a model call; requests queue up meanwhile
         with self.lock:
+            self.running -= 1
             self.calls.append((signature_name, {k: v.tolist() for k, v in inputs.items()}))
         if self.fail:
             raise ServingError("the model said no")
@@ -131,6 +137,23 @@ def test_without_batching_every_request_is_its_own_call():
     assert sorted(inputs["inputs"][0] for _, inputs in version.calls) == [b"a", b"b", b"c", b"d"]
 
 
+def test_without_batching_concurrent_requests_run_concurrently():
+    # TF Serving runs each request on its own HTTP thread; one thread would answer at 1, 2, 3, 4 x.
+    version = FakeVersion(seconds=0.1)
+    requests = [(version, "serving_default", {"inputs": strings(t)}) for t in "abcd"]
+    outputs = run_all(Batcher(BatchingParameters(), enabled=False), requests)
+    assert [o["echo"].tolist() for o in outputs] == [[b"a"], [b"b"], [b"c"], [b"d"]]
+    assert version.most_running == 4
+
+
+def test_without_batching_threads_bound_the_calls_at_once():
+    version = FakeVersion(seconds=0.05)
+    requests = [(version, "serving_default", {"inputs": strings(t)}) for t in "abcde"]
+    outputs = run_all(Batcher(BatchingParameters(), enabled=False, threads=2), requests)
+    assert [o["echo"].tolist() for o in outputs] == [[b"a"], [b"b"], [b"c"], [b"d"], [b"e"]]
+    assert version.most_running == 2
+
+
 def test_a_full_queue_refuses_with_503():
     version = FakeVersion(seconds=0.2)
     requests = [(version, "serving_default", {"inputs": strings(t)}) for t in "abcdef"]
@@ -139,6 +162,86 @@ def test_a_full_queue_refuses_with_503():
     )
     refused = [o for o in outputs if isinstance(o, ServingError)]
     assert refused and all(o.status == 503 for o in refused)
+
+
+def test_without_batching_a_full_queue_refuses_with_503():
+    version = FakeVersion(seconds=0.05)
+    requests = [(version, "serving_default", {"inputs": strings(t)}) for t in "abcdef"]
+    parameters = BatchingParameters(max_batch_size=1, max_enqueued_batches=2)
+    outputs = run_all(Batcher(parameters, enabled=False, threads=1), requests)
+    refused = [o for o in outputs if isinstance(o, ServingError)]
+    assert refused and all(o.status == 503 for o in refused)
+    assert len(version.calls) == 6 - len(refused)
+
+
+def submit(batcher, version, text, still_wanted=lambda: True):
+    """One request of one row, as a task of the running loop."""
+    return asyncio.ensure_future(batcher.run(version, "serving_default", {"inputs": strings(text)}, 1, still_wanted))
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_request_whose_client_left_is_dropped_before_it_runs(enabled):
+    version = FakeVersion(seconds=0.01)
+    batcher = Batcher(BatchingParameters(batch_timeout_micros=20_000), enabled=enabled)
+
+    async def main():
+        batcher.start()
+        try:
+            requests = [submit(batcher, version, t, lambda t=t: t != "b") for t in "abc"]
+            return await asyncio.gather(*requests, return_exceptions=True)
+        finally:
+            await batcher.stop()
+
+    a, b, c = asyncio.run(main())
+    assert isinstance(b, ServingError) and b.status == 499
+    assert a["echo"].tolist() == [b"a"] and c["echo"].tolist() == [b"c"]
+    assert sorted(row for _, inputs in version.calls for row in inputs["inputs"]) == [b"a", b"c"]
+    assert sum(batcher.batch_sizes.values()) == len(version.calls)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_abandoned_requests_do_not_refuse_live_ones(enabled):
+    version = FakeVersion(seconds=0.1)
+    parameters = BatchingParameters(max_batch_size=1, max_enqueued_batches=2, batch_timeout_micros=0)
+    batcher = Batcher(parameters, enabled=enabled, threads=1)
+    left = []
+
+    async def main():
+        batcher.start()
+        try:
+            running = submit(batcher, version, "a")
+            await asyncio.sleep(0.02)  # "a" is in the model
+            abandoned = [submit(batcher, version, t, lambda: not left) for t in "bc"]
+            await asyncio.sleep(0)  # queued: the queue is at its limit
+            left.append(True)  # their clients disconnect
+            return await asyncio.gather(running, *abandoned, submit(batcher, version, "d"), return_exceptions=True)
+        finally:
+            await batcher.stop()
+
+    a, b, c, d = asyncio.run(main())
+    assert a["echo"].tolist() == [b"a"]
+    assert [(o.status if isinstance(o, ServingError) else o) for o in (b, c)] == [499, 499]
+    assert d["echo"].tolist() == [b"d"]
+    assert [inputs["inputs"] for _, inputs in version.calls] == [[b"a"], [b"d"]]
+
+
+class FakeTransport:
+    def __init__(self, closing):
+        self.closing = closing
+
+    def is_closing(self):
+        return self.closing
+
+
+@pytest.mark.parametrize("transport, connected", [(FakeTransport(False), True), (FakeTransport(True), False),
+                                                   (None, False)])
+def test_client_connected_reads_the_aiohttp_requests_transport(transport, connected):
+    class Request:  # aiohttp's: transport is None once the connection is lost
+        pass
+
+    request = Request()
+    request.transport = transport
+    assert client_connected(request) is connected
 
 
 def test_the_shipped_batching_parameters_file_is_read():

@@ -17,6 +17,15 @@ request whose own rows disagree on such an input, or whose inputs disagree on th
 size, runs alone. String inputs may differ in length: they are [B] string tensors,
 tokenized and padded inside the graph after batching.
 
+Without batching (`enabled=False`) every request is a queue of its own, so it is never
+merged and runs as soon as one of `UNBATCHED_THREADS` workers is free: as in TF Serving,
+where each request runs on its own HTTP thread, concurrent requests run concurrently.
+
+Either way, the queue holds at most `max_enqueued_batches * max_batch_size` rows (more is
+503), and a request whose caller no longer wants it (`still_wanted()` is false: its client
+closed the connection) is dropped, answered 499, before it is batched or run, so that
+abandoned requests neither cost model time nor push live ones into 503s.
+
 The parameters are TF Serving's (serving/batching_parameters.txt).
 """
 
@@ -24,6 +33,7 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import itertools
+import os
 import re
 import time
 
@@ -96,6 +106,17 @@ TF_SERVING_ONLY_FIELDS = frozenset({
 })
 
 
+# Model calls that may run at once without batching: TF Serving's default number of HTTP
+# request threads (http_num_threads = 4 * NumSchedulableCPUs), each of which runs its own
+# request. Bounded, so that a burst queues (and, past the queue bound, gets 503) rather
+# than starting a thread, and a model call's memory, per request.
+UNBATCHED_THREADS = 4 * (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+def _always():
+    return True
+
+
 @dataclasses.dataclass
 class _Task:
     key: tuple
@@ -105,25 +126,46 @@ class _Task:
     rows: int
     future: asyncio.Future
     arrival: float
+    still_wanted: object  # () -> bool, false once the client has gone
+
+    def gone(self):
+        """True if nobody waits for the answer: the caller's future was cancelled or its client left."""
+        return self.future.cancelled() or not self.still_wanted()
+
+
+def client_connected(request):
+    """`still_wanted` for an aiohttp request: its connection is neither closed nor closing.
+
+    aiohttp (3.14 here) cancels no handler whose client disconnects, unless its runner is
+    made with handler_cancellation=True, so the future the handler awaits is never
+    cancelled; the transport is what tells.
+    """
+    transport = request.transport
+    return transport is not None and not transport.is_closing()
 
 
 class Batcher:
-    """Merges concurrent `run` calls; `enabled=False` runs each request alone (still in a thread)."""
+    """Merges concurrent `run` calls; `enabled=False` runs each request alone, up to `threads` at once.
 
-    def __init__(self, parameters=BatchingParameters(), enabled=True):
+    `threads`: model calls that may run at once; num_batch_threads with batching,
+    UNBATCHED_THREADS without, unless given.
+    """
+
+    def __init__(self, parameters=BatchingParameters(), enabled=True, threads=None):
         self.parameters = parameters
         self.enabled = enabled
         self.batch_sizes = {}  # rows per model call -> number of calls
         self._queues = {}  # key -> list of _Task, oldest first
         self._changed = None
         self._workers = []
-        self._executor = concurrent.futures.ThreadPoolExecutor(parameters.num_batch_threads, thread_name_prefix="model")
+        self.threads = threads or (parameters.num_batch_threads if enabled else UNBATCHED_THREADS)
+        self._executor = concurrent.futures.ThreadPoolExecutor(self.threads, thread_name_prefix="model")
         self._unique = itertools.count()
 
     def start(self):
         """Starts the workers; call inside the running event loop."""
         self._changed = asyncio.Event()
-        self._workers = [asyncio.create_task(self._work()) for _ in range(self.parameters.num_batch_threads)]
+        self._workers = [asyncio.create_task(self._work()) for _ in range(self.threads)]
 
     async def stop(self):
         for worker in self._workers:
@@ -131,24 +173,46 @@ class Batcher:
         await asyncio.gather(*self._workers, return_exceptions=True)
         self._executor.shutdown(wait=True)
 
-    async def run(self, version, signature_name, inputs, rows):
-        """The outputs (name -> np.ndarray [rows, ...]) of `signature_name` for these inputs."""
-        if not self.enabled:
-            outputs = await asyncio.get_running_loop().run_in_executor(
-                self._executor, version.run, signature_name, inputs
-            )
-            self._count(rows)
-            return outputs
-        queued = sum(task.rows for queue in self._queues.values() for task in queue)
-        if queued >= self.parameters.max_enqueued_batches * self.parameters.max_batch_size:
-            raise ServingError("The batch scheduling queue to which this task was submitted is full", status=503)
-        key = (id(version), signature_name, self._options_key(inputs, rows))
+    async def run(self, version, signature_name, inputs, rows, still_wanted=_always):
+        """The outputs (name -> np.ndarray [rows, ...]) of `signature_name` for these inputs.
+
+        `still_wanted()`, called in the event loop before the request is batched (and when
+        the queue is full), says whether its caller still waits; once it is false the
+        request is dropped with a 499 ServingError instead of run.
+        """
+        limit = self.parameters.max_enqueued_batches * self.parameters.max_batch_size
+        if self._queued_rows() >= limit:
+            self._drop_gone()  # abandoned requests must not refuse live ones
+            if self._queued_rows() >= limit:
+                raise ServingError("The batch scheduling queue to which this task was submitted is full", status=503)
+        if self.enabled:
+            key = (id(version), signature_name, self._options_key(inputs, rows))
+        else:  # a key of its own: never merged, taken by the next free worker
+            key = ("alone", next(self._unique))
         task = _Task(
-            key, version, signature_name, inputs, rows, asyncio.get_running_loop().create_future(), time.monotonic()
+            key, version, signature_name, inputs, rows, asyncio.get_running_loop().create_future(), time.monotonic(),
+            still_wanted,
         )
         self._queues.setdefault(key, []).append(task)
         self._changed.set()
         return await task.future
+
+    def _queued_rows(self):
+        return sum(task.rows for queue in self._queues.values() for task in queue)
+
+    def _drop_gone(self):
+        """Removes every queued request nobody waits for any more (see `_Task.gone`)."""
+        for key in list(self._queues):
+            kept = []
+            for task in self._queues[key]:
+                if task.gone():
+                    _answer_gone(task)
+                else:
+                    kept.append(task)
+            if kept:
+                self._queues[key] = kept
+            else:
+                del self._queues[key]
 
     def _options_key(self, inputs, rows):
         """What must be equal for two requests to share a call (see the module docstring)."""
@@ -165,7 +229,8 @@ class Batcher:
         return tuple(options)
 
     async def _work(self):
-        timeout = self.parameters.batch_timeout_micros / 1e6
+        # Without batching, nothing to wait for: each request is its own batch.
+        timeout = self.parameters.batch_timeout_micros / 1e6 if self.enabled else 0
         while True:
             while not self._queues:
                 self._changed.clear()
@@ -193,8 +258,9 @@ class Batcher:
         batch, rows = [], 0
         while queue and (not batch or rows + queue[0].rows <= self.parameters.max_batch_size):
             task = queue.pop(0)
-            if task.future.cancelled():
-                continue  # its client went away
+            if task.gone():
+                _answer_gone(task)
+                continue
             batch.append(task)
             rows += task.rows
         if not queue:
@@ -203,11 +269,19 @@ class Batcher:
 
     async def _execute(self, batch):
         first = batch[0]
-        inputs = {name: np.concatenate([task.inputs[name] for task in batch]) for name in first.inputs}
+        if self.enabled:
+            inputs = {name: np.concatenate([task.inputs[name] for task in batch]) for name in first.inputs}
+        else:  # one request, whose outputs go back whole, as the model gave them
+            inputs = first.inputs
         rows = sum(task.rows for task in batch)
         loop = asyncio.get_running_loop()
         try:
             outputs = await loop.run_in_executor(self._executor, first.version.run, first.signature_name, inputs)
+            if not self.enabled:
+                self._count(rows)
+                if not first.future.done():
+                    first.future.set_result(outputs)
+                return
             for name, value in outputs.items():
                 if np.ndim(value) == 0 or len(value) != rows:
                     raise ServingError(
@@ -227,3 +301,9 @@ class Batcher:
 
     def _count(self, rows):
         self.batch_sizes[rows] = self.batch_sizes.get(rows, 0) + 1
+
+
+def _answer_gone(task):
+    """Ends a dropped request: 499, nginx's "client closed request", which nobody reads but the metrics."""
+    if not task.future.done():
+        task.future.set_exception(ServingError("The client closed the connection before its request ran", status=499))
