@@ -38,7 +38,7 @@ from pathlib import Path
 from aiohttp import web
 
 from app.quiet_tensorflow import import_tensorflow
-from app.serving.batching import Batcher, BatchingParameters
+from app.serving.batching import Batcher, BatchingParameters, client_connected
 from app.serving.models import LoadedVersion, ModelManager
 from app.serving.rest_api import (
     MODEL_NAME,
@@ -198,7 +198,9 @@ class Server:
         self._check_name(name, version, label)
         loaded = self.manager.get(version)  # held until answered, even if a newer one arrives
         parsed = parse_predict_request(document, signature_name, loaded.input_specs(signature_name), self.limits)
-        outputs = await self.batcher.run(loaded, signature_name, parsed.inputs, parsed.rows)
+        outputs = await self.batcher.run(  # dropped unrun once its client has gone
+            loaded, signature_name, parsed.inputs, parsed.rows, lambda: client_connected(request)
+        )
         return _json(format_response(outputs, parsed.format))
 
     async def metrics(self, request):
