@@ -126,6 +126,12 @@ def _loose_shape(x):
 # The search.
 
 
+def longest_output(max_lengths):
+    """L, the largest of `max_lengths` (int32 `[B]`), as long as the decoding cache must be.
+    An empty batch (B = 0), whose reduce_max would be int32's minimum, gets 1."""
+    return tf.reduce_max(tf.concat([max_lengths, [1]], axis=0))
+
+
 def beam_search(
     symbols_to_logits_fn,
     initial_ids,
@@ -175,8 +181,7 @@ def beam_search(
     initial_ids = tf.convert_to_tensor(initial_ids, tf.int32)  # [B]
     batch_size = shape_list(initial_ids)[0]
     max_lengths = tf.broadcast_to(tf.convert_to_tensor(max_lengths, tf.int32), tf.shape(initial_ids))  # [B]
-    # L; an empty batch (B = 0), whose reduce_max would be int32's minimum, gets 1.
-    max_output_length = tf.reduce_max(tf.concat([max_lengths, [1]], axis=0))
+    max_output_length = longest_output(max_lengths)  # L
     # Per sentence, like the maximum lengths, so one batch can mix decoding settings.
     alpha = tf.broadcast_to(tf.cast(alpha, tf.float32), tf.shape(initial_ids))  # [B]
 

@@ -25,7 +25,7 @@ import math
 
 import tensorflow as tf
 
-from app.beam_search import END_ID, PAD_ID, START_ID, beam_search
+from app.beam_search import END_ID, PAD_ID, START_ID, beam_search, longest_output
 from app.model import Transformer
 
 
@@ -100,9 +100,7 @@ def translate_ids(
     max_lengths = tf.minimum(source_lengths + max_extra_length, model_max_length)  # [B]
 
     memory, memory_mask = transformer.encode(source_ids, training=False)  # [B, S, D], [B, 1, S]
-    # An empty batch (B = 0) has no longest sentence: reduce_max would be int32's minimum.
-    cache_length = tf.reduce_max(tf.concat([max_lengths, [1]], axis=0))
-    cache = transformer.init_cache(memory, memory_mask, cache_length)
+    cache = transformer.init_cache(memory, memory_mask, longest_output(max_lengths))
     initial_ids = tf.fill(tf.shape(source_ids)[:1], START_ID)  # [B]
     return beam_search(
         make_symbols_to_logits(transformer),

@@ -211,7 +211,7 @@ def save_settings(model_dir, model_config, data_config, train_config, log=print)
     if os.path.exists(path):
         # Read through the config classes, so a field added since the run began (say
         # data.bpe_dropout) compares as its default rather than as missing.
-        previous_model, previous_data, _ = load_settings(model_dir)
+        previous_model, previous_data, previous_train = load_settings(model_dir)
         previous = {"model": previous_model.to_dict(), "data": dataclasses.asdict(previous_data)}
         for section in ("model", "data"):
             changed = {
@@ -225,7 +225,6 @@ def save_settings(model_dir, model_config, data_config, train_config, log=print)
                     f"{model_dir} holds a run with another {section} configuration ({details}); "
                     "use another --model-dir"
                 )
-        previous_train = _read_settings(path)["train"]
         was, now = previous_train.get("precision"), train_config.precision
         if was is not None and was != now and "mixed_float16" in (was, now):
             raise ValueError(
