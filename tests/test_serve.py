@@ -522,5 +522,15 @@ def test_the_page_translates_in_headless_chromium(server, saved_model):
             assert [row.query_selector(".translation").text_content() for row in rows] == [want[0], want[3]]
             items = [li.text_content() for li in rows[1].query_selector_all("ol.nbest li")]
             assert [re.sub(r" \(-?\d+\.\d{3}\)$", "", item) for item in items] == nbest[3]
+
+            # While a request runs, the button is off; an error hides the earlier results.
+            page.fill("#source", LONG)  # past the server's --max_text_length: a 400
+            disabled_at_once = page.evaluate(
+                "() => { const b = document.getElementById('translate'); b.click(); return b.disabled; }"
+            )
+            assert disabled_at_once
+            page.wait_for_selector("#status.error", timeout=60_000)
+            assert page.text_content("#status").startswith("Error: a text of 401 characters")
+            assert page.is_hidden("#results") and page.is_enabled("#translate")
         finally:
             browser.close()
