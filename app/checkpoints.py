@@ -26,6 +26,8 @@ import weakref
 import numpy as np
 import tensorflow as tf
 
+from data.errors import first_line
+
 
 class CheckpointError(ValueError):
     """A checkpoint or record of a model directory that cannot be read, named."""
@@ -38,9 +40,8 @@ _UNREADABLE = (tf.errors.OpError, IndexError)
 
 
 def _unreadable(path, error):
-    first_line = str(getattr(error, "message", error)).strip().splitlines()[0]
     return CheckpointError(
-        f"checkpoint {path} cannot be read ({type(error).__name__}: {first_line}); "
+        f"checkpoint {path} cannot be read ({type(error).__name__}: {first_line(error)}); "
         "its files are missing or damaged"
     )
 

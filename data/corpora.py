@@ -20,7 +20,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from data.errors import DataError
+from data.errors import DataError, first_line
 from data.text_files import read_parallel_lines
 
 MULTI30K_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "multi30k")
@@ -169,7 +169,7 @@ def _read_tfds(name, source_lang, target_lang):
     except (ValueError, AssertionError) as error:
         # A config or version the builder lacks ("wmt14_translate/xx-yy", ":9.9.9"), or a
         # name TFDS cannot parse; its message lists what there is.
-        raise DataError(f"TensorFlow Datasets cannot build {name!r}: {_first_line(error)}") from None
+        raise DataError(f"TensorFlow Datasets cannot build {name!r}: {first_line(error)}") from None
     languages = sorted(builder.info.features.keys())
     for flag, lang in (("--source-lang", source_lang), ("--target-lang", target_lang)):
         if lang not in languages:
@@ -182,7 +182,7 @@ def _read_tfds(name, source_lang, target_lang):
         builder.download_and_prepare()  # Downloads on first use; a no-op afterwards.
     except OSError as error:  # requests' ConnectionError and HTTPError are OSErrors too
         raise DataError(
-            f"could not download or prepare {name!r} ({type(error).__name__}: {_first_line(error)}); "
+            f"could not download or prepare {name!r} ({type(error).__name__}: {first_line(error)}); "
             f"TensorFlow Datasets needs the network on first use, or a copy prepared under "
             f"its data directory ({builder.data_dir})"
         ) from None
@@ -195,11 +195,6 @@ def _read_tfds(name, source_lang, target_lang):
         if split in available:
             raw[split] = _tfds_pairs(tfds, builder, split, source_lang, target_lang)
     return raw
-
-
-def _first_line(error):
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _tfds_pairs(tfds, builder, split, source_lang, target_lang):

@@ -15,3 +15,10 @@ non-zero:
 
 class DataError(ValueError):
     """Bad input data or data settings; the message names the bad value."""
+
+
+def first_line(error):
+    """The first line of an exception's message, for a one-line report of an error from a
+    library (TensorFlow, TFDS); its type's name when the message is empty."""
+    text = str(getattr(error, "message", error)).strip()
+    return text.splitlines()[0] if text else type(error).__name__

@@ -191,3 +191,13 @@ def test_prepare_data_needs_resolved_batch_tokens(tmp_path):
         prepare_data(DataConfig(), str(tmp_path))
     with pytest.raises(DataError, match="batch_tokens 200 cannot hold"):
         dataclasses.replace(DataConfig(), batch_tokens=200)
+
+
+def test_a_library_error_is_reported_by_its_first_line_or_its_type():
+    from data.errors import first_line
+
+    assert first_line(ValueError("BuilderConfig xx-yy not found.\nAvailable: de-en, fr-en")) == (
+        "BuilderConfig xx-yy not found."
+    )
+    assert first_line(IndexError()) == "IndexError"  # an empty message
+    assert first_line(OSError("  \n")) == "OSError"
