@@ -27,6 +27,14 @@ JSON_KINDS = {
     list: "an array", str: "a string", int: "a number", float: "a number", bool: "true or false", type(None): "null"
 }
 
+# The export_info.json fields evaluation reads: (name, Python type, what to say it must be).
+EXPORT_INFO_FIELDS = (
+    ("dataset", str, "a string"),
+    ("source_lang", str, "a string"),
+    ("target_lang", str, "a string"),
+    ("lowercase", bool, "true or false"),
+)
+
 # Names a user may give a split, per the dataset's own names.
 SPLIT_ALIASES = {"val": "validation", "valid": "validation", "dev": "validation", "test_2016_flickr": "test"}
 
@@ -200,6 +208,11 @@ def read_export_info(saved_model):
         raise DataError(
             f"{path} must hold a JSON object (as export.py writes it), not {JSON_KINDS[type(info)]}"
         )
+    # The fields evaluation reads, checked by type: a hand-edited "lowercase": "no" would
+    # otherwise read as true, and a number as a language would fail deep in the pipeline.
+    for field, kind, wanted in EXPORT_INFO_FIELDS:
+        if field in info and not isinstance(info[field], kind):
+            raise DataError(f"{path}: {field!r} must be {wanted}, not {json.dumps(info[field])}")
     return info
 
 
