@@ -68,6 +68,7 @@ Choices, measured on Multi30k en-de (train: 29,000 pairs; val: 1,014):
 
 import io
 import os
+import re
 from typing import Callable, Iterable, List
 
 import sentencepiece
@@ -75,7 +76,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 from sentencepiece import sentencepiece_model_pb2
 
-from data.errors import DataError
+from data.errors import DataError, first_line
 
 PAD_ID = 0
 START_ID = 1
@@ -146,17 +147,24 @@ class SubwordTokenizer(tf.Module):
             model_path: file to write; written atomically, parent directories created.
             lowercase: train on (and later tokenize) lowercased text.
             model_type: "bpe" or "unigram"; recorded in the file, so loading needs no flag.
+
+        Raises:
+            DataError: the text cannot give a vocabulary: it has more distinct characters
+                than `vocab_size` holds, or no sentence the trainer reads. Nothing is written.
         """
         if lowercase:
             texts = lowercase_lines(list(texts))
         model = io.BytesIO()
-        sentencepiece.SentencePieceTrainer.train(
-            sentence_iterator=iter(texts),
-            model_writer=model,
-            vocab_size=vocab_size,
-            model_type=model_type,
-            **_TRAINER_OPTIONS,
-        )
+        try:
+            sentencepiece.SentencePieceTrainer.train(
+                sentence_iterator=iter(texts),
+                model_writer=model,
+                vocab_size=vocab_size,
+                model_type=model_type,
+                **_TRAINER_OPTIONS,
+            )
+        except RuntimeError as error:  # The trainer's failed CHECKs: the text cannot give a vocabulary.
+            raise DataError(_trainer_failure(error, vocab_size)) from None
         os.makedirs(os.path.dirname(os.path.abspath(model_path)), exist_ok=True)
         partial_path = model_path + ".partial"
         with open(partial_path, "wb") as file:
@@ -259,6 +267,30 @@ class SubwordTokenizer(tf.Module):
         before_end = tf.math.cumsum(tf.cast(ids == END_ID, tf.int32), axis=1) == 0
         keep = before_end & (ids != PAD_ID) & (ids != START_ID) & (ids >= 0) & (ids < self._vocab_size)
         return self._sentencepiece().detokenize(tf.ragged.boolean_mask(ids, keep))  # [B]
+
+
+def _trainer_failure(error: RuntimeError, vocab_size: int) -> str:
+    """What a failed sentencepiece training means for the user, from the trainer's message
+    (a failed CHECK, e.g. "... Vocabulary size is smaller than required_chars. 300 vs 5259.
+    Increase vocab_size or decrease character_coverage with --character_coverage option.",
+    which names an option that this project does not have)."""
+    message = str(error)
+    too_small = re.search(r"smaller than required_chars\. \d+ vs (\d+)", message)
+    if too_small:
+        return (
+            f"vocab_size {vocab_size} is too small for the training text: the characters that "
+            f"make up {_TRAINER_OPTIONS['character_coverage']:.2%} of it each need a piece, "
+            f"{too_small.group(1)} pieces with the reserved and byte pieces; use a vocab_size "
+            f"of at least {too_small.group(1)}"
+        )
+    # The trainer skips empty lines and lines longer than its max_sentence_length.
+    if "sentences_.empty()" in message or "all_chars_count" in message:
+        longest = sentencepiece_model_pb2.TrainerSpec().max_sentence_length
+        return (
+            "no sentence to learn the subword vocabulary from: every training sentence is "
+            f"empty or longer than {longest} bytes, the longest the trainer reads"
+        )
+    return f"could not learn a subword vocabulary of {vocab_size} pieces: {first_line(error)}"
 
 
 def lowercase_strings(strings: tf.Tensor) -> tf.Tensor:

@@ -145,3 +145,27 @@ def test_saved_model_takes_raw_strings(tokenizer, tmp_path):
     tf.saved_model.save(Module(tokenizer), str(tmp_path / "export"))
     restored = tf.saved_model.load(str(tmp_path / "export"))
     assert restored.round_trip(lines).numpy().tolist() == lines.numpy().tolist()
+
+
+def test_more_characters_than_the_vocabulary_holds_is_named_with_the_size_needed(tmp_path):
+    # 60 characters, equally frequent: each needs a piece besides the 260 reserved and byte pieces.
+    texts = [chr(0x4E00 + i) * 3 for i in range(60)]
+    path = tmp_path / MODEL_FILENAME
+    with pytest.raises(DataError) as error:
+        SubwordTokenizer.train(texts, 300, str(path))
+    assert str(error.value) == (
+        "vocab_size 300 is too small for the training text: the characters that make up 99.95% of it each "
+        "need a piece, 321 pieces with the reserved and byte pieces; use a vocab_size of at least 321"
+    )
+    assert list(tmp_path.iterdir()) == []
+    assert SubwordTokenizer.train(texts, 321, str(path)).vocab_size == 321
+
+
+def test_text_with_no_sentence_the_trainer_reads_is_named(tmp_path):
+    with pytest.raises(DataError) as error:
+        SubwordTokenizer.train(["x" * 5000, " "], 300, str(tmp_path / MODEL_FILENAME))
+    assert str(error.value) == (
+        "no sentence to learn the subword vocabulary from: every training sentence is empty or longer "
+        "than 4192 bytes, the longest the trainer reads"
+    )
+    assert list(tmp_path.iterdir()) == []

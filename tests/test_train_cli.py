@@ -251,3 +251,19 @@ def test_a_failed_start_leaves_an_existing_model_directory_as_it_was(tmp_path):
     assert result.returncode == 1
     assert f"file not found: {tmp_path / 'missing.en'}" in result.stderr
     assert sorted(p.name for p in model_dir.iterdir()) == ["notes.txt"]
+
+
+def test_a_vocabulary_too_small_for_the_corpus_characters_is_named_without_a_traceback(tmp_path):
+    # 100 pairs whose source side has 300 distinct characters (CJK), more than 300 pieces hold.
+    source, target = tmp_path / "train.zh", tmp_path / "train.en"
+    source.write_text("".join("".join(chr(0x4E00 + 3 * i + k) for k in range(3)) + "\n" for i in range(100)))
+    target.write_text("".join(f"sentence {i}\n" for i in range(100)))
+    model_dir = tmp_path / "run"
+    result = run_train("--dataset", f"files:{source},{target}", "--source-lang", "zh", "--target-lang", "en",
+                       "--vocab-size", "300", "--model-dir", str(model_dir))
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        "error: vocab_size 300 is too small for the training text: the characters that make up 99.95% of it "
+        "each need a piece, 573 pieces with the reserved and byte pieces; use a vocab_size of at least 573"
+    )
+    assert not model_dir.exists()
