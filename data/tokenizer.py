@@ -114,7 +114,12 @@ class SubwordTokenizer(tf.Module):
 
     def __init__(self, model_proto: bytes, lowercase: bool = False, name: str = "subword_tokenizer"):
         super().__init__(name=name)
-        processor = sentencepiece.SentencePieceProcessor(model_proto=model_proto)
+        try:
+            processor = sentencepiece.SentencePieceProcessor(model_proto=model_proto)
+        except RuntimeError:  # sentencepiece's failed CHECK, whose message is only its source line.
+            raise DataError("not a sentencepiece model: its bytes do not parse as one") from None
+        if processor.get_piece_size() == 0:  # An empty file parses as a model without pieces.
+            raise DataError("not a sentencepiece model: it holds no pieces")
         reserved = (processor.pad_id(), processor.bos_id(), processor.eos_id(), processor.unk_id())
         if reserved != (PAD_ID, START_ID, END_ID, UNKNOWN_ID):
             raise DataError(
@@ -174,11 +179,19 @@ class SubwordTokenizer(tf.Module):
 
     @classmethod
     def load(cls, model_path: str, lowercase: bool = False) -> "SubwordTokenizer":
-        """Reads a vocabulary file written by `train`; `lowercase` as it was trained."""
+        """Reads a vocabulary file written by `train`; `lowercase` as it was trained.
+
+        Raises:
+            DataError: naming `model_path`, if it is missing or not such a vocabulary.
+        """
         if not os.path.isfile(model_path):
             raise DataError(f"subword model not found: {model_path}")
         with open(model_path, "rb") as file:
-            return cls(file.read(), lowercase=lowercase)
+            model_proto = file.read()
+        try:
+            return cls(model_proto, lowercase=lowercase)
+        except DataError as error:
+            raise DataError(f"{model_path}: {error}") from None
 
     @property
     def vocab_size(self) -> int:

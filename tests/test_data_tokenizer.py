@@ -169,3 +169,19 @@ def test_text_with_no_sentence_the_trainer_reads_is_named(tmp_path):
         "than 4192 bytes, the longest the trainer reads"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        (b"not a model", "not a sentencepiece model: its bytes do not parse as one"),
+        (b"", "not a sentencepiece model: it holds no pieces"),
+    ],
+)
+def test_a_file_that_is_not_a_vocabulary_is_named(content, problem, tmp_path):
+    path = tmp_path / MODEL_FILENAME
+    path.write_bytes(content)
+    with pytest.raises(DataError) as error:
+        load_or_train(str(tmp_path), lambda: ["a cat"], VOCAB_SIZE)
+    assert str(error.value) == f"{path}: {problem}"
+    assert path.read_bytes() == content  # Left as it was: it may be a run's only copy.
