@@ -18,7 +18,8 @@ def read_lines(path: str) -> List[str]:
     Only b"\\n" ends a line (a stray "\\r" or U+2028 inside a sentence does not split it).
 
     Raises:
-        DataError: the file is missing, is not valid gzip, or a line is not UTF-8.
+        DataError: the file is missing, is not valid gzip, a line is not UTF-8, or its
+            lines end with a lone "\\r".
     """
     if os.path.isdir(path):
         raise DataError(f"{path} is a directory, not a text file")
@@ -41,6 +42,15 @@ def read_lines(path: str) -> List[str]:
                 lines.append(line.rstrip("\r\n"))
     except (gzip.BadGzipFile, EOFError, zlib.error) as error:
         raise DataError(f"{path}: not a valid gzip file ({error})") from None
+    # A file without any b"\n" whose text holds a "\r" ends its lines with lone "\r"s (as
+    # on classic Mac OS): read as one line, it would show up only as misaligned files or
+    # as one training pair too long to keep.
+    if len(lines) == 1 and not raw.endswith(b"\n") and "\r" in lines[0]:
+        raise DataError(
+            f"{path}: its lines end with a lone carriage return (\\r), which does not end a line "
+            f"here (only \\n or \\r\\n does), so it reads as a single line; convert its line ends to \\n "
+            "(e.g. with tr '\\r' '\\n')"
+        )
     return lines
 
 

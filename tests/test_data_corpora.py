@@ -83,6 +83,22 @@ def test_line_count_mismatch_names_both_files_and_counts(tmp_path):
         load_corpus(spec, "en", "de")
 
 
+def test_a_file_whose_lines_end_with_a_lone_carriage_return_is_named(tmp_path):
+    source, target = tmp_path / "mac.en", tmp_path / "unix.de"
+    source.write_bytes(b"a cat\rthe dog\r")
+    target.write_bytes(b"eine Katze\nder Hund\n")
+    with pytest.raises(DataError) as error:
+        load_corpus(f"files:{source},{target}", "en", "de")
+    assert str(error.value) == (
+        f"{source}: its lines end with a lone carriage return (\\r), which does not end a line here "
+        "(only \\n or \\r\\n does), so it reads as a single line; convert its line ends to \\n "
+        "(e.g. with tr '\\r' '\\n')"
+    )
+    # A stray "\r" inside a line of a file with "\n" line ends stays part of that line.
+    target.write_bytes(b"eine\rKatze\n")
+    assert read_lines(str(target)) == ["eine\rKatze"]
+
+
 def test_missing_file_is_named(tmp_path):
     spec = f"files:{_write(tmp_path / 'a.en', ['x'])},{tmp_path / 'missing.de'}"
     with pytest.raises(DataError, match="file not found: .*missing.de"):
