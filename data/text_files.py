@@ -18,8 +18,8 @@ def read_lines(path: str) -> List[str]:
     Only b"\\n" ends a line (a stray "\\r" or U+2028 inside a sentence does not split it).
 
     Raises:
-        DataError: the file is missing, is not valid gzip, a line is not UTF-8, or its
-            lines end with a lone "\\r".
+        DataError: the file is missing or unreadable, is not valid gzip, a line is not
+            UTF-8, or its lines end with a lone "\\r".
     """
     if os.path.isdir(path):
         raise DataError(f"{path} is a directory, not a text file")
@@ -42,6 +42,8 @@ def read_lines(path: str) -> List[str]:
                 lines.append(line.rstrip("\r\n"))
     except (gzip.BadGzipFile, EOFError, zlib.error) as error:
         raise DataError(f"{path}: not a valid gzip file ({error})") from None
+    except OSError as error:  # After BadGzipFile, an OSError too: permission denied, I/O error.
+        raise DataError(f"{path}: cannot be read ({error.strerror or error})") from None
     # A file without any b"\n" whose text holds a "\r" ends its lines with lone "\r"s (as
     # on classic Mac OS): read as one line, it would show up only as misaligned files or
     # as one training pair too long to keep.

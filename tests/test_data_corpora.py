@@ -12,6 +12,7 @@ from data.config import DataConfig
 from data.corpora import load_corpus
 from data.dataset import prepare_data
 from data.errors import DataError
+from data import text_files
 from data.text_files import read_lines
 
 
@@ -103,6 +104,18 @@ def test_missing_file_is_named(tmp_path):
     spec = f"files:{_write(tmp_path / 'a.en', ['x'])},{tmp_path / 'missing.de'}"
     with pytest.raises(DataError, match="file not found: .*missing.de"):
         load_corpus(spec, "en", "de")
+
+
+def test_an_unreadable_file_is_named(tmp_path, monkeypatch):
+    path = _write(tmp_path / "locked.en", ["x"])
+
+    def refuse(file, mode):  # What open() raises for a file without read permission.
+        raise PermissionError(13, "Permission denied", file)
+
+    monkeypatch.setattr(text_files, "open", refuse, raising=False)
+    with pytest.raises(DataError) as error:
+        read_lines(path)
+    assert str(error.value) == f"{path}: cannot be read (Permission denied)"
 
 
 def test_non_utf8_names_file_and_line(tmp_path):
