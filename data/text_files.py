@@ -63,10 +63,17 @@ def read_parallel_lines(source_path: str, target_path: str):
         (source_lines, target_lines), lists of equal length.
 
     Raises:
-        DataError: as `read_lines`, or the two files have different line counts.
+        DataError: as `read_lines`, the two paths name one file, or the two files have
+            different line counts.
     """
     source = read_lines(source_path)
     target = read_lines(target_path)
+    # One file as both sides would train a copying model, or score a copy, without a word.
+    if os.path.samefile(source_path, target_path):
+        raise DataError(
+            f"{source_path} and {target_path} are the same file; parallel text needs the source "
+            "sentences in one file and their translations in another"
+        )
     if len(source) != len(target):
         raise DataError(
             f"parallel files differ in length: {source_path} has {len(source)} lines "

@@ -100,6 +100,18 @@ def test_a_file_whose_lines_end_with_a_lone_carriage_return_is_named(tmp_path):
     assert read_lines(str(target)) == ["eine\rKatze"]
 
 
+def test_one_file_as_both_sides_is_refused(tmp_path):
+    path = _write(tmp_path / "a.en", ["x", "y"])
+    link = tmp_path / "a.de"
+    link.symlink_to(path)
+    with pytest.raises(DataError) as error:
+        load_corpus(f"files:{path},{link}", "en", "de")
+    assert str(error.value) == (
+        f"{path} and {link} are the same file; parallel text needs the source sentences in one file and "
+        "their translations in another"
+    )
+
+
 def test_missing_file_is_named(tmp_path):
     spec = f"files:{_write(tmp_path / 'a.en', ['x'])},{tmp_path / 'missing.de'}"
     with pytest.raises(DataError, match="file not found: .*missing.de"):
