@@ -19,7 +19,7 @@ def read_lines(path: str) -> List[str]:
 
     Raises:
         DataError: the file is missing or unreadable, is not valid gzip, a line is not
-            UTF-8, or its lines end with a lone "\\r".
+            UTF-8 or holds a NUL byte, or its lines end with a lone "\\r".
     """
     if os.path.isdir(path):
         raise DataError(f"{path} is a directory, not a text file")
@@ -37,6 +37,14 @@ def read_lines(path: str) -> List[str]:
                         f"{path}, line {number}: not valid UTF-8 (byte "
                         f"0x{raw[error.start]:02x} at byte offset {error.start} of the line)"
                     ) from None
+                # Valid UTF-8, but never in text: UTF-16 without a byte-order mark reads
+                # as letters between NULs, and would train on them.
+                if "\x00" in line:
+                    raise DataError(
+                        f"{path}, line {number}: a NUL byte at byte offset {raw.index(0)} of the line, "
+                        "which no text holds: convert a UTF-16 file to UTF-8, or remove stray NULs "
+                        "(e.g. with tr -d '\\000')"
+                    )
                 if number == 1:
                     line = line.removeprefix("\ufeff")  # A byte-order mark is not text.
                 lines.append(line.rstrip("\r\n"))

@@ -137,6 +137,24 @@ def test_non_utf8_names_file_and_line(tmp_path):
         read_lines(str(path))
 
 
+@pytest.mark.parametrize(
+    "content, line, offset",
+    [
+        ("a cat\nthe\x00 dog\n".encode("utf-8"), 2, 3),  # A stray NUL.
+        ("a cat\n".encode("utf-16-le"), 1, 1),  # UTF-16 without a byte-order mark: "a\0 \0c\0...".
+    ],
+)
+def test_a_nul_byte_names_file_line_and_offset(content, line, offset, tmp_path):
+    path = tmp_path / "nul.en"
+    path.write_bytes(content)
+    with pytest.raises(DataError) as error:
+        read_lines(str(path))
+    assert str(error.value) == (
+        f"{path}, line {line}: a NUL byte at byte offset {offset} of the line, which no text holds: convert "
+        "a UTF-16 file to UTF-8, or remove stray NULs (e.g. with tr -d '\\000')"
+    )
+
+
 def test_corrupt_gzip_is_named(tmp_path):
     path = tmp_path / "broken.en.gz"
     path.write_bytes(b"not gzip at all")
