@@ -11,6 +11,13 @@ from typing import List
 
 from data.errors import DataError
 
+# How a file that is not UTF-8 text often begins, and what to do about it.
+_NOT_UTF8_STARTS = (
+    (b"\xff\xfe", "it starts like UTF-16 text: convert it to UTF-8"),
+    (b"\xfe\xff", "it starts like UTF-16 text: convert it to UTF-8"),
+    (b"\x1f\x8b", "it starts like a gzip file: give it a name that ends in .gz"),
+)
+
 
 def read_lines(path: str) -> List[str]:
     """The lines of a UTF-8 text file, line endings removed; `.gz` files are decompressed.
@@ -33,9 +40,11 @@ def read_lines(path: str) -> List[str]:
                 try:
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError as error:
+                    hints = [hint for start, hint in _NOT_UTF8_STARTS if number == 1 and raw.startswith(start)]
                     raise DataError(
                         f"{path}, line {number}: not valid UTF-8 (byte "
                         f"0x{raw[error.start]:02x} at byte offset {error.start} of the line)"
+                        + "".join(f"; {hint}" for hint in hints)
                     ) from None
                 # Valid UTF-8, but never in text: UTF-16 without a byte-order mark reads
                 # as letters between NULs, and would train on them.

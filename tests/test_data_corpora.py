@@ -155,6 +155,23 @@ def test_a_nul_byte_names_file_line_and_offset(content, line, offset, tmp_path):
     )
 
 
+@pytest.mark.parametrize(
+    "content, byte, hint",
+    [
+        (b"\xff\xfe" + "a cat\n".encode("utf-16-le"), "0xff at byte offset 0",
+         "it starts like UTF-16 text: convert it to UTF-8"),
+        (gzip.compress(b"a cat\n"), "0x8b at byte offset 1",
+         "it starts like a gzip file: give it a name that ends in .gz"),
+    ],
+)
+def test_a_utf16_or_gzip_file_read_as_utf8_says_what_it_looks_like(content, byte, hint, tmp_path):
+    path = tmp_path / "train.en"
+    path.write_bytes(content)
+    with pytest.raises(DataError) as error:
+        read_lines(str(path))
+    assert str(error.value) == f"{path}, line 1: not valid UTF-8 (byte {byte} of the line); {hint}"
+
+
 def test_corrupt_gzip_is_named(tmp_path):
     path = tmp_path / "broken.en.gz"
     path.write_bytes(b"not gzip at all")
