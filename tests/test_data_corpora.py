@@ -3,10 +3,13 @@
 import argparse
 import dataclasses
 import gzip
+import io
 import re
 
 import pytest
+import tensorflow as tf
 
+from app.client import read_lines as client_read_lines
 from data.cli import add_data_arguments, data_config_from_args
 from data.config import DataConfig
 from data.corpora import load_corpus
@@ -82,6 +85,22 @@ def test_line_count_mismatch_names_both_files_and_counts(tmp_path):
     spec = f"files:{_write(tmp_path / 'a.en', ['x'] * 5)},{_write(tmp_path / 'b.de', ['y'] * 4)}"
     with pytest.raises(DataError, match=r"a\.en has 5 lines but .*b\.de has 4"):
         load_corpus(spec, "en", "de")
+
+
+def test_every_reader_splits_a_file_into_the_same_lines(tmp_path):
+    # A byte-order mark, CRLF, line and paragraph separators that str.splitlines() would
+    # split on (U+2028, U+0085, \x0b, \x0c, \x1c-\x1e), a tab, no newline at the end.
+    content = "\ufeffa cat\r\nthe\u2028dog\nthe\x85bird\r\nfish\tand\x0bchips\x1c\x1d\x1e\x0c.\nend".encode()
+    path = tmp_path / "odd.en"
+    path.write_bytes(content)
+    lines = read_lines(str(path))
+    assert lines == ["a cat", "the\u2028dog", "the\x85bird", "fish\tand\x0bchips\x1c\x1d\x1e\x0c.", "end"]
+    # The translation client's stdin, and TensorFlow's own line reader, agree line for line
+    # (both keep the byte-order mark, which the subword normalization drops).
+    assert client_read_lines(io.BytesIO(content)) == ["\ufeff" + lines[0]] + lines[1:]
+    assert [line.decode() for line in tf.data.TextLineDataset(str(path)).as_numpy_iterator()] == (
+        ["\ufeff" + lines[0]] + lines[1:]
+    )
 
 
 def test_a_file_whose_lines_end_with_a_lone_carriage_return_is_named(tmp_path):
