@@ -78,6 +78,12 @@ from sentencepiece import sentencepiece_model_pb2
 
 from data.errors import DataError, first_line
 
+# C0 and C1 control characters, DEL, and the Unicode line and paragraph separators (RE2
+# syntax): what Python's str.splitlines() or a C string would break a translation at. A
+# run of them, with the spaces beside it, becomes one space.
+_CONTROL = r"\x{0}-\x{1f}\x{7f}-\x{9f}\x{2028}\x{2029}"
+_NOT_ON_ONE_LINE = rf" *[{_CONTROL}][ {_CONTROL}]*"
+
 PAD_ID = 0
 START_ID = 1
 END_ID = 2
@@ -266,7 +272,9 @@ class SubwordTokenizer(tf.Module):
 
         Padding and start ids are skipped, each row stops before its first end id, and
         ids outside [0, vocab_size) (an output layer padded past the vocabulary) are
-        skipped.
+        skipped. Each text is one line: control characters and line separators, which
+        byte-fallback pieces can spell (a poorly trained model writes "<0x0A>"), become
+        spaces, so one translation a line stays one translation a line.
 
         Args:
             ids: integer [B, T], dense or ragged.
@@ -279,7 +287,8 @@ class SubwordTokenizer(tf.Module):
         ids = tf.cast(ids, tf.int32)  # [B, T]
         before_end = tf.math.cumsum(tf.cast(ids == END_ID, tf.int32), axis=1) == 0
         keep = before_end & (ids != PAD_ID) & (ids != START_ID) & (ids >= 0) & (ids < self._vocab_size)
-        return self._sentencepiece().detokenize(tf.ragged.boolean_mask(ids, keep))  # [B]
+        texts = self._sentencepiece().detokenize(tf.ragged.boolean_mask(ids, keep))  # [B]
+        return tf.strings.regex_replace(texts, _NOT_ON_ONE_LINE, " ")  # [B]
 
 
 def _trainer_failure(error: RuntimeError, vocab_size: int) -> str:

@@ -93,6 +93,26 @@ def test_detokenize_skips_padding_and_start_and_stops_at_end(tokenizer):
     assert tokenizer.detokenize(padded).numpy().tolist() == [b"Two men"]
 
 
+def test_detokenize_writes_one_line_whatever_bytes_the_ids_spell(tokenizer):
+    # Byte-fallback pieces spell any byte, so a poorly trained model can write a line
+    # break, a NUL or U+2028 and split one translation over several lines of a file.
+    word = tokenizer.tokenize(tf.constant(["dog"])).to_list()[0]
+    pieces = ["<0x0A>", "<0x0D>", "<0x00>", "<0x09>", "<0x7F>", "<0xC2>", "<0x85>", "<0xE2>", "<0x80>", "<0xA8>"]
+    newline, carriage_return, nul, tab, delete, *next_line_and_line_separator = (
+        tokenizer._sentencepiece().string_to_id(tf.constant(pieces)).numpy().tolist()
+    )
+    rows = [
+        word + [newline] + word,
+        word + [carriage_return, newline] + word,
+        word + [nul, tab, delete] + word,
+        word + next_line_and_line_separator + word,
+    ]
+    texts = [text.decode("utf-8") for text in tokenizer.detokenize(tf.ragged.constant(rows)).numpy()]
+    assert texts == ["dog dog"] * 4
+    graph_texts = tf.function(tokenizer.detokenize)(tf.ragged.constant(rows).to_tensor()).numpy()
+    assert [text.decode("utf-8") for text in graph_texts] == texts
+
+
 def test_training_is_deterministic(texts, tmp_path):
     first = SubwordTokenizer.train(texts, VOCAB_SIZE, str(tmp_path / "a" / MODEL_FILENAME))
     second = SubwordTokenizer.train(texts, VOCAB_SIZE, str(tmp_path / "b" / MODEL_FILENAME))
