@@ -64,6 +64,24 @@ def make_symbols_to_logits(transformer: Transformer):
     return symbols_to_logits
 
 
+def output_lengths(transformer: Transformer, source_ids, max_extra_length):
+    """The most output tokens of each sentence, end token included: int32 `[B]`.
+
+    Its source length + `max_extra_length`, and never more than the model's `max_length`
+    positions: decoding position t reads positional encoding t, and a learned table has
+    no row past its end (on a GPU, reading one gives zeros rather than an error).
+
+    Args:
+        source_ids: int32 `[B, S]`, 0 = padding.
+        max_extra_length: an int, or int32 of shape [] or `[B]`.
+    """
+    source_lengths = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.int32), axis=1)  # [B]
+    # The extra length is capped first, so that a huge one cannot overflow int32.
+    model_max_length = transformer.config.max_length
+    max_extra_length = tf.minimum(tf.cast(max_extra_length, tf.int32), model_max_length)
+    return tf.minimum(source_lengths + max_extra_length, model_max_length)  # [B]
+
+
 def translate_ids(
     transformer: Transformer,
     source_ids,
@@ -92,12 +110,7 @@ def translate_ids(
         sum of log-probs / ((5 + length) / 6) ** alpha, length counting the end token.
     """
     source_ids = tf.convert_to_tensor(source_ids, tf.int32)  # [B, S]
-    source_lengths = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.int32), axis=1)  # [B]
-    # Decoding position t reads positional encoding t: stay within the model's table.
-    # The extra length is capped first, so that a huge one cannot overflow int32.
-    model_max_length = transformer.config.max_length
-    max_extra_length = tf.minimum(tf.cast(max_extra_length, tf.int32), model_max_length)
-    max_lengths = tf.minimum(source_lengths + max_extra_length, model_max_length)  # [B]
+    max_lengths = output_lengths(transformer, source_ids, max_extra_length)  # [B]
 
     memory, memory_mask = transformer.encode(source_ids, training=False)  # [B, S, D], [B, 1, S]
     cache = transformer.init_cache(memory, memory_mask, longest_output(max_lengths))

@@ -7,6 +7,8 @@ checkpoints the same way.
 
 import tensorflow as tf
 
+from app.beam_search import longest_output
+from app.decoding import output_lengths
 from app.model import Transformer
 
 PAD_ID, START_ID, END_ID = 0, 1, 2
@@ -18,7 +20,8 @@ def greedy_decode(transformer: Transformer, source_ids, max_extra_length=50):
     Args:
         transformer: the model's decoding view.
         source_ids: int32 `[B, S]`, 0 = padding.
-        max_extra_length: each sentence stops at its source length + this many tokens.
+        max_extra_length: each sentence stops at its source length + this many tokens,
+            and never past the model's `max_length` positions.
 
     Returns:
         int32 `[B, L]`: the output tokens without the start token, each row ending with
@@ -26,9 +29,9 @@ def greedy_decode(transformer: Transformer, source_ids, max_extra_length=50):
     """
     source_ids = tf.convert_to_tensor(source_ids, tf.int32)
     batch_size = tf.shape(source_ids)[0]
-    source_lengths = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.int32), axis=1)  # [B]
-    max_lengths = source_lengths + max_extra_length  # [B]
-    cache_length = tf.reduce_max(max_lengths)
+    # As beam search: within the model's positions, and 1 for an empty batch.
+    max_lengths = output_lengths(transformer, source_ids, max_extra_length)  # [B]
+    cache_length = longest_output(max_lengths)
 
     memory, memory_mask = transformer.encode(source_ids, training=False)
     cache = transformer.init_cache(memory, memory_mask, cache_length)

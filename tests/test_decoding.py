@@ -125,6 +125,19 @@ def test_max_length_never_exceeds_the_models_positions():
     assert ids.shape == (1, 1, 10)
 
 
+def test_greedy_decoding_stays_within_a_learned_position_table():
+    # A learned table has no row past max_length: greedy decoding (validation BLEU) read
+    # one, which failed on a CPU (GatherV2) and gave zeros on a GPU.
+    config = ModelConfig.from_size(
+        "tiny", vocab_size=40, num_layers=1, d_model=8, d_ff=8, num_heads=2, max_length=10, positional="learned"
+    )
+    transformer = Transformer(build_transformer(config), config)
+    greedy = greedy_decode(transformer, SOURCE_IDS, max_extra_length=100)
+    assert greedy.shape == (3, 10)
+    beam, _ = translate_ids(transformer, SOURCE_IDS, beam_size=1, alpha=0.0, max_extra_length=100)
+    np.testing.assert_array_equal(greedy, beam[:, 0])
+
+
 def test_a_huge_max_extra_length_is_capped_before_it_can_overflow():
     config = ModelConfig.from_size(
         "tiny", vocab_size=40, num_layers=1, d_model=8, d_ff=8, num_heads=2, max_length=10
@@ -142,9 +155,14 @@ def test_an_empty_batch_decodes_to_empty_outputs(transformer):
         lambda source_ids: translate_ids(transformer, source_ids, beam_size=3, max_extra_length=EXTRA),
         input_signature=[tf.TensorSpec([None, None], tf.int32)],
     )
+    greedy = tf.function(
+        lambda source_ids: greedy_decode(transformer, source_ids, max_extra_length=EXTRA),
+        input_signature=[tf.TensorSpec([None, None], tf.int32)],
+    )
     for source_ids in (np.zeros([0, 7], np.int32), np.zeros([0, 0], np.int32)):
         ids, scores = translate(source_ids)
         assert ids.shape[:2] == (0, 3) and scores.shape == (0, 3)
+        assert greedy(source_ids).shape == (0, 1)
 
 
 def test_symbols_to_logits_feeds_only_the_newest_token(transformer):
