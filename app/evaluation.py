@@ -23,9 +23,8 @@ def make_bleu_evaluator(tokenizer, sources, references, max_sentences=None, batc
         raise ValueError(f"{len(sources)} sources but {len(references)} references")
     if max_sentences:
         sources, references = sources[:max_sentences], references[:max_sentences]
-    source_ids = tokenizer.tokenize(tf.constant(sources)).to_list()
-    source_ids = [ids + [tokenizer.end_id] for ids in source_ids]
-    order = np.argsort([len(ids) for ids in source_ids], kind="stable")
+    pieces = tokenizer.tokenize(tf.constant(sources)).to_list()  # without the end token
+    order = np.argsort([len(ids) for ids in pieces], kind="stable")
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
     def evaluate(transformer):
@@ -33,12 +32,15 @@ def make_bleu_evaluator(tokenizer, sources, references, max_sentences=None, batc
         def translate(batch):
             return tokenizer.detokenize(greedy_decode(transformer, batch))
 
+        # A sentence longer than the model's positions is read as the export reads it
+        # (app.export.Translator.source_ids): its first max_length - 1 pieces, then the end.
+        kept = transformer.config.max_length - 1
         hypotheses = [None] * len(sources)
         for indices in batches:
-            length = max(len(source_ids[i]) for i in indices)
-            batch = np.zeros((len(indices), length), np.int32)
-            for row, i in enumerate(indices):
-                batch[row, : len(source_ids[i])] = source_ids[i]
+            rows = [pieces[i][:kept] + [tokenizer.end_id] for i in indices]
+            batch = np.zeros((len(rows), max(len(ids) for ids in rows)), np.int32)
+            for row, ids in enumerate(rows):
+                batch[row, : len(ids)] = ids
             for i, text in zip(indices, translate(batch).numpy()):
                 hypotheses[i] = text.decode("utf-8")
         bleu = sacrebleu.metrics.BLEU(lowercase=tokenizer.lowercase)

@@ -3,6 +3,7 @@
 import argparse
 import dataclasses
 import json
+import types
 
 import pytest
 import tensorflow as tf
@@ -104,8 +105,9 @@ def test_validation_bleu_of_a_lowercase_run_is_lowercased_bleu(lowercase_tokeniz
     # A "model" that copies its source, so the hypothesis is the source as the tokenizer
     # reads it back: lowercased.
     monkeypatch.setattr(app.evaluation, "greedy_decode", lambda transformer, source_ids: source_ids)
+    transformer = types.SimpleNamespace(config=types.SimpleNamespace(max_length=64))  # all it reads
     sentence = "Ein Hund läuft über die grüne Wiese ."
-    lowercase_score = app.evaluation.make_bleu_evaluator(lowercase_tokenizer, [sentence], [sentence])(None)
+    lowercase_score = app.evaluation.make_bleu_evaluator(lowercase_tokenizer, [sentence], [sentence])(transformer)
     assert lowercase_score["bleu"] == pytest.approx(100.0)
     assert "case:lc" in lowercase_score["bleu_signature"]
 
@@ -113,7 +115,7 @@ def test_validation_bleu_of_a_lowercase_run_is_lowercased_bleu(lowercase_tokeniz
     cased_path.write_bytes(lowercase_tokenizer.model_proto)
     cased_score = app.evaluation.make_bleu_evaluator(
         SubwordTokenizer.load(str(cased_path)), [sentence], [sentence]
-    )(None)
+    )(transformer)
     assert "case:mixed" in cased_score["bleu_signature"]
 
 
