@@ -138,9 +138,10 @@ class Translator(tf.Module):
             tf.debugging.assert_equal(
                 tf.size(max_extra_length), tf.size(inputs), message="one max_extra_length per input"
             ),
-            tf.debugging.assert_non_negative(alpha, message="alpha must not be negative"),
-            # +inf passes the check above, and would score every hypothesis -0.0.
+            # First, so that NaN is named as not finite rather than as negative. (+inf
+            # passes the check below, and would score every hypothesis -0.0.)
             tf.debugging.Assert(tf.reduce_all(tf.math.is_finite(alpha)), ["alpha must be finite, got", alpha]),
+            tf.debugging.assert_non_negative(alpha, message="alpha must not be negative"),
             tf.debugging.assert_positive(max_extra_length, message="max_extra_length must be positive"),
         ]
         with tf.control_dependencies(checks):

@@ -102,6 +102,9 @@ def test_nbest_and_options_signatures_agree_with_the_default(exported):
         translator.serve_with_options(tf.constant(SENTENCES[:1]), tf.constant([-1.0]), tf.constant([50]))
     with pytest.raises(tf.errors.InvalidArgumentError, match="alpha must be finite"):
         translator.serve_with_options(tf.constant(SENTENCES[:2]), tf.constant([0.6, np.inf]), tf.constant([50, 50]))
+    # NaN is no negative number: it is named as what it is.
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"\[alpha must be finite, got\] \[nan\]"):
+        translator.serve_with_options(tf.constant(SENTENCES[:1]), tf.constant([np.nan]), tf.constant([50]))
     # An empty batch is a batch: no outputs, in every signature.
     empty = tf.constant([], tf.string)
     for outputs in (translator.serve(empty), translator.serve_nbest(empty), translator.serve_greedy(empty)):
