@@ -12,6 +12,9 @@ signature takes raw strings. Signatures (batch B, beam K):
     translate_with_options  inputs string [B], alpha float32 [B], max_extra_length int32 [B]
                             -> translations string [B], scores float32 [B]
 
+Every input is a vector `[B]`, checked when the graph runs (TF Serving does not check a
+request's shapes): a scalar or a `[B, N]` tensor is refused, naming its shape.
+
 `translate_with_options` takes the decoding settings per instance, so TF Serving's row
 format ({"instances": [{"inputs": ..., "alpha": ...}]}) can carry them, and requests with
 different settings may share one batch (server-side batching merges them freely).
@@ -59,6 +62,17 @@ class ExportError(RuntimeError):
     pass
 
 
+def one_per_sentence(tensor):
+    """`tensor`, checked when the graph runs to be a vector `[B]`.
+
+    TF Serving does not check a request's shapes against the signature
+    (tensorflow/serving#1436): unchecked, a string `[B, N]` came back flattened to
+    `[B * N]` translations, and a scalar alpha failed deep in the graph. Now either is
+    refused: "Shape of tensor alpha [] is not compatible with expected shape [?]".
+    """
+    return tf.ensure_shape(tensor, [None])
+
+
 class Translator(tf.Module):
     """Raw strings to raw strings: tokenize, encode, beam search, detokenize.
 
@@ -101,6 +115,7 @@ class Translator(tf.Module):
 
     def translate(self, inputs, beam_size, alpha, max_extra_length):
         """`(translations string [B, K], scores float32 [B, K])`, best first."""
+        inputs = one_per_sentence(inputs)
         ids, scores = translate_ids(
             self._transformer, self.source_ids(inputs), beam_size, alpha, max_extra_length
         )  # [B, K, L], [B, K]
@@ -133,6 +148,7 @@ class Translator(tf.Module):
         ]
     )
     def serve_with_options(self, inputs, alpha, max_extra_length):
+        alpha, max_extra_length = one_per_sentence(alpha), one_per_sentence(max_extra_length)
         checks = [
             tf.debugging.assert_equal(tf.size(alpha), tf.size(inputs), message="one alpha per input"),
             tf.debugging.assert_equal(

@@ -6,6 +6,7 @@ in conftest.py.
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -109,6 +110,31 @@ def test_nbest_and_options_signatures_agree_with_the_default(exported):
     empty = tf.constant([], tf.string)
     for outputs in (translator.serve(empty), translator.serve_nbest(empty), translator.serve_greedy(empty)):
         assert outputs["translations"].shape[0] == 0 and outputs["scores"].shape[0] == 0
+
+
+def test_the_saved_model_refuses_inputs_that_are_not_one_per_sentence(exported):
+    # A loaded signature, like TF Serving, does not check shapes itself: a [B, N] batch came
+    # back as B * N translations, and a scalar alpha failed on "Invalid reduction dimension".
+    import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
+
+    _, _, path, _ = exported
+    signatures = tf.saved_model.load(path).signatures
+    one, alpha, extra = tf.constant(["A dog."]), tf.constant([0.6]), tf.constant([5])
+    cases = [
+        ("serving_default", {"inputs": tf.constant("A dog.")}, "inputs []"),
+        ("nbest", {"inputs": tf.constant([["A dog.", "A cat."]])}, "inputs [1,2]"),
+        ("greedy", {"inputs": tf.constant([["A dog."], ["A cat."]])}, "inputs [2,1]"),
+        ("translate_with_options", {"inputs": one, "alpha": tf.constant(0.6), "max_extra_length": extra}, "alpha []"),
+        (
+            "translate_with_options",
+            {"inputs": one, "alpha": alpha, "max_extra_length": tf.constant([[5]])},
+            "max_extra_length [1,1]",
+        ),
+    ]
+    for signature, inputs, shape in cases:
+        message = rf"Shape of tensor {re.escape(shape)} is not compatible with expected shape \[\?\]"
+        with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+            signatures[signature](**inputs)
 
 
 def test_source_lengths_count_subwords_before_truncation_in_memory_and_in_the_saved_model(exported):
