@@ -15,7 +15,9 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import signal
+import tempfile
 import time
 import zlib
 from typing import Optional
@@ -346,6 +348,10 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
             f"resumed from {restored} at step {int(progress.step)} "
             f"(epoch {int(progress.epoch)}, batch {int(progress.batch_in_epoch)})"
         )
+    metrics_path = os.path.join(model_dir, "metrics.jsonl")
+    if chief:
+        # The steps after the checkpoint are trained, and recorded, again.
+        _drop_records_after(metrics_path, int(progress.step))
     seconds_before = float(progress.seconds) if restored else 0.0
     total_steps = _resumed_run_length(config, progress, max_steps)
     progress.set_plan(total_steps, config.resolved_cooldown(total_steps))
@@ -374,7 +380,6 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
     )
     eval_step = make_eval_step(model, strategy, model_config.label_smoothing, batch_spec)
     writer = tf.summary.create_file_writer(os.path.join(model_dir, "train")) if chief else None
-    metrics_path = os.path.join(model_dir, "metrics.jsonl")
     transformer = Transformer(model, model_config)
 
     def record(entry):
@@ -642,6 +647,44 @@ def _resumed_run_length(config, progress, max_steps):
     ):
         return planned
     return max_steps
+
+
+def _drop_records_after(path, step):
+    """Rewrites the metrics.jsonl at `path` without its records of steps after `step`.
+
+    A run killed after its newest checkpoint had recorded steps that, resumed from that
+    checkpoint, it trains and records again: kept, they would appear twice. A last line
+    cut off by the kill goes too, or the next record would be appended to it. Lines that
+    are not records (written from outside) are kept as they are.
+    """
+    try:
+        with open(path, "rb") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return
+    lines = text.split(b"\n")
+    kept = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            if number == len(lines):  # The last line, without its newline: cut off.
+                continue
+            record = None
+        recorded_step = record.get("step") if isinstance(record, dict) else None
+        if isinstance(recorded_step, int) and recorded_step > step:
+            continue
+        kept.append(line + b"\n")
+    kept = b"".join(kept)
+    if kept == text:
+        return
+    fd, temporary = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".metrics-", suffix=".jsonl")
+    with os.fdopen(fd, "wb") as f:
+        f.write(kept)
+    shutil.copymode(path, temporary)  # mkstemp's file is private; metrics.jsonl was not.
+    os.replace(temporary, path)
 
 
 def _distribute(strategy, dataset):

@@ -369,6 +369,10 @@ def test_resuming_after_a_crash_matches_an_uninterrupted_run(small_data, tmp_pat
         run_training(small_data, tmp_path / "resumed", evaluate_fn=crash, eval_every=4)
     # The crash came at step 4; the newest checkpoint is step 3's.
     assert checkpoints.checkpoint_paths(tmp_path / "resumed")[-1].endswith("ckpt-3")
+    metrics = tmp_path / "resumed" / "metrics.jsonl"
+    assert [json.loads(line)["step"] for line in open(metrics)] == [1, 2, 3, 4]
+    with open(metrics, "a") as f:
+        f.write('{"step": 5, "lo')  # a record cut off by the crash
     resumed = run_training(small_data, tmp_path / "resumed", eval_every=4)
 
     assert resumed["step"] == uninterrupted["step"] == 6
@@ -376,6 +380,14 @@ def test_resuming_after_a_crash_matches_an_uninterrupted_run(small_data, tmp_pat
     assert expected.keys() == actual.keys() and expected
     for name in expected:
         np.testing.assert_allclose(actual[name], expected[name], atol=1e-6, err_msg=name)
+    # Step 4 was recorded before the crash and again after the resume from step 3: once.
+    expected, actual = (
+        [json.loads(line) for line in open(run / "metrics.jsonl")] for run in (tmp_path / "straight", metrics.parent)
+    )
+    assert [(r["step"], sorted(r)) for r in actual] == [(r["step"], sorted(r)) for r in expected]
+    assert [r["step"] for r in actual] == [1, 2, 3, 4, 4, 5, 6, 6]  # evaluations at 4 and (the final) 6
+    losses = [[r.get("loss", r.get("valid_loss")) for r in records] for records in (actual, expected)]
+    np.testing.assert_allclose(*losses, rtol=1e-5)
 
 
 def test_a_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint(small_data, tmp_path):
