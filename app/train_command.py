@@ -355,12 +355,17 @@ def run(args, started=None):
     # A first start whose data fails (a missing file, misaligned lines) leaves no empty
     # model directory behind; one that already existed is left as it was.
     created_model_dir = not os.path.exists(model_dir)
-    os.makedirs(model_dir, exist_ok=True)
     # Multi-worker: only the chief writes to the model directory. Another worker reads the
     # vocabulary there once a complete earlier start left one (settings.json is written
     # after it); otherwise it trains the same vocabulary (training is deterministic, and
     # train() checks it) in a scratch directory rather than race the chief for the file.
     chief = is_chief(strategy)
+    try:
+        os.makedirs(model_dir, exist_ok=True)
+        # Held while this name holds it: until run() returns, or the process ends.
+        _model_dir_lock = ModelDirLock(model_dir) if chief else None
+    except (OSError, ModelDirInUse) as error:
+        return _fail(error)  # Not removed if created: the run holding it may have made it.
     vocab_dir = model_dir
     if not chief and not os.path.exists(os.path.join(model_dir, "settings.json")):
         vocab_dir = tempfile.mkdtemp(prefix="vocab-worker-")
@@ -370,7 +375,7 @@ def run(args, started=None):
         model_config = dataclasses.replace(requested, vocab_size=data.tokenizer.vocab_size)
         if chief:
             save_settings(model_dir, model_config, data_config, train_config)
-    except (DataError, ValueError) as error:
+    except (DataError, ValueError, OSError) as error:  # OSError: a read-only or full disk.
         if created_model_dir:
             shutil.rmtree(model_dir, ignore_errors=True)
         return _fail(error)
@@ -403,6 +408,44 @@ def run(args, started=None):
     print(f"done: step {result['step']}, model in {model_dir}")
     print(f"next: python export.py --model-dir {model_dir}")
     return 0
+
+
+class ModelDirInUse(ValueError):
+    """Another training run holds the model directory."""
+
+
+class ModelDirLock:
+    """An exclusive lock on a model directory, held while this object lives.
+
+    Two runs in one directory would both train from its newest checkpoint and write
+    their checkpoints and records over each other's. The lock is flock(2) on the
+    directory itself: no file is left behind, and the system releases it when the
+    process ends, even killed. Where a file system cannot lock a directory (NFS), the
+    run goes on unlocked.
+
+    Raises:
+        ModelDirInUse: naming the directory, if another process holds the lock.
+    """
+
+    def __init__(self, model_dir):
+        import fcntl
+
+        self._fd = None
+        fd = os.open(model_dir, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise ModelDirInUse(
+                f"another training run is using {model_dir}; wait for it to end, or give another --model-dir"
+            ) from None
+        except OSError:
+            pass  # No directory locks on this file system.
+        self._fd = fd
+
+    def __del__(self):
+        if self._fd is not None:
+            os.close(self._fd)  # Releases the lock.
 
 
 def _fail(error):

@@ -1,5 +1,6 @@
 """`python train.py` as a user runs it, in a fresh process: dry runs, flags, and starts that fail."""
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -267,3 +268,33 @@ def test_a_vocabulary_too_small_for_the_corpus_characters_is_named_without_a_tra
         "each need a piece, 573 pieces with the reserved and byte pieces; use a vocab_size of at least 573"
     )
     assert not model_dir.exists()
+
+
+def test_a_second_run_in_a_model_directory_in_use_is_refused_before_writing_to_it(tmp_path):
+    source, target = tmp_path / "train.en", tmp_path / "train.de"
+    source.write_text("a cat\nthe dog\n", encoding="utf-8")
+    target.write_text("eine Katze\nder Hund\n", encoding="utf-8")
+    model_dir = tmp_path / "run"
+    model_dir.mkdir()
+    first_run = os.open(model_dir, os.O_RDONLY)
+    fcntl.flock(first_run, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what the first run holds while it trains
+    try:
+        result = run_train(
+            "--dataset", f"files:{source},{target}", "--train-steps", "1", "--model-dir", str(model_dir)
+        )
+    finally:
+        os.close(first_run)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: another training run is using {model_dir}; wait for it to end, or give another --model-dir"
+    )
+    assert list(model_dir.iterdir()) == []
+
+
+def test_a_model_directory_that_cannot_be_made_is_named_without_a_traceback(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine", encoding="utf-8")
+    result = run_train("--train-steps", "1", "--model-dir", str(tmp_path / "notes.txt" / "run"))
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: [Errno 20] Not a directory: '{tmp_path / 'notes.txt' / 'run'}'"
+    )
