@@ -46,6 +46,18 @@ def _unreadable(path, error):
     )
 
 
+def cannot_write(path, error, latest):
+    """The CheckpointError for a file of the model directory that `error` kept from being
+    written, saying which checkpoint `latest` a run of the same command resumes from."""
+    # A TensorFlow error opens with the function it ran in and ends with its op; the
+    # reason ("No space left on device") is in between.
+    reason = re.sub(r"^\{\{[^}]*\}\}\s*|\s*\[Op:\w+\]$", "", first_line(error))
+    return CheckpointError(
+        f"cannot write {path} ({type(error).__name__}: {reason}); free some space or make "
+        f"{os.path.dirname(path)} writable, then run the same command to resume from {latest or 'the start'}"
+    )
+
+
 class Progress(tf.Module):
     """Where training is: optimizer steps, the position in the data, and where it ends.
 
@@ -130,7 +142,10 @@ class CheckpointTracker:
         """Saves a checkpoint numbered by the step, unless one for this step exists."""
         if self._latest and self._latest.endswith(f"-{step}"):
             return self._latest
-        self._latest = self.manager.save(checkpoint_number=step)
+        try:
+            self._latest = self.manager.save(checkpoint_number=step)
+        except (tf.errors.OpError, OSError) as error:  # A full or read-only disk.
+            raise cannot_write(os.path.join(self.manager.directory, f"ckpt-{step}"), error, self._latest) from None
         return self._latest
 
     def offer_best(self, evaluation, step):
@@ -141,10 +156,17 @@ class CheckpointTracker:
         score = evaluation["bleu"] if "bleu" in evaluation else -evaluation["valid_loss"]
         if self.best_score is not None and score <= self.best_score:
             return False
-        self.best_score = score
-        path = self.best_manager.save(checkpoint_number=step)
+        try:
+            path = self.best_manager.save(checkpoint_number=step)
+        except (tf.errors.OpError, OSError) as error:
+            raise cannot_write(os.path.join(self.best_manager.directory, f"ckpt-{step}"), error, self._latest) from None
         if self.chief:
-            _write_json_atomically(self._best_record, {"step": step, "score": score, "checkpoint": path, **evaluation})
+            try:
+                record = {"step": step, "score": score, "checkpoint": path, **evaluation}
+                _write_json_atomically(self._best_record, record)
+            except OSError as error:
+                raise cannot_write(self._best_record, error, self._latest) from None
+        self.best_score = score
         return True
 
     def best_path(self):
@@ -253,6 +275,10 @@ def _write_json_atomically(path, payload):
     directory = os.path.dirname(path)
     os.makedirs(directory, exist_ok=True)
     fd, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(payload, f, indent=2)
-    os.replace(temporary, path)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(payload, f, indent=2)
+        os.replace(temporary, path)
+    except OSError:
+        os.remove(temporary)  # A full disk: no half-written file left beside the record.
+        raise

@@ -385,8 +385,11 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
     def record(entry):
         if not chief:
             return
-        with open(metrics_path, "a") as f:
-            f.write(json.dumps(entry) + "\n")
+        try:
+            with open(metrics_path, "a") as f:
+                f.write(json.dumps(entry) + "\n")
+        except OSError as error:  # A full disk.
+            raise checkpoints.cannot_write(metrics_path, error, tracker.latest()) from None
         with writer.as_default(step=entry["step"]):
             for key, value in entry.items():
                 if key != "step" and isinstance(value, (int, float)):

@@ -568,6 +568,69 @@ def test_weights_restore_only_into_a_model_of_the_checkpoints_configuration(tmp_
         checkpoints.restore_weights(model_of(with_biases), other_path)
 
 
+def test_a_full_disk_names_the_file_it_could_not_write_and_the_checkpoint_to_resume_from(
+    small_data, tmp_path, monkeypatch
+):
+    from app.checkpoints import CheckpointError
+
+    # What TensorFlow raised on a full disk, but for the temporary file's name.
+    no_space = tf.errors.ResourceExhaustedError(
+        None, None,
+        "{{function_node __wrapped__SaveV2_dtypes_49_device_/job:localhost/replica:0/task:0/device:CPU:0}} "
+        "/x/ckpt-4_temp/part-00000-of-00001.data-00000-of-00001.tempstate1; No space left on device [Op:SaveV2]",
+    )
+    save = tf.train.CheckpointManager.save
+
+    def save_until_step_4(manager, checkpoint_number):
+        if checkpoint_number == 4:
+            raise no_space
+        return save(manager, checkpoint_number=checkpoint_number)
+
+    monkeypatch.setattr(tf.train.CheckpointManager, "save", save_until_step_4)
+    directory = tmp_path / "checkpoints"
+    with pytest.raises(CheckpointError) as raised:
+        run_training(small_data, tmp_path, checkpoint_every=2)
+    assert str(raised.value) == (
+        f"cannot write {directory}/ckpt-4 (ResourceExhaustedError: "
+        "/x/ckpt-4_temp/part-00000-of-00001.data-00000-of-00001.tempstate1; No space left on device); "
+        f"free some space or make {directory} writable, then run the same command to resume from {directory}/ckpt-2"
+    )
+    # The best record: no half-written file is left beside it.
+    monkeypatch.setattr(tf.train.CheckpointManager, "save", save)
+    monkeypatch.setattr(checkpoints.json, "dump", mock_raise(OSError(28, "No space left on device")))
+    with pytest.raises(CheckpointError) as raised:
+        run_training(
+            small_data, tmp_path / "best-run", evaluate_fn=lambda t: {"bleu": 1.0}, eval_every=2, checkpoint_every=2
+        )
+    best = tmp_path / "best-run" / "best"
+    assert str(raised.value) == (
+        f"cannot write {best}/best.json (OSError: [Errno 28] No space left on device); free some space or make "
+        f"{best} writable, then run the same command to resume from {tmp_path}/best-run/checkpoints/ckpt-2"
+    )
+    assert sorted(p.name for p in best.iterdir()) == ["checkpoint", "ckpt-2.data-00000-of-00001", "ckpt-2.index"]
+    # metrics.jsonl, written at every record.
+    monkeypatch.undo()
+    def open_full_disk(path, mode="r", *args):
+        if "a" in mode:
+            raise OSError(28, "No space left on device")
+        return open(path, mode, *args)
+
+    monkeypatch.setattr(training, "open", open_full_disk, raising=False)
+    with pytest.raises(CheckpointError) as raised:
+        run_training(small_data, tmp_path / "metrics-run")
+    assert str(raised.value) == (
+        f"cannot write {tmp_path}/metrics-run/metrics.jsonl (OSError: [Errno 28] No space left on device); free "
+        f"some space or make {tmp_path}/metrics-run writable, then run the same command to resume from the start"
+    )
+
+
+def mock_raise(error):
+    def fail(*args, **kwargs):
+        raise error
+
+    return fail
+
+
 def test_a_checkpoint_cut_off_while_saving_is_never_the_one_resumed(small_data, tmp_path):
     run_training(small_data, tmp_path, train_steps=3, checkpoint_every=3)
     # What a crash in the middle of saving step 6 leaves: data files, no index entry.
