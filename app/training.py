@@ -735,14 +735,16 @@ def _format_eval(entry):
 
 
 class _InterruptFlag:
-    """Turns Ctrl-C into a flag checked between steps, so a step is never cut in half.
-
-    A second Ctrl-C interrupts at once.
+    """Turns Ctrl-C, and the SIGTERM with which a scheduler or `kill` stops a job, into a
+    flag checked between steps, so a step is never cut in half and the run saves a
+    checkpoint before it ends. A second signal interrupts at once.
     """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self):
         self.raised = False
-        self._previous = None
+        self._previous = {}
 
     def _handler(self, signum, frame):
         if self.raised:
@@ -751,12 +753,13 @@ class _InterruptFlag:
 
     def __enter__(self):
         try:
-            self._previous = signal.signal(signal.SIGINT, self._handler)
-        except ValueError:  # not the main thread: leave Ctrl-C as it is
-            self._previous = None
+            self._previous = {signum: signal.signal(signum, self._handler) for signum in self.SIGNALS}
+        except ValueError:  # not the main thread: leave the signals as they are
+            self._previous = {}
         return self
 
     def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        for signum, previous in self._previous.items():
+            if previous is not None:  # None: a handler not installed from Python, not restorable
+                signal.signal(signum, previous)
         return False

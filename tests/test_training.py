@@ -413,6 +413,28 @@ def test_ctrl_c_saves_a_checkpoint_before_exiting(small_data, tmp_path):
     assert checkpoints.checkpoint_paths(tmp_path)[-1].endswith("ckpt-2")
 
 
+def test_sigterm_saves_a_checkpoint_before_exiting_and_leaves_the_handler_as_it_was(small_data, tmp_path):
+    # How a job scheduler (or `kill`) stops a run; Python's default would end it at once.
+    class TerminatedUnsaved(Exception):
+        pass
+
+    def terminate_unsaved(signum, frame):
+        raise TerminatedUnsaved
+
+    def send_sigterm(transformer):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return {}
+
+    previous = signal.signal(signal.SIGTERM, terminate_unsaved)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_training(small_data, tmp_path, evaluate_fn=send_sigterm, eval_every=2, checkpoint_every=100)
+        assert signal.getsignal(signal.SIGTERM) is terminate_unsaved
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert checkpoints.checkpoint_paths(tmp_path)[-1].endswith("ckpt-2")
+
+
 def test_the_best_checkpoint_follows_the_score(small_data, tmp_path):
     # Evaluations at steps 2, 4 and 6, and the final one at step 7.
     scores = iter([5.0, 9.0, 7.0, 8.0])
