@@ -195,18 +195,19 @@ def _or_default(value, default):
     return default if value is None else value
 
 
-def save_settings(model_dir, model_config, data_config, train_config, log=print):
+def save_settings(model_dir, model_config, data_config, train_config, log=print, replicas=None):
     """Writes settings.json atomically; refuses to resume a run with another model or data.
 
     Training settings may change between starts (a longer run, another time budget):
     each change is logged. Only a change into or out of mixed_float16 is refused, as its
-    checkpoints hold a loss scale that the others' lack.
+    checkpoints hold a loss scale that the others' lack. `replicas`, the strategy's
+    replica count, is kept with the training settings: the batches are cut for it.
     """
     path = os.path.join(model_dir, "settings.json")
     settings = {
         "model": model_config.to_dict(),
         "data": dataclasses.asdict(data_config),
-        "train": dataclasses.asdict(train_config),
+        "train": {**dataclasses.asdict(train_config), **({"replicas": replicas} if replicas else {})},
     }
     if os.path.exists(path):
         # Read through the config classes, so a field added since the run began (say
@@ -240,6 +241,12 @@ def save_settings(model_dir, model_config, data_config, train_config, log=print)
         if changed:
             details = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in sorted(changed.items()))
             log(f"resuming with changed training settings: {details}")
+        if "replicas" in changed:
+            log(
+                "the step count and --batch-tokens carry on, but a batch's rows are a multiple of the replicas: "
+                "the rest of the current epoch is cut into other batches than its first part (some of its pairs "
+                "are trained on twice, others not at all)"
+            )
     fd, temporary = tempfile.mkstemp(dir=model_dir, prefix=".settings-", suffix=".json")
     with os.fdopen(fd, "w") as f:
         json.dump(settings, f, indent=2)
@@ -374,7 +381,7 @@ def run(args, started=None):
         # The model's vocabulary is the tokenizer's real one, which can be smaller than asked.
         model_config = dataclasses.replace(requested, vocab_size=data.tokenizer.vocab_size)
         if chief:
-            save_settings(model_dir, model_config, data_config, train_config)
+            save_settings(model_dir, model_config, data_config, train_config, replicas=strategy.num_replicas_in_sync)
     except (DataError, ValueError, OSError) as error:  # OSError: a read-only or full disk.
         if created_model_dir:
             shutil.rmtree(model_dir, ignore_errors=True)

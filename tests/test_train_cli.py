@@ -298,3 +298,20 @@ def test_a_model_directory_that_cannot_be_made_is_named_without_a_traceback(tmp_
     assert result.stderr.strip().splitlines()[-1] == (
         f"error: [Errno 20] Not a directory: '{tmp_path / 'notes.txt' / 'run'}'"
     )
+
+
+def test_resuming_on_another_replica_count_says_how_the_epoch_goes_on(tmp_path):
+    from tests.test_multi_worker import TINY, write_corpus
+
+    flags = ["--dataset", write_corpus(tmp_path), *TINY, "--model-dir", str(tmp_path / "run")]
+    first = run_train(*flags, "--train-steps", "2", "--cpu-replicas", "2")
+    assert first.returncode == 0, first.stderr[-3000:]
+    resumed = run_train(*flags, "--train-steps", "3", "--cpu-replicas", "1")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert (
+        "resuming with changed training settings: replicas: 2 -> 1, train_steps: 2 -> 3\n"
+        "the step count and --batch-tokens carry on, but a batch's rows are a multiple of the replicas: the rest "
+        "of the current epoch is cut into other batches than its first part (some of its pairs are trained on "
+        "twice, others not at all)\n"
+    ) in resumed.stdout
+    assert "done: step 3" in resumed.stdout
