@@ -121,7 +121,8 @@ class CheckpointTracker:
         # checkpoint and best score and take the same save decisions (a worker with an
         # empty scratch directory would otherwise start again from step 0).
         self._chief_checkpoints = os.path.join(model_dir, "checkpoints")
-        self.best_score = _read_json(os.path.join(model_dir, "best", "best.json"), {}).get("score")
+        best = _read_json(os.path.join(model_dir, "best", "best.json"), {})
+        self.best_score, self.best_step = best.get("score"), best.get("step")
         self._latest = None  # The newest checkpoint of this run, restored or saved.
 
     def latest(self):
@@ -166,7 +167,7 @@ class CheckpointTracker:
                 _write_json_atomically(self._best_record, record)
             except OSError as error:
                 raise cannot_write(self._best_record, error, self._latest) from None
-        self.best_score = score
+        self.best_score, self.best_step = score, step
         return True
 
     def best_path(self):

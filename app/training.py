@@ -421,7 +421,6 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
     # and the progress bar show the token-weighted mean over the window.
     window_tokens, window_loss, window_start = 0.0, 0.0, time.time()
     last_checkpoint_time = time.time()
-    evaluations_without_gain = 0
     interrupted = _InterruptFlag()
 
     def learning_rate():
@@ -544,16 +543,17 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
                         evaluation_start, evaluation_wall_start = clock(), time.time()
                         entry = evaluate(step)
                         say(_format_eval(entry))
-                        if tracker.offer_best(entry, step):
-                            evaluations_without_gain = 0
-                        else:
-                            evaluations_without_gain += 1
+                        tracker.offer_best(entry, step)
                         this_evaluation = clock() - evaluation_start
                         evaluation_seconds += this_evaluation
                         # The window's tokens/s counts training time only (window_start is wall time).
                         window_start += time.time() - evaluation_wall_start
                         pace.observe_evaluation(this_evaluation)
-                        if config.patience and evaluations_without_gain >= config.patience:
+                        # Counted from the best evaluation's step rather than kept in memory: a
+                        # resumed run counts the evaluations it redoes once, and an evaluation of
+                        # the best's own step, redone, as no loss.
+                        since_best = step // config.eval_every - (tracker.best_step or 0) // config.eval_every
+                        if config.patience and since_best >= config.patience:
                             say(f"early stopping: no better BLEU in {config.patience} evaluations")
                             total_steps = step
                             progress.set_plan(step, config.resolved_cooldown(step))

@@ -449,6 +449,38 @@ def test_the_best_checkpoint_follows_the_score(small_data, tmp_path):
     )
 
 
+@pytest.mark.parametrize("checkpoint_every", [1, 100])
+def test_patience_counts_the_same_evaluations_in_a_resumed_run_as_in_an_uninterrupted_one(
+    small_data, tmp_path, checkpoint_every
+):
+    # The scores of the evaluations at steps 1, 2, ...: the best at step 2, then two
+    # without gain stop the run at step 4.
+    scores = [5.0, 9.0, 7.0, 8.0, 8.5]
+
+    def scored(first_step, last_step=len(scores)):
+        left = iter(scores[first_step - 1 : last_step])
+
+        def evaluate(transformer):
+            score = next(left, None)
+            if score is None:
+                raise RuntimeError("simulated crash")
+            return {"bleu": score}
+
+        return evaluate
+
+    flags = dict(eval_every=1, patience=2, train_steps=6, checkpoint_every=checkpoint_every)
+    assert run_training(small_data, tmp_path / "straight", evaluate_fn=scored(1), **flags)["step"] == 4
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run_training(small_data, tmp_path / "resumed", evaluate_fn=scored(1, last_step=2), **flags)
+    # The crash came in step 3's evaluation. Resumed from step 3's checkpoint, the run
+    # trains on to step 4; from none (a checkpoint every 100 steps), it starts again from
+    # step 0 with step 2's best on record, and its evaluations of steps 1 and 2, redone,
+    # are no losses.
+    resume_from = {1: 3, 100: 0}[checkpoint_every]
+    resumed = run_training(small_data, tmp_path / "resumed", evaluate_fn=scored(resume_from + 1), **flags)
+    assert resumed["step"] == 4
+
+
 def test_a_damaged_checkpoint_or_best_record_is_named_when_training_resumes(small_data, tmp_path):
     from app.checkpoints import CheckpointError
 
