@@ -62,7 +62,7 @@ class Progress(tf.Module):
     """Where training is: optimizer steps, the position in the data, and where it ends.
 
     A checkpoint written before a field existed restores the others and leaves that one
-    at its initial value.
+    at its initial value (`CheckpointTracker.restore_latest`).
     """
 
     def __init__(self, planned_steps=0, cooldown_steps=0):
@@ -91,6 +91,21 @@ class Progress(tf.Module):
         self.batch_in_epoch.assign(0)
 
 
+def _saved_fields(progress, path):
+    """A module holding those variables of `progress` that checkpoint `path` holds.
+
+    Restoring through it leaves a field added to Progress since the checkpoint was written
+    at its initial value, where restoring `progress` itself would fail the check that
+    every object was matched.
+    """
+    saved = {name for name, _ in tf.train.list_variables(path)}
+    fields = tf.Module(name="progress")
+    for name, variable in vars(progress).items():
+        if isinstance(variable, tf.Variable) and f"progress/{name}/.ATTRIBUTES/VARIABLE_VALUE" in saved:
+            setattr(fields, name, variable)
+    return fields
+
+
 def named_weights(model):
     """`{keras path: variable}` for every weight of the model."""
     return {variable.path: variable for variable in model.weights}
@@ -104,6 +119,7 @@ class CheckpointTracker:
         self.chief = chief
         weights = named_weights(model)
         checkpoint = tf.train.Checkpoint(weights=weights, optimizer=optimizer, progress=progress)
+        self._weights, self._optimizer, self._progress = weights, optimizer, progress
         # Under MultiWorkerMirroredStrategy every worker takes part in a save (TensorFlow's
         # rule: a save may need collective reads); only the chief's lands in the model
         # directory, the others write to scratch directories, removed by close() or, at
@@ -133,7 +149,12 @@ class CheckpointTracker:
         path = tf.train.latest_checkpoint(self._chief_checkpoints)
         if path:
             try:
-                self.manager.checkpoint.restore(path).assert_existing_objects_matched()
+                # Progress fields the checkpoint predates keep their initial values; every
+                # other object must be matched.
+                checkpoint = tf.train.Checkpoint(
+                    weights=self._weights, optimizer=self._optimizer, progress=_saved_fields(self._progress, path)
+                )
+                checkpoint.restore(path).assert_existing_objects_matched()
             except _UNREADABLE as error:
                 raise _unreadable(path, error) from None
             self._latest = path

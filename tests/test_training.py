@@ -724,3 +724,32 @@ def test_validation_loss_and_perplexity_equal_a_hand_computation_on_the_final_we
     assert final["valid_perplexity"] == pytest.approx(np.exp(nll / tokens), rel=1e-5)
     # The two measure different things: the perplexity is not exp(smoothed loss).
     assert abs(math.log(final["valid_perplexity"]) - final["valid_loss"]) > 0.01
+
+
+def _dense_model_and_optimizer():
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    optimizer = keras.optimizers.Adam()
+    optimizer.build(model.trainable_variables)
+    return model, optimizer
+
+
+def test_a_checkpoint_older_than_a_progress_field_resumes_with_that_field_at_its_initial_value(tmp_path):
+    # A run checkpointed before Progress kept its wall-clock seconds and its plan, resumed
+    # after an upgrade: what the checkpoint holds is restored, the rest starts afresh.
+    model, optimizer = _dense_model_and_optimizer()
+    old_progress = tf.Module(name="progress")
+    old_progress.step = tf.Variable(7, dtype=tf.int64)
+    old_progress.epoch = tf.Variable(2, dtype=tf.int64)
+    old_progress.batch_in_epoch = tf.Variable(5, dtype=tf.int64)
+    old = tf.train.Checkpoint(weights=checkpoints.named_weights(model), optimizer=optimizer, progress=old_progress)
+    tf.train.CheckpointManager(old, str(tmp_path / "checkpoints"), max_to_keep=1).save(checkpoint_number=7)
+    saved_kernel = model.weights[0].numpy()
+
+    model, optimizer = _dense_model_and_optimizer()
+    progress = checkpoints.Progress(planned_steps=100, cooldown_steps=20)
+    tracker = checkpoints.CheckpointTracker(str(tmp_path), model, optimizer, progress)
+    assert tracker.restore_latest() == str(tmp_path / "checkpoints" / "ckpt-7")
+    assert [int(progress.step), int(progress.epoch), int(progress.batch_in_epoch)] == [7, 2, 5]
+    assert [int(progress.planned_steps), int(progress.cooldown_steps), float(progress.seconds)] == [100, 20, 0.0]
+    np.testing.assert_array_equal(model.weights[0].numpy(), saved_kernel)
+
