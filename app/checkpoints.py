@@ -26,6 +26,7 @@ import weakref
 import numpy as np
 import tensorflow as tf
 
+from data.atomic_files import write_atomically
 from data.errors import first_line
 
 
@@ -294,13 +295,4 @@ def _read_json(path, default):
 
 
 def _write_json_atomically(path, payload):
-    directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(payload, f, indent=2)
-        os.replace(temporary, path)
-    except OSError:
-        os.remove(temporary)  # A full disk: no half-written file left beside the record.
-        raise
+    write_atomically(path, json.dumps(payload, indent=2))

@@ -250,20 +250,11 @@ def check_output(args):
 
 
 def write_translations(path, hypotheses):
-    """Writes one translation per line to `path`, whole or not at all.
+    """Writes one translation per line to `path`, whole or not at all: a full disk or a
+    kill mid-write leaves any earlier file as it was (data.atomic_files)."""
+    from data.atomic_files import write_atomically
 
-    They go to `path.partial`, renamed over `path` once complete, so a full disk or a
-    kill mid-write leaves any earlier file as it was; a write that fails removes the
-    partial file, which would otherwise be left beside it.
-    """
-    partial = f"{path}.partial"
-    try:
-        with open(partial, "w", encoding="utf-8") as f:
-            f.writelines(h + "\n" for h in hypotheses)
-        os.replace(partial, path)
-    finally:
-        if os.path.isfile(partial):
-            os.remove(partial)
+    write_atomically(path, "".join(h + "\n" for h in hypotheses))
 
 
 def read_data_config(args):

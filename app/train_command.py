@@ -20,6 +20,7 @@ import time
 
 from app.precision import AUTO, PRECISIONS, resolve_precision
 from app.training import TrainConfig
+from data.atomic_files import write_atomically
 
 # What a size trains with when the command line does not say: token budget per batch
 # (all replicas together) and length of training.
@@ -247,10 +248,7 @@ def save_settings(model_dir, model_config, data_config, train_config, log=print,
                 "the rest of the current epoch is cut into other batches than its first part (some of its pairs "
                 "are trained on twice, others not at all)"
             )
-    fd, temporary = tempfile.mkstemp(dir=model_dir, prefix=".settings-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(settings, f, indent=2)
-    os.replace(temporary, path)
+    write_atomically(path, json.dumps(settings, indent=2))
 
 
 def load_settings(model_dir):

@@ -15,9 +15,7 @@ import dataclasses
 import json
 import math
 import os
-import shutil
 import signal
-import tempfile
 import time
 import zlib
 from typing import Optional
@@ -36,6 +34,7 @@ from app.progress import make_progress
 from app.schedule import WarmupInverseSqrt, cooldown_steps, resolve_warmup_steps
 from app.strategy import check_same_on_all_workers, is_chief, max_over_workers
 from app.time_budget import PaceMeter, cooldown_has_begun, describe_plan, plan_run_length
+from data.atomic_files import write_atomically
 
 
 # ---------------------------------------------------------------------------------------
@@ -683,11 +682,7 @@ def _drop_records_after(path, step):
     kept = b"".join(kept)
     if kept == text:
         return
-    fd, temporary = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".metrics-", suffix=".jsonl")
-    with os.fdopen(fd, "wb") as f:
-        f.write(kept)
-    shutil.copymode(path, temporary)  # mkstemp's file is private; metrics.jsonl was not.
-    os.replace(temporary, path)
+    write_atomically(path, kept)
 
 
 def _distribute(strategy, dataset):

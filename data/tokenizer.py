@@ -76,6 +76,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 from sentencepiece import sentencepiece_model_pb2
 
+from data.atomic_files import write_atomically
 from data.errors import DataError, first_line
 
 # C0 and C1 control characters, DEL, and the Unicode line and paragraph separators (RE2
@@ -176,11 +177,7 @@ class SubwordTokenizer(tf.Module):
             )
         except RuntimeError as error:  # The trainer's failed CHECKs: the text cannot give a vocabulary.
             raise DataError(_trainer_failure(error, vocab_size)) from None
-        os.makedirs(os.path.dirname(os.path.abspath(model_path)), exist_ok=True)
-        partial_path = model_path + ".partial"
-        with open(partial_path, "wb") as file:
-            file.write(model.getvalue())
-        os.replace(partial_path, model_path)  # Never leave a half-written vocabulary.
+        write_atomically(model_path, model.getvalue())  # Never a half-written vocabulary.
         return cls(model.getvalue(), lowercase=lowercase)
 
     @classmethod

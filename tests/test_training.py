@@ -651,7 +651,8 @@ def test_a_full_disk_names_the_file_it_could_not_write_and_the_checkpoint_to_res
     )
     # The best record: no half-written file is left beside it.
     monkeypatch.setattr(tf.train.CheckpointManager, "save", save)
-    monkeypatch.setattr(checkpoints.json, "dump", mock_raise(OSError(28, "No space left on device")))
+    # The disk fills as the record's bytes are flushed (data.atomic_files).
+    monkeypatch.setattr(os, "fsync", mock_raise(OSError(28, "No space left on device")))
     with pytest.raises(CheckpointError) as raised:
         run_training(
             small_data, tmp_path / "best-run", evaluate_fn=lambda t: {"bleu": 1.0}, eval_every=2, checkpoint_every=2
