@@ -196,13 +196,53 @@ def _or_default(value, default):
     return default if value is None else value
 
 
+def check_resumable(model_dir, model_config, data_config, train_config, ignore=()):
+    """Raises ValueError unless `model_dir` is new or holds a run these settings resume.
+
+    A run must resume with the model and data it began with; of the training settings,
+    only a change into or out of mixed_float16 is refused, as its checkpoints hold a loss
+    scale that the others' lack. Model fields in `ignore` are not compared (the vocabulary
+    size asked for, before the tokenizer says what it holds).
+
+    Returns:
+        The training settings dict the run was last started with; None for a new directory.
+    """
+    if not os.path.exists(os.path.join(model_dir, "settings.json")):
+        return None
+    # Read through the config classes, so a field added since the run began (say
+    # data.bpe_dropout) compares as its default rather than as missing.
+    previous_model, previous_data, previous_train = load_settings(model_dir)
+    sections = {
+        "model": (previous_model.to_dict(), model_config.to_dict()),
+        "data": (dataclasses.asdict(previous_data), dataclasses.asdict(data_config)),
+    }
+    for section, (previous, now) in sections.items():
+        changed = {
+            k: (previous.get(k), v) for k, v in now.items() if previous.get(k) != v and k not in ignore
+        }
+        if changed:
+            details = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in sorted(changed.items()))
+            raise ValueError(
+                f"{model_dir} holds a run with another {section} configuration ({details}); "
+                "use another --model-dir"
+            )
+    was, now = previous_train.get("precision"), train_config.precision
+    if was is not None and was != now and "mixed_float16" in (was, now):
+        raise ValueError(
+            f"{model_dir} holds a run trained in {was}, which cannot resume in {now}: mixed_float16's "
+            f"checkpoints hold a loss scale that the others' lack; give --precision {was} "
+            "or use another --model-dir"
+        )
+    return previous_train
+
+
 def save_settings(model_dir, model_config, data_config, train_config, log=print, replicas=None):
     """Writes settings.json atomically; refuses to resume a run with another model or data.
 
     Training settings may change between starts (a longer run, another time budget):
-    each change is logged. Only a change into or out of mixed_float16 is refused, as its
-    checkpoints hold a loss scale that the others' lack. `replicas`, the strategy's
-    replica count, is kept with the training settings: the batches are cut for it.
+    each change is logged; `check_resumable` says which may not. `replicas`, the
+    strategy's replica count, is kept with the training settings: the batches are cut
+    for it.
     """
     path = os.path.join(model_dir, "settings.json")
     settings = {
@@ -210,30 +250,8 @@ def save_settings(model_dir, model_config, data_config, train_config, log=print,
         "data": dataclasses.asdict(data_config),
         "train": {**dataclasses.asdict(train_config), **({"replicas": replicas} if replicas else {})},
     }
-    if os.path.exists(path):
-        # Read through the config classes, so a field added since the run began (say
-        # data.bpe_dropout) compares as its default rather than as missing.
-        previous_model, previous_data, previous_train = load_settings(model_dir)
-        previous = {"model": previous_model.to_dict(), "data": dataclasses.asdict(previous_data)}
-        for section in ("model", "data"):
-            changed = {
-                k: (previous[section].get(k), v)
-                for k, v in settings[section].items()
-                if previous[section].get(k) != v
-            }
-            if changed:
-                details = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in sorted(changed.items()))
-                raise ValueError(
-                    f"{model_dir} holds a run with another {section} configuration ({details}); "
-                    "use another --model-dir"
-                )
-        was, now = previous_train.get("precision"), train_config.precision
-        if was is not None and was != now and "mixed_float16" in (was, now):
-            raise ValueError(
-                f"{model_dir} holds a run trained in {was}, which cannot resume in {now}: mixed_float16's "
-                f"checkpoints hold a loss scale that the others' lack; give --precision {was} "
-                "or use another --model-dir"
-            )
+    previous_train = check_resumable(model_dir, model_config, data_config, train_config)
+    if previous_train is not None:
         changed = {
             k: (previous_train[k], v)
             for k, v in settings["train"].items()
@@ -371,6 +389,13 @@ def run(args, started=None):
         _model_dir_lock = ModelDirLock(model_dir) if chief else None
     except (OSError, ModelDirInUse) as error:
         return _fail(error)  # Not removed if created: the run holding it may have made it.
+    try:
+        # Before the data is read and tokenized (minutes on WMT): a directory holding a
+        # run with other languages or another model is refused at once. The vocabulary
+        # size is compared once the tokenizer says what it holds (save_settings).
+        check_resumable(model_dir, requested, data_config, train_config, ignore=("vocab_size",))
+    except ValueError as error:
+        return _fail(error)
     vocab_dir = model_dir
     if not chief and not os.path.exists(os.path.join(model_dir, "settings.json")):
         vocab_dir = tempfile.mkdtemp(prefix="vocab-worker-")

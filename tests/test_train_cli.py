@@ -315,3 +315,35 @@ def test_resuming_on_another_replica_count_says_how_the_epoch_goes_on(tmp_path):
         "twice, others not at all)\n"
     ) in resumed.stdout
     assert "done: step 3" in resumed.stdout
+
+
+def test_a_run_with_other_data_is_refused_before_its_data_is_read(tmp_path):
+    # Reading and tokenizing a corpus takes minutes on WMT: a model directory holding a
+    # run with another language pair is refused first (here the files do not even exist).
+    import train
+    from app.cli import model_config_from_args
+    from app.train_command import save_settings, train_config_from_args
+    from data.cli import data_config_from_args
+
+    model_dir = tmp_path / "run"
+    model_dir.mkdir()
+    dataset = f"files:{tmp_path / 'missing.en'},{tmp_path / 'missing.xx'}"
+    earlier = train.parse_args(["--dataset", dataset, "--target-lang", "fr", "--vocab-size", "600"])
+    earlier.batch_tokens = 2048
+    # The tokenizer held fewer pieces than asked: that size is what settings.json keeps.
+    save_settings(str(model_dir), model_config_from_args(earlier, vocab_size=512), data_config_from_args(earlier),
+                  train_config_from_args(earlier), log=lambda line: None)
+    settings = (model_dir / "settings.json").read_bytes()
+    result = run_train("--dataset", dataset, "--target-lang", "de", "--vocab-size", "600",
+                       "--model-dir", str(model_dir))
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: {model_dir} holds a run with another data configuration (target_lang: 'fr' -> 'de'); "
+        "use another --model-dir"
+    )
+    assert (model_dir / "settings.json").read_bytes() == settings
+    # The same run resumed passes that check and fails only on its data.
+    result = run_train("--dataset", dataset, "--target-lang", "fr", "--vocab-size", "600",
+                       "--model-dir", str(model_dir))
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == f"error: file not found: {tmp_path / 'missing.en'}"
