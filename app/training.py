@@ -119,6 +119,12 @@ class TrainConfig:
             raise ValueError(f"log_every must be at least 1, got {self.log_every}")
         if self.eval_every is not None and self.eval_every < 0:
             raise ValueError(f"eval_every must not be negative (0: only at the end), got {self.eval_every}")
+        # Patience counts evaluations during the run; with none but the last it would never act.
+        if self.patience and not self.eval_every:
+            raise ValueError(
+                f"patience {self.patience} counts evaluations, and eval_every {self.eval_every} evaluates only at "
+                "the end: give --eval-every too"
+            )
         # A negative count would slice off the end of the validation set, not keep its start.
         if self.eval_sentences is not None and self.eval_sentences < 1:
             raise ValueError(f"eval_sentences must be at least 1 (or all, by default), got {self.eval_sentences}")

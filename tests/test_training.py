@@ -177,6 +177,11 @@ def test_train_config_rejects_bad_values():
     ]:
         with pytest.raises(ValueError, match=message):
             TrainConfig(**{"train_steps": 1, field: bad})
+    with pytest.raises(ValueError) as refused:
+        TrainConfig(train_steps=1, patience=3, eval_every=0)
+    assert str(refused.value) == (
+        "patience 3 counts evaluations, and eval_every 0 evaluates only at the end: give --eval-every too"
+    )
     # The edges that are allowed: an evaluation only at the end, one validation sentence.
     TrainConfig(train_steps=1, eval_every=0, eval_sentences=1, learning_rate_scale=1e-3)
 
