@@ -23,6 +23,14 @@ def make_strategy(kind="auto", cpu_replicas=None):
     if cpu_replicas is not None and cpu_replicas < 1:
         raise ValueError(f"--cpu-replicas must be at least 1, got {cpu_replicas}")
     gpus = tf.config.list_physical_devices("GPU")
+    # Mirroring goes over the GPUs where there are any: CPU replicas asked for there would
+    # be silently left out, and the run's batches cut for another count than the user's.
+    if cpu_replicas and gpus and kind != "multi-worker":
+        raise ValueError(
+            f"--cpu-replicas {cpu_replicas} splits the CPU, but {len(gpus)} GPU(s) are visible and training "
+            "mirrors over those: leave out --cpu-replicas, or hide the GPUs (CUDA_VISIBLE_DEVICES=) to train "
+            "on CPU replicas"
+        )
     if cpu_replicas:
         _split_cpu(cpu_replicas)
 

@@ -31,3 +31,20 @@ def test_eight_replicas_update_the_weights_like_one(optimizer):
     # about 0.09 for the pre-norm tiny model (under 1e-5 with post-norm). SGD stays within 1e-5.
     assert report["max_weight_difference"] < (1e-5 if optimizer == "sgd" else 1e-4)
     assert report["output_difference"] < 1e-4
+
+
+def test_cpu_replicas_where_gpus_are_visible_are_refused_by_name(monkeypatch):
+    # Mirroring takes every visible GPU; --cpu-replicas would be left out without a word.
+    import tensorflow as tf
+
+    from app.strategy import make_strategy
+
+    visible = [tf.config.PhysicalDevice("/physical_device:GPU:0", "GPU")] * 2
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: visible if kind == "GPU" else [])
+    for kind in ("auto", "mirrored"):
+        with pytest.raises(ValueError) as refused:
+            make_strategy(kind, cpu_replicas=4)
+        assert str(refused.value) == (
+            "--cpu-replicas 4 splits the CPU, but 2 GPU(s) are visible and training mirrors over those: leave out "
+            "--cpu-replicas, or hide the GPUs (CUDA_VISIBLE_DEVICES=) to train on CPU replicas"
+        )
