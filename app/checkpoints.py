@@ -59,6 +59,22 @@ def cannot_write(path, error, latest):
     )
 
 
+def _save_numbered(manager, step, latest):
+    """`manager.save(checkpoint_number=step)`: the new checkpoint's path.
+
+    Raises:
+        CheckpointError: on a full or read-only disk, naming the checkpoint and `latest`,
+            the one to resume from; TensorFlow's half-written `ckpt-N_temp` directory is
+            removed first.
+    """
+    try:
+        return manager.save(checkpoint_number=step)
+    except (tf.errors.OpError, OSError) as error:
+        path = os.path.join(manager.directory, f"ckpt-{step}")
+        shutil.rmtree(f"{path}_temp", ignore_errors=True)
+        raise cannot_write(path, error, latest) from None
+
+
 class Progress(tf.Module):
     """Where training is: optimizer steps, the position in the data, and where it ends.
 
@@ -165,10 +181,7 @@ class CheckpointTracker:
         """Saves a checkpoint numbered by the step, unless one for this step exists."""
         if self._latest and self._latest.endswith(f"-{step}"):
             return self._latest
-        try:
-            self._latest = self.manager.save(checkpoint_number=step)
-        except (tf.errors.OpError, OSError) as error:  # A full or read-only disk.
-            raise cannot_write(os.path.join(self.manager.directory, f"ckpt-{step}"), error, self._latest) from None
+        self._latest = _save_numbered(self.manager, step, self._latest)
         return self._latest
 
     def offer_best(self, evaluation, step):
@@ -179,10 +192,7 @@ class CheckpointTracker:
         score = evaluation["bleu"] if "bleu" in evaluation else -evaluation["valid_loss"]
         if self.best_score is not None and score <= self.best_score:
             return False
-        try:
-            path = self.best_manager.save(checkpoint_number=step)
-        except (tf.errors.OpError, OSError) as error:
-            raise cannot_write(os.path.join(self.best_manager.directory, f"ckpt-{step}"), error, self._latest) from None
+        path = _save_numbered(self.best_manager, step, self._latest)
         if self.chief:
             try:
                 record = {"step": step, "score": score, "checkpoint": path, **evaluation}

@@ -642,6 +642,7 @@ def test_a_full_disk_names_the_file_it_could_not_write_and_the_checkpoint_to_res
 
     def save_until_step_4(manager, checkpoint_number):
         if checkpoint_number == 4:
+            os.makedirs(os.path.join(manager.directory, "ckpt-4_temp"))  # as TensorFlow leaves it
             raise no_space
         return save(manager, checkpoint_number=checkpoint_number)
 
@@ -654,6 +655,7 @@ def test_a_full_disk_names_the_file_it_could_not_write_and_the_checkpoint_to_res
         "/x/ckpt-4_temp/part-00000-of-00001.data-00000-of-00001.tempstate1; No space left on device); "
         f"free some space or make {directory} writable, then run the same command to resume from {directory}/ckpt-2"
     )
+    assert not (directory / "ckpt-4_temp").exists()
     # The best record: no half-written file is left beside it.
     monkeypatch.setattr(tf.train.CheckpointManager, "save", save)
     # The disk fills as the record's bytes are flushed (data.atomic_files).
