@@ -120,6 +120,13 @@ def read_lines(stream):
             lines.append(raw.decode("utf-8").removesuffix("\n").removesuffix("\r"))
         except UnicodeDecodeError as error:
             raise ClientError(f"standard input, line {number}: not valid UTF-8 ({error.reason})") from None
+    # Text whose lines end with a lone "\r" (classic Mac OS) would go as one sentence, and
+    # its translation come back as one line (as data.text_files.read_lines refuses it).
+    if len(lines) == 1 and not raw.endswith(b"\n") and "\r" in lines[0]:
+        raise ClientError(
+            "standard input: its lines end with a lone carriage return (\\r), which does not end a line here "
+            "(only \\n or \\r\\n does); convert its line ends to \\n (e.g. with tr '\\r' '\\n')"
+        )
     return lines
 
 

@@ -153,6 +153,13 @@ def test_stdin_lines_lose_their_line_endings_and_bad_bytes_are_named():
         assert result.returncode == 1
         assert result.stderr.decode() == "error: standard input, line 2: not valid UTF-8 (invalid start byte)\n"
         assert len(_RecordingHandler.requests) == 1  # nothing was sent
+        result = subprocess.run(command, cwd=ROOT, input=b"A man.\rB.\r", capture_output=True, timeout=60)
+        assert result.returncode == 1
+        assert result.stderr.decode() == (
+            "error: standard input: its lines end with a lone carriage return (\\r), which does not end a line "
+            "here (only \\n or \\r\\n does); convert its line ends to \\n (e.g. with tr '\\r' '\\n')\n"
+        )
+        assert len(_RecordingHandler.requests) == 1
     finally:
         server.shutdown()
         server.server_close()
