@@ -5,9 +5,13 @@ or directly in code and tests. Variants are copies: `dataclasses.replace(config,
 """
 
 import dataclasses
+import re
 from typing import Optional
 
 from data.errors import DataError
+
+# What a language may be called: "en", "pt-BR", "zh_Hans".
+LANGUAGE_CODE = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 
 # A shared BPE vocabulary of 8k pieces suits Multi30k (29k training pairs); see the
 # measurements in data/tokenizer.py. WMT-sized corpora want ~32k-37k.
@@ -51,6 +55,15 @@ class DataConfig:
     lowercase: bool = False
 
     def __post_init__(self):
+        # A language names a dataset's column and a part of the default model directory:
+        # "../x" or "" there would put the run somewhere else, or nowhere.
+        for field in ("source_lang", "target_lang"):
+            language = getattr(self, field)
+            if not (isinstance(language, str) and LANGUAGE_CODE.fullmatch(language)):
+                raise DataError(
+                    f"{field} {language!r} is not a language code: use letters, then letters, digits, '-' or '_' "
+                    "(en, de, pt-BR, zh_Hans)"
+                )
         if self.source_lang == self.target_lang:
             raise DataError(
                 f"source and target language are both {self.source_lang!r}; "

@@ -47,6 +47,18 @@ def test_multi30k_unknown_language_is_named():
         load_corpus("multi30k", "en", "cs")
 
 
+@pytest.mark.parametrize("language", ["", "../de", "de/x", " de", "1de", "de\n"])
+def test_a_language_that_is_no_code_is_named(language):
+    # It becomes part of the default model directory: runs/tiny-multi30k-en-../de.
+    with pytest.raises(DataError) as refused:
+        DataConfig(source_lang="en", target_lang=language)
+    assert str(refused.value) == (
+        f"target_lang {language!r} is not a language code: use letters, then letters, digits, '-' or '_' "
+        "(en, de, pt-BR, zh_Hans)"
+    )
+    assert DataConfig(source_lang="pt-BR", target_lang="zh_Hans").target_lang == "zh_Hans"
+
+
 def test_same_source_and_target_language_is_rejected():
     with pytest.raises(DataError, match="'en'"):
         DataConfig(source_lang="en", target_lang="en")
