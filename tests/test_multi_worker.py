@@ -10,6 +10,8 @@ start (2 steps) and a resume by both workers (to step 4).
 import json
 import os
 import random
+import re
+import signal
 import socket
 import subprocess
 import sys
@@ -143,10 +145,11 @@ class Launch:
             )
         self.processes[name] = (process, log)
 
-    def start_workers(self, args, model_dir, tasks, scratch, task_args=None):
+    def start_workers(self, args, model_dir, tasks, scratch, task_args=None, **env):
         """One worker per TF_CONFIG task, e.g. [("worker", 0), ("worker", 1)]; scratch: TMPDIRs.
 
         task_args: more flags for each task, in the order of `tasks` (None: none).
+        env: more environment variables for every worker.
         """
         cluster = {}
         for kind, _ in tasks:
@@ -158,7 +161,7 @@ class Launch:
             config = json.dumps({"cluster": cluster, "task": {"type": kind, "index": index}})
             self.start(
                 f"{kind}{index}", ["--strategy", "multi-worker", *args, *extra, "--model-dir", str(model_dir)],
-                TF_CONFIG=config, TMPDIR=str(tmp),
+                TF_CONFIG=config, TMPDIR=str(tmp), **env,
             )
 
     def wait(self, expect_success=True):
@@ -249,3 +252,62 @@ def test_workers_in_different_precisions_stop_before_training_and_say_so(tmp_pat
         assert "error: the workers disagree on the precision" in log and "[0, 2]" in log, launch.output()
         assert "--precision auto depends on each CPU" in log and "Traceback" not in log, launch.output()
     assert not (tmp_path / "multi-worker" / "checkpoints").exists(), launch.output()
+
+
+# ---------------------------------------------------------------------------------------
+# Stopping on SIGTERM or Ctrl-C: every worker stops at the same step and saves it.
+
+
+def wait_for_line(launch, name, text, timeout=TIMEOUT):
+    """Waits until the log of process `name` holds `text`; fails if it ends or times out first."""
+    process, _ = launch.processes[name]
+    deadline = time.monotonic() + timeout
+    while text not in launch.log(name):
+        if process.poll() is not None or time.monotonic() > deadline:
+            for other, _ in launch.processes.values():
+                other.kill()
+                other.wait()
+            pytest.fail(f"{name} never wrote {text!r}\n{launch.output()}")
+        time.sleep(0.05)
+
+
+def interrupted_step(log):
+    """The step of the log's "interrupted at step N; saved ..." line."""
+    match = re.search(r"interrupted at step (\d+); saved", log)
+    return int(match.group(1)) if match else None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("both", [False, True], ids=["one worker", "both, apart"])
+def test_a_sigterm_to_some_workers_stops_all_at_one_step_with_its_checkpoint(tmp_path, both):
+    # Each worker notices its signal between steps, at its own moment; one saving (a
+    # collective) while another trains the next step (another) would hang or crash both.
+    launch = Launch(tmp_path)
+    launch.start_workers(
+        ["--dataset", write_corpus(tmp_path), *TINY, "--train-steps", "100000", "--checkpoint-every", "0"],
+        tmp_path / "multi-worker",
+        [("worker", 0), ("worker", 1)],
+        [tmp_path / "tmp0", tmp_path / "tmp1"],
+        PYTHONUNBUFFERED="1",  # the chief's progress lines as they come, to signal mid-run
+    )
+    wait_for_line(launch, "worker0", "step 3/")
+    worker0, worker1 = (launch.processes[name][0] for name in ("worker0", "worker1"))
+    if both:
+        # worker1's signal comes half a second after worker0's. Held stopped meanwhile, it
+        # takes its signal before it can have saved and left training, where the signal
+        # would end it (exit -15), whatever this machine's pace.
+        worker1.send_signal(signal.SIGSTOP)
+        worker0.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        worker1.send_signal(signal.SIGTERM)
+        worker1.send_signal(signal.SIGCONT)
+    else:
+        worker1.send_signal(signal.SIGTERM)
+    assert launch.wait(expect_success=False) == ["worker0", "worker1"], launch.output()
+    assert [worker0.returncode, worker1.returncode] == [130, 130], launch.output()
+    step = interrupted_step(launch.log("worker0"))
+    assert step is not None and step >= 3 and interrupted_step(launch.log("worker1")) == step, launch.output()
+    checkpoints = tmp_path / "multi-worker" / "checkpoints"
+    assert tf.train.latest_checkpoint(str(checkpoints)) == str(checkpoints / f"ckpt-{step}"), launch.output()
+    reader = tf.train.load_checkpoint(str(checkpoints / f"ckpt-{step}"))
+    assert reader.get_tensor("progress/step/.ATTRIBUTES/VARIABLE_VALUE") == step

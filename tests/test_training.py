@@ -440,6 +440,37 @@ def test_sigterm_saves_a_checkpoint_before_exiting_and_leaves_the_handler_as_it_
     assert checkpoints.checkpoint_paths(tmp_path)[-1].endswith("ckpt-2")
 
 
+def test_one_process_reads_its_flag_after_every_step_without_a_collective(monkeypatch):
+    monkeypatch.setattr(training, "max_over_workers", None)  # Not to be called.
+    interrupted = training._InterruptFlag()
+    for strategy in (tf.distribute.get_strategy(), tf.distribute.MirroredStrategy(["/cpu:0"])):
+        stop_requested = training._stop_check(strategy, interrupted, 0, time.monotonic)
+        interrupted.raised = False
+        assert [stop_requested(1), stop_requested(2)] == [False, False]
+        interrupted.raised = True
+        assert stop_requested(3) is True
+
+
+def test_workers_reduce_their_flags_about_once_a_second_of_the_slowest_and_at_the_last_step():
+    interrupted = training._InterruptFlag()
+    now = [100.0]
+    reduced = []
+
+    def over_workers(values):  # [flag, seconds per step]; the other worker is twice as slow
+        reduced.append(values)
+        return [values[0], 2 * values[1]]
+
+    stop_requested = training._AgreedStop(interrupted, over_workers, 10, lambda: now[0])
+    answers = []
+    for step in range(11, 21):
+        now[0] += 0.125  # 8 steps a second here, 4 on the slowest worker: 4 steps between reductions
+        interrupted.raised = step >= 16
+        answers.append(stop_requested(step, last=step == 20))
+    # Reduced after steps 11 (the first), 15, 19 and 20 (the last).
+    assert reduced == [[0.0, 0.125], [0.0, 0.125], [1.0, 0.125], [1.0, 0.125]]
+    assert answers == [False] * 8 + [True, True]
+
+
 def test_the_best_checkpoint_follows_the_score(small_data, tmp_path):
     # Evaluations at steps 2, 4 and 6, and the final one at step 7.
     scores = iter([5.0, 9.0, 7.0, 8.0])
