@@ -486,8 +486,8 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
             reported_plan = new
         return new
 
-    try:
-        with interrupted:
+    with interrupted:
+        try:
             while step < total_steps:
                 epoch = int(progress.epoch)
                 skip = int(progress.batch_in_epoch)
@@ -568,12 +568,14 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
                 else:
                     break
                 progress.next_epoch()
-    except KeyboardInterrupt:
-        path = save(step)
-        log(f"\ninterrupted at step {step}; saved {path}. Run the same command to resume.")
-        raise
-    except NonFiniteLoss:
-        raise
+        except KeyboardInterrupt:
+            # Still under the flag: a worker saving for another's signal takes its own,
+            # come meanwhile, as the same request rather than die of it mid-save.
+            path = save(step)
+            log(f"\ninterrupted at step {step}; saved {path}. Run the same command to resume.")
+            raise
+        except NonFiniteLoss:
+            raise
 
     final_checkpoint = save(step)
     entry = evaluate(step)

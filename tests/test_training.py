@@ -440,6 +440,37 @@ def test_sigterm_saves_a_checkpoint_before_exiting_and_leaves_the_handler_as_it_
     assert checkpoints.checkpoint_paths(tmp_path)[-1].endswith("ckpt-2")
 
 
+def test_a_sigterm_while_saving_for_another_workers_signal_lets_the_save_end(small_data, tmp_path, monkeypatch):
+    # Multi-worker: another worker's signal stops this one after step 2, and this one's own
+    # SIGTERM comes as it saves. The run's flag takes it; the handler from before the run
+    # (Python's own ends the process) would cut short a save the other workers take part in.
+    class TerminatedUnsaved(Exception):
+        pass
+
+    def terminate_unsaved(signum, frame):
+        raise TerminatedUnsaved
+
+    def stop_for_another_workers_signal(strategy, interrupted, step, clock):
+        return lambda step, last=False: step == 2
+
+    monkeypatch.setattr(training, "_stop_check", stop_for_another_workers_signal)
+    save = checkpoints.CheckpointTracker.save
+
+    def save_receiving_sigterm(tracker, step):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return save(tracker, step)
+
+    monkeypatch.setattr(checkpoints.CheckpointTracker, "save", save_receiving_sigterm)
+    previous = signal.signal(signal.SIGTERM, terminate_unsaved)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_training(small_data, tmp_path, checkpoint_every=100)
+        assert signal.getsignal(signal.SIGTERM) is terminate_unsaved
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert checkpoints.checkpoint_paths(tmp_path)[-1].endswith("ckpt-2")
+
+
 def test_one_process_reads_its_flag_after_every_step_without_a_collective(monkeypatch):
     monkeypatch.setattr(training, "max_over_workers", None)  # Not to be called.
     interrupted = training._InterruptFlag()
