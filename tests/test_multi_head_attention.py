@@ -6,16 +6,17 @@ import pytest
 from keras import ops
 
 from layers.masks import causal_mask, padding_mask
-from layers.multi_head_attention import MultiHeadAttention, merge_heads, split_heads, write_cache
+from layers.multi_head_attention import MultiHeadAttention, large_negative, merge_heads, split_heads, write_cache
 
 B, T, S, D, H, K = 2, 3, 5, 16, 4, 8
 
 
-def _pair_with_same_weights(use_bias=True):
+def _pair_with_same_weights(use_bias=True, value_dim=None, output_dim=None, dropout=0.0):
     """Our layer and Keras's, built on the same shapes and holding the same weights."""
-    ours = MultiHeadAttention(num_heads=H, key_dim=K, use_bias=use_bias)
+    sizes = dict(num_heads=H, key_dim=K, value_dim=value_dim, dropout=dropout, use_bias=use_bias)
+    ours = MultiHeadAttention(**sizes, output_dim=output_dim)
     ours.build((B, T, D), (B, S, D))
-    reference = keras.layers.MultiHeadAttention(num_heads=H, key_dim=K, use_bias=use_bias)
+    reference = keras.layers.MultiHeadAttention(**sizes, output_shape=output_dim)
     reference.build((B, T, D), (B, S, D))
     # Keras keeps per-head kernels [D, H, K] and [H, K, D]; ours are the same numbers
     # flattened to [D, H * K] and [H * K, D], heads split by reshape.
@@ -52,6 +53,33 @@ def test_equals_keras_multi_head_attention_with_the_same_weights(masked, use_bia
     out, weights = ours(query, value, attention_mask=mask, return_attention_scores=True)
     ref_out, ref_weights = reference(query, value, attention_mask=mask, return_attention_scores=True)
     np.testing.assert_allclose(np.asarray(out), np.asarray(ref_out), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(weights), np.asarray(ref_weights), atol=1e-6)
+
+
+def test_equals_keras_with_a_separate_key_other_value_and_output_widths():
+    # Keys and values from different inputs, d_v != d_k (Table 3's B rows), and an
+    # output width other than the query's: each input must feed its own projection.
+    ours, reference = _pair_with_same_weights(value_dim=6, output_dim=10)
+    rng = np.random.default_rng(5)
+    query, value, key = (rng.normal(size=(B, n, D)).astype("float32") for n in (T, S, S))
+    out, weights = ours(query, value, key=key, return_attention_scores=True)
+    ref_out, ref_weights = reference(query, value, key=key, return_attention_scores=True)
+    assert tuple(out.shape) == (B, T, 10)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(ref_out), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(weights), np.asarray(ref_weights), atol=1e-6)
+
+
+def test_attention_dropout_only_in_training_and_the_weights_returned_are_before_it():
+    ours, reference = _pair_with_same_weights(dropout=0.5)
+    rng = np.random.default_rng(6)
+    query, value = rng.normal(size=(B, T, D)).astype("float32"), rng.normal(size=(B, S, D)).astype("float32")
+    ref_out, ref_weights = reference(query, value, return_attention_scores=True, training=False)
+    for training in (None, False):
+        out, weights = ours(query, value, return_attention_scores=True, training=training)
+        np.testing.assert_allclose(np.asarray(out), np.asarray(ref_out), atol=1e-5)
+    out, weights = ours(query, value, return_attention_scores=True, training=True)
+    assert np.abs(np.asarray(out) - np.asarray(ref_out)).max() > 0.1
+    # As Keras: the softmax's weights, not the dropped ones that were applied.
     np.testing.assert_allclose(np.asarray(weights), np.asarray(ref_weights), atol=1e-6)
 
 
@@ -135,6 +163,15 @@ def test_cross_attention_cache_equals_attending_to_the_memory():
     np.testing.assert_allclose(np.asarray(out), expected, atol=1e-6)
 
 
+def test_cross_attention_cache_of_separate_keys_and_values_equals_attending_to_them():
+    layer = MultiHeadAttention(num_heads=H, key_dim=K)
+    rng = np.random.default_rng(8)
+    query, value, key = (rng.normal(size=(B, n, D)).astype("float32") for n in (T, S, S))
+    expected = np.asarray(layer(query, value, key=key))
+    out, _ = layer(query, None, cache=layer.precompute_key_value(key, value))
+    np.testing.assert_allclose(np.asarray(out), expected, atol=1e-6)
+
+
 def test_rejects_non_positive_sizes():
     with pytest.raises(ValueError, match="num_heads=0"):
         MultiHeadAttention(num_heads=0, key_dim=8)
@@ -155,3 +192,10 @@ def test_write_cache_writes_only_the_given_positions():
     expected = np.array([[[[0, 0], [0, 0], [1, 2], [3, 4], [0, 0]]]], "float32")
     np.testing.assert_array_equal(written, expected)
     np.testing.assert_array_equal(np.asarray(write_cache(cache, update[:, :, :1], 4))[0, 0, 4], [1, 2])
+
+
+def test_large_negative_is_finite_in_half_precision():
+    assert large_negative("float32") == -1e9
+    # float16's minimum is -65504: -1e9 would become -inf there, and -inf - -inf is NaN.
+    assert large_negative("float16") == large_negative("bfloat16") == -3e4
+    assert np.isfinite(np.float16(large_negative("float16")))
