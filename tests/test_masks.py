@@ -36,3 +36,14 @@ def test_decoder_self_attention_mask_combines_look_ahead_and_padding():
           [True, True, True, False]]]
     )
     np.testing.assert_array_equal(np.asarray(decoder_self_attention_mask(ids)), expected)
+
+
+def test_decoder_self_attention_mask_hides_the_given_pad_id():
+    ids = np.array([[1, 0, 3, 3]], dtype="int32")  # 3 pads here; 0 is a real token
+    expected = np.array(
+        [[[True, False, False, False],
+          [True, True, False, False],
+          [True, True, False, False],
+          [True, True, False, False]]]
+    )
+    np.testing.assert_array_equal(np.asarray(decoder_self_attention_mask(ids, pad_id=3)), expected)
