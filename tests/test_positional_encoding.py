@@ -44,4 +44,10 @@ def test_learned_encoding_adds_its_table_from_the_start_index():
     out = np.asarray(layer(x, start_index=3))
     table = np.asarray(layer.position_embeddings)
     np.testing.assert_allclose(out[0], 1.0 + table[3:5], atol=1e-7)
+    assert table.shape == (6, 4)
     assert len(layer.trainable_weights) == 1
+
+
+def test_learned_encoding_table_takes_the_given_initializer():
+    layer = LearnedPositionalEncoding(max_length=3, initializer="ones")
+    np.testing.assert_array_equal(np.asarray(layer(np.zeros((1, 2, 4), "float32")))[0], np.ones((2, 4)))
