@@ -114,6 +114,10 @@ def test_mixed_bfloat16_computes_in_float32_and_returns_bfloat16():
         (dict(axis=[1, 2]), (4, 6, 8)),
         (dict(center=False), (4, 8)),
         (dict(scale=False), (4, 8)),
+        # Deprecated by Keras, which says so; the layer must still take Keras's path.
+        pytest.param(
+            dict(rms_scaling=True), (4, 8), marks=pytest.mark.filterwarnings("ignore:You passed `rms_scaling=True`")
+        ),
     ],
 )
 def test_other_normalizations_take_keras_path(kwargs, shape):
