@@ -51,6 +51,15 @@ def test_every_element_is_dropped_or_scaled_exactly():
     assert 0 < (~kept).sum() < kept.sum()
 
 
+def test_a_draw_below_the_threshold_drops_and_one_at_it_keeps(monkeypatch):
+    # The rule behind applied_rate(): of the 2^16 draws exactly `threshold` drop.
+    threshold = round(0.1 * DECISION_LEVELS)  # 6554
+    draws = tf.constant([0, threshold - 1, threshold, threshold + 1, DECISION_LEVELS - 1], tf.uint16)
+    monkeypatch.setattr(dropout_module, "_uniform_uint16_like", lambda inputs, seed_generator: draws)
+    y = Dropout(0.1)(tf.ones([5]), training=True).numpy()
+    np.testing.assert_array_equal(y, [0, 0, _scale(0.1), _scale(0.1), _scale(0.1)])
+
+
 @pytest.mark.parametrize("rate", [0.1, 0.2, 0.3, 0.5])
 def test_dropped_fraction_is_the_applied_rate(rate):
     y = Dropout(rate, seed=11)(tf.ones([N]), training=True).numpy()
