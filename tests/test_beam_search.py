@@ -195,6 +195,48 @@ def test_finished_beams_do_not_crowd_out_live_ones():
     np.testing.assert_allclose(scores, [expected], rtol=1e-6)
 
 
+# As CROWDING_TABLE, but the live beam that wins is the second one: [3 3] (.20), below
+# [4 4] (.22). Of the 2 x K = 4 candidates of step 1 the two that end go to the pool and
+# both others stay live; keeping only K + 1 candidates would drop [3 3] and never find
+# [3 3 3 3 3 end], whose .20 over six tokens beats [3 end]'s .30 over two at alpha = 1.
+SECOND_LIVE_BEAM_TABLE = {
+    (): {3: 0.5, 4: 0.5},
+    (3,): {END: 0.6, 3: 0.4},
+    (4,): {END: 0.56, 4: 0.44},
+    (3, 3): {3: 1.0},
+    (3, 3, 3): {3: 1.0},
+    (3, 3, 3, 3): {3: 1.0},
+}
+
+
+def test_both_live_beams_survive_a_step_where_k_candidates_end():
+    fn = table_fn(SECOND_LIVE_BEAM_TABLE, 5)
+    ids, scores = beam_search(fn, start_ids(1), {}, 5, max_lengths=[10], beam_size=2, alpha=1.0)
+    np.testing.assert_array_equal(ids[0, :, :6], [[3, 3, 3, 3, 3, END], [3, END, 0, 0, 0, 0]])
+    expected = [math.log(0.5 * 0.4) / lp(6, 1.0), math.log(0.5 * 0.6) / lp(2, 1.0)]
+    np.testing.assert_allclose(scores, [expected], rtol=1e-6)
+
+
+# The first sentence (max_lengths 1) has one hypothesis, [end], and no live beam after
+# step 1; its pool keeps an empty slot (NEG), which the bound of its masked live beams
+# (n NEG after n steps, divided by a penalty that alpha = 5 makes grow faster than n)
+# would beat at every step. The second is done after step 2: [end] .9 and [3 end] .09
+# fill its pool, and [3 3] (.01) cannot beat .09 even at length 10.
+EARLY_END_TABLE = {(): {END: 0.9, 3: 0.1}, (3,): {END: 0.9, 3: 0.1}}
+
+
+def test_a_sentence_with_no_live_beam_left_is_done():
+    calls = tf.Variable(0)
+    fn = table_fn(EARLY_END_TABLE, 4, calls)
+    ids, scores = beam_search(fn, start_ids(2), {}, 4, max_lengths=[1, 10], beam_size=2, alpha=[5.0, 0.6])
+    np.testing.assert_array_equal(ids[0, :, :2], [[END, 0], [PAD, 0]])
+    np.testing.assert_array_equal(ids[1, :, :2], [[END, 0], [3, END]])
+    np.testing.assert_allclose(scores[0, 0], math.log(0.9), rtol=1e-6)
+    assert scores[0, 1] == NEG
+    np.testing.assert_allclose(scores[1], [math.log(0.9), math.log(0.09) / lp(2, 0.6)], rtol=1e-6)
+    assert int(calls.numpy()) == 2  # not 10: both sentences are done after step 2
+
+
 def test_each_sentence_stops_at_its_own_max_length():
     # The end token is always unlikely (.01), so every hypothesis runs to its maximum.
     never_ends = {(): {END: 0.01, 3: 0.6, 4: 0.39}}
@@ -342,3 +384,8 @@ def test_length_penalty_is_gnmt():
 def test_rejects_a_beam_size_that_is_not_a_positive_int():
     with pytest.raises(ValueError, match="beam_size"):
         beam_search(table_fn(TRACED_TABLE, 5), start_ids(1), {}, 5, max_lengths=[3], beam_size=0)
+
+
+def test_rejects_a_vocabulary_of_fewer_than_two_tokens():
+    with pytest.raises(ValueError, match=r"^vocab_size must be a Python int >= 2, got 1$"):
+        beam_search(table_fn(TRACED_TABLE, 5), start_ids(1), {}, 1, max_lengths=[3], beam_size=1)
