@@ -1,5 +1,7 @@
 """The fused projection and loss against the plain path: same loss, same gradients."""
 
+import math
+
 import keras
 import numpy as np
 import pytest
@@ -89,6 +91,18 @@ def test_label_losses_and_log_normalizers_match_float64_on_either_route(scale):
     want_label_losses = want_log_normalizers - logits64[np.arange(NUM_ROWS), np.asarray(labels)]
     np.testing.assert_allclose(np.asarray(log_normalizers), want_log_normalizers, rtol=1e-6)
     np.testing.assert_allclose(np.asarray(label_losses), want_label_losses, rtol=1e-5, atol=1e-5)
+
+
+def test_row_maxima_route_counts_every_logit_tied_at_the_top():
+    # Two ids tie at the top (each p = 1/2) and the label's p = e^-200 / 2 underflows, so
+    # the slice takes the row-maxima route: log-normalizer 100 + log 2, not the top logit.
+    logits = tf.constant([[100.0, 100.0, -100.0, 0.0]])
+    labels = tf.constant([2])
+    probs = tf.nn.softmax(logits)
+    label_probs = tf.gather(probs, labels, batch_dims=1)
+    label_losses, log_normalizers = _label_losses_and_log_normalizers(logits, probs, labels, label_probs)
+    np.testing.assert_allclose(np.asarray(log_normalizers), [100.0 + math.log(2.0)], rtol=1e-7)
+    np.testing.assert_allclose(np.asarray(label_losses), [200.0 + math.log(2.0)], rtol=1e-7)
 
 
 def confident_rows(repeat_first_label=False):
