@@ -16,9 +16,9 @@ import tensorflow as tf
 
 from app import checkpoints, training
 from app.config import ModelConfig
-from app.losses import smoothed_cross_entropy, summed_loss
+from app.losses import smoothed_cross_entropy, summed_loss, summed_loss_and_nll
 from app.model import build_transformer
-from app.schedule import WarmupInverseSqrt, default_warmup_steps, resolve_warmup_steps
+from app.schedule import WarmupInverseSqrt, cooldown_steps, default_warmup_steps, resolve_warmup_steps
 from app.training import NonFiniteLoss, TrainConfig, make_optimizer, make_train_step, train
 from data.config import DataConfig
 
@@ -43,6 +43,39 @@ def test_cooldown_falls_linearly_to_the_runs_end(step):
     # 1 until step 801, then 200/200, 199/200, ..., 1/200 at the last update.
     factor = min(1.0, (1000 - step + 1) / 200)
     assert float(schedule(step - 1)) == pytest.approx(paper * factor, rel=1e-6)
+
+
+def test_schedule_scale_multiplies_it_and_survives_its_config():
+    schedule = WarmupInverseSqrt(d_model=512, warmup_steps=4000, scale=2.5, total_steps=9000, cooldown_steps=100)
+    assert float(schedule(99)) == pytest.approx(2.5 * 512**-0.5 * 100 * 4000**-1.5, rel=1e-6)
+    config = schedule.get_config()
+    assert config == dict(d_model=512, warmup_steps=4000, scale=2.5, total_steps=9000, cooldown_steps=100)
+    assert WarmupInverseSqrt.from_config(config).get_config() == config
+
+
+def test_a_variable_run_length_without_cooldown_never_lowers_the_rate():
+    # Past total_steps too: cooldown(step) is 1 whenever cooldown_steps is 0.
+    schedule = WarmupInverseSqrt(
+        d_model=128, warmup_steps=10, total_steps=tf.Variable(5), cooldown_steps=tf.Variable(0)
+    )
+    assert float(schedule(19)) == pytest.approx(128**-0.5 * 20**-0.5, rel=1e-6)
+
+
+def test_the_cooldown_is_the_rounded_share_of_the_run():
+    assert cooldown_steps(1000, 0.2558) == 256  # 255.8
+    assert cooldown_steps(9000, 0.25) == 2250
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (dict(warmup_steps=0), "warmup_steps must be at least 1, got 0"),
+        (dict(total_steps=100, cooldown_steps=-1), "cooldown_steps must not be negative, got -1"),
+    ],
+)
+def test_schedule_rejects_bad_settings_by_name(arguments, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        WarmupInverseSqrt(d_model=128, **arguments)
 
 
 def test_cooldown_needs_a_run_at_least_as_long():
@@ -73,6 +106,19 @@ def test_label_smoothed_loss_equals_a_hand_computation_and_ignores_padding():
     total, tokens = summed_loss(labels, logits, epsilon)
     assert float(total) == pytest.approx(sum(expected), rel=1e-6)
     assert float(tokens) == 2.0
+
+
+def test_validation_loss_and_nll_equal_the_training_loss_at_their_smoothing():
+    # summed_loss_and_nll (validation, and the loss off TensorFlow) has its own path; the
+    # training loss above is pinned to a hand computation.
+    rng = np.random.default_rng(1)
+    logits = rng.normal(scale=3.0, size=(2, 4, 7)).astype("float32")
+    labels = np.array([[3, 0, 6, 1], [2, 5, 0, 0]], "int32")  # zeros are padding
+    smoothed, nll, tokens = summed_loss_and_nll(labels, logits, 0.1)
+    assert float(smoothed) == pytest.approx(float(summed_loss(labels, logits, 0.1)[0]), rel=1e-6)
+    assert float(nll) == pytest.approx(float(summed_loss(labels, logits, 0.0)[0]), rel=1e-6)
+    assert float(tokens) == 5.0
+    assert float(smoothed) != pytest.approx(float(nll), rel=1e-3)
 
 
 def test_the_written_out_loss_gradient_equals_autodiff_of_the_loss():
