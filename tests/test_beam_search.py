@@ -237,6 +237,16 @@ def test_a_sentence_with_no_live_beam_left_is_done():
     assert int(calls.numpy()) == 2  # not 10: both sentences are done after step 2
 
 
+def test_a_finished_hypothesis_keeps_its_place_against_a_later_one_of_equal_score():
+    # [end] finishes at step 0 with log .5; [3 end] at step 1 with log .5 + log 1, the
+    # same float32. The pool's old entries come first, so the earlier one stays first.
+    fn = table_fn({(): {3: 0.5, END: 0.5}, (3,): {END: 1.0}}, 5)
+    ids, scores = beam_search(fn, start_ids(1), {}, 5, max_lengths=[4], beam_size=2, alpha=0.0)
+    np.testing.assert_array_equal(ids[0, :, :2], [[END, 0], [3, END]])
+    assert scores[0, 0] == scores[0, 1]  # the premise: an exact tie
+    np.testing.assert_allclose(scores[0, 0], math.log(0.5), rtol=1e-6)
+
+
 def test_each_sentence_stops_at_its_own_max_length():
     # The end token is always unlikely (.01), so every hypothesis runs to its maximum.
     never_ends = {(): {END: 0.01, 3: 0.6, 4: 0.39}}
