@@ -14,7 +14,8 @@ Output folder:
     ids.npz         {split}_{side}_ids int32 [total] and {split}_{side}_offsets int64 [N + 1]
                     for split in train/validation, side in source/target (markers included)
     subwords.model  the shared vocabulary
-    validation.{source,target}.txt   raw text, one sentence a line
+    validation.{source,target}.txt   raw text, one sentence a line: the validation pairs
+                    of ids.npz, in its order (a pair longer than --max-length is in neither)
 """
 
 import argparse
@@ -25,8 +26,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
-from data.config import DataConfig  # noqa: E402
+from data.config import DEFAULT_MAX_LENGTH, DataConfig  # noqa: E402
 from data.dataset import prepare_data  # noqa: E402
+from data.pipeline import tokenize_pairs  # noqa: E402
 
 SPLITS = ("train", "validation")
 
@@ -42,6 +44,7 @@ def main():
     parser.add_argument("--source-lang", default="en")
     parser.add_argument("--target-lang", default="de")
     parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--max-length", type=int, default=DEFAULT_MAX_LENGTH, help="longest pair kept, in ids")
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
 
@@ -52,6 +55,7 @@ def main():
         target_lang=args.target_lang,
         vocab_size=args.vocab_size,
         batch_tokens=4096,
+        max_length=args.max_length,
     )
     # The vocabulary is trained into (or reused from) the output folder itself.
     data = prepare_data(config, args.output)
@@ -62,14 +66,18 @@ def main():
             arrays[f"{split}_{side}_ids"] = values
             arrays[f"{split}_{side}_offsets"] = offsets
     np.savez_compressed(os.path.join(args.output, "ids.npz"), **arrays)
-    # BLEU is scored against every validation pair, over-long ones included.
+    # train_jax.py scores the translation of validation source i in ids.npz against line i
+    # of the references: the text files hold the same pairs, the over-long ones left out.
     text = data.text["validation"]
+    fits = tokenize_pairs(data.tokenizer, text).fits(config.max_length)
     for side, lines in (("source", text.source), ("target", text.target)):
+        kept_lines = [line for line, keep in zip(lines, fits) if keep]
         with open(os.path.join(args.output, f"validation.{side}.txt"), "w", encoding="utf-8") as f:
-            f.writelines(line.replace("\n", " ") + "\n" for line in lines)
+            f.writelines(line.replace("\n", " ") + "\n" for line in kept_lines)
     kept = len(data.tokens["validation"])
     if kept != len(text):
-        print(f"warning: {len(text) - kept} validation pairs are over-long and not in ids.npz")
+        print(f"warning: {len(text) - kept} validation pairs are longer than --max-length {config.max_length}: "
+              "left out of ids.npz and the validation text files, and so of BLEU")
     print(f"wrote {args.output}: train {len(data.tokens['train'])} pairs, validation {kept}")
 
 
