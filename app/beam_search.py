@@ -34,6 +34,7 @@ The search (Flax `examples/wmt` decode.py, with fairseq's rule for what may fini
   masked. Padding and the start token are never outputs.
 """
 
+import math
 import typing
 
 import tensorflow as tf
@@ -45,6 +46,8 @@ PAD_ID, START_ID, END_ID = 0, 1, 2
 # Stands in for -inf (log 0): finite, so sums and products of it never make NaN. The
 # search runs in float32 whatever the model's dtype (logits are cast first).
 NEG = large_negative("float32")
+# The largest finite float32, where `length_penalty` overflows (`largest_alpha`).
+FLOAT32_MAX = tf.float32.max
 
 
 class BeamState(typing.NamedTuple):
@@ -116,6 +119,21 @@ def gather_topk_beams(nested, scores, k):
 def length_penalty(length, alpha):
     """GNMT length penalty `((5 + length) / 6) ** alpha`, float32, `length` in tokens."""
     return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
+
+
+def largest_alpha(max_length):
+    """The largest alpha, to two decimals, whose `length_penalty` of `max_length` tokens
+    is finite in float32 (inf for one token, whose penalty is 1 at any alpha).
+
+    Past it the penalty of the longest outputs overflows to inf, every such hypothesis
+    scores -0.0, and beam search ranks them by their order, not their log-probability.
+    Rounded down, so that float32's rounding of the power cannot overflow at the limit:
+    a step of 0.01 in alpha moves the penalty's logarithm by at least 0.01 * log(7/6).
+    """
+    if max_length <= 1:
+        return math.inf
+    exact = math.log(FLOAT32_MAX) / math.log((5.0 + max_length) / 6.0)
+    return math.floor(exact * 100.0) / 100.0
 
 
 def _loose_shape(x):

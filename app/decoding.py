@@ -23,9 +23,10 @@ Dimension names: B batch, S source length, K beam size, L the most output tokens
 import dataclasses
 import math
 
+import numpy as np
 import tensorflow as tf
 
-from app.beam_search import END_ID, PAD_ID, START_ID, beam_search, longest_output
+from app.beam_search import END_ID, PAD_ID, START_ID, beam_search, largest_alpha, longest_output
 from app.model import Transformer
 
 
@@ -82,6 +83,35 @@ def output_lengths(transformer: Transformer, source_ids, max_extra_length):
     return tf.minimum(source_lengths + max_extra_length, model_max_length)  # [B]
 
 
+def checked_alpha(alpha, max_length):
+    """`alpha`, refused if it is larger than `largest_alpha(max_length)`.
+
+    Past that limit the length penalty of the longest outputs the model can write
+    overflows float32 and beam search ranks them by their order. A value known when the
+    graph is built (a Python or NumPy number, a constant) is refused at once with a
+    ValueError; one fed at run time (a serving request's alpha) by an assertion when the
+    graph runs (InvalidArgumentError), which both messages name.
+
+    Args:
+        alpha: a float, or float32 of shape [] or `[B]`.
+        max_length: the model's positions, which bound every output's length.
+    """
+    limit = largest_alpha(max_length)
+    message = (
+        f"alpha must be at most {limit} for a model of {max_length} positions: beyond it the length penalty "
+        f"((5 + length) / 6) ** alpha of its longest outputs overflows float32"
+    )
+    known = tf.get_static_value(alpha) if tf.is_tensor(alpha) else alpha
+    if known is not None:
+        largest = float(np.max(np.asarray(known, np.float64), initial=-np.inf))  # -inf: no sentence
+        if largest > limit:
+            raise ValueError(f"{message}; got {largest:g}")
+        return alpha
+    check = tf.debugging.assert_less_equal(tf.cast(alpha, tf.float32), limit, message=message)
+    with tf.control_dependencies([check]):
+        return tf.identity(alpha)
+
+
 def translate_ids(
     transformer: Transformer,
     source_ids,
@@ -110,6 +140,7 @@ def translate_ids(
         sum of log-probs / ((5 + length) / 6) ** alpha, length counting the end token.
     """
     source_ids = tf.convert_to_tensor(source_ids, tf.int32)  # [B, S]
+    alpha = checked_alpha(alpha, transformer.config.max_length)
     max_lengths = output_lengths(transformer, source_ids, max_extra_length)  # [B]
 
     memory, memory_mask = transformer.encode(source_ids, training=False)  # [B, S, D], [B, 1, S]

@@ -284,6 +284,13 @@ def make_translate_fn(args, decoding):
 
         loaded = tf.saved_model.load(args.saved_model)
         signature = loaded.signatures["translate_with_options"]
+        source_lengths = getattr(loaded, "source_lengths", None)
+        if source_lengths is not None:
+            # The signature would refuse a too large alpha only once it runs, with a graph
+            # assertion; the limit the SavedModel reports is the model's positions.
+            from app.decoding import checked_alpha
+
+            checked_alpha(args.alpha, int(source_lengths(tf.constant([], tf.string))["limit"]))
 
         def translate(sentences):
             n = len(sentences)
@@ -294,7 +301,7 @@ def make_translate_fn(args, decoding):
             )
             return [t.decode("utf-8") for t in out["translations"].numpy()]
 
-        return translate, _measure_fn(getattr(loaded, "source_lengths", None)), args.saved_model
+        return translate, _measure_fn(source_lengths), args.saved_model
 
     from app.export import load_translator
 

@@ -41,7 +41,7 @@ import shutil
 import tensorflow as tf
 
 from app import checkpoints
-from app.decoding import DecodingConfig, translate_ids
+from app.decoding import DecodingConfig, checked_alpha, translate_ids
 from app.model import Transformer, build_transformer
 from app.train_command import load_settings
 from data.tokenizer import MODEL_FILENAME, SubwordTokenizer
@@ -90,6 +90,8 @@ class Translator(tf.Module):
         # (The Keras model itself is not attached: only its variables need saving.)
         self.model_variables = [weight.value for weight in model.weights]
         self._transformer = Transformer(model, model_config)
+        # Refused here rather than when `serve` is first traced, mid-export.
+        checked_alpha(decoding.alpha, model_config.max_length)
         self._decoding = decoding
         self._max_source_length = model_config.max_length
 

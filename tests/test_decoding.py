@@ -2,13 +2,15 @@
 forward pass, batching changes nothing, tf.function and SavedModel."""
 
 import importlib
+import math
+import re
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from app.beam_search import length_penalty
+from app.beam_search import largest_alpha, length_penalty
 from app.config import ModelConfig
 from app.decoding import DecodingConfig, make_symbols_to_logits, translate_ids
 from app.greedy import greedy_decode
@@ -174,6 +176,44 @@ def test_symbols_to_logits_feeds_only_the_newest_token(transformer):
     logits, _ = fn(ids, tf.constant(0), cache)
     expected, _ = transformer.decode_step(tf.constant([1]), tf.constant(0), cache)
     np.testing.assert_array_equal(logits, expected)
+
+
+@pytest.mark.parametrize(
+    "max_length, limit",
+    [(2, 575.55), (10, 96.82), (64, 36.32), (256, 23.51), (1000, 17.32), (100_000, 9.12), (1, math.inf)],
+)
+def test_largest_alpha_is_the_last_hundredth_whose_longest_penalty_is_finite(max_length, limit):
+    assert largest_alpha(max_length) == limit
+    if max_length > 1:
+        # Rounded down far enough that float32's power stays finite at the limit itself.
+        assert np.isfinite(float(length_penalty(max_length, limit)))
+        assert np.isinf(float(length_penalty(max_length, limit + 0.01)))
+
+
+def test_an_alpha_past_the_models_limit_is_refused_and_one_at_it_still_ranks(transformer):
+    transformer, _ = transformer  # 64 positions: alpha at most 36.32
+    message = (
+        "alpha must be at most 36.32 for a model of 64 positions: beyond it the length penalty "
+        "((5 + length) / 6) ** alpha of its longest outputs overflows float32"
+    )
+    # Known when the graph is built: a ValueError at once. Before, every hypothesis that
+    # could reach 64 tokens scored -0.0, and the first of them won.
+    with pytest.raises(ValueError, match=re.escape(f"{message}; got 36.33")):
+        translate_ids(transformer, SOURCE_IDS, beam_size=3, alpha=36.33, max_extra_length=100)
+    with pytest.raises(ValueError, match=re.escape(f"{message}; got 40")):
+        translate_ids(transformer, SOURCE_IDS, beam_size=3, alpha=np.array([0.6, 40.0, 1.0]), max_extra_length=100)
+    # Fed at run time, as a serving request's alpha is: the graph's assertion names both.
+    traced = tf.function(
+        lambda alpha: translate_ids(transformer, SOURCE_IDS, beam_size=3, alpha=alpha, max_extra_length=100),
+        input_signature=[tf.TensorSpec([None], tf.float32)],
+    )
+    with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(message) + r".*\[0.6 36.33 1\]"):
+        traced(tf.constant([0.6, 36.33, 1.0]))
+    # At the limit every score is still a number below zero, best first.
+    _, eager_scores = translate_ids(transformer, SOURCE_IDS, beam_size=3, alpha=36.32, max_extra_length=100)
+    _, traced_scores = traced(tf.constant([36.32] * 3))
+    for scores in (eager_scores.numpy(), traced_scores.numpy()):
+        assert np.all(scores < 0) and np.all(scores[:, :-1] >= scores[:, 1:])
 
 
 def test_decoding_config_checks_its_fields():

@@ -370,3 +370,21 @@ def test_a_saved_model_scored_on_files_warns_of_sources_it_cut_and_lists_them(ex
     assert json.loads(captured.out)["truncated_sources"] == [2]
     assert captured.err.startswith("warning: 1 source sentence(s) have more than the 47 subwords the model reads")
     assert re.search(r"exported model does: line 2 \(\d+ subwords\)$", captured.err.strip())
+
+
+def test_an_alpha_past_a_saved_models_limit_is_refused_by_name_before_decoding(exported, model_dir, tmp_path, capsys):
+    # The limit of a model of 48 positions; the SavedModel would refuse it only in its
+    # graph, with an assertion's traceback, and the model directory alike at the first trace.
+    from app.evaluate import main
+
+    _, _, path, _ = exported
+    (tmp_path / "src").write_text("A man rides a bike.\n", encoding="utf-8")
+    (tmp_path / "ref").write_text("Ein Mann fährt Fahrrad.\n", encoding="utf-8")
+    files = ["--source", str(tmp_path / "src"), "--reference", str(tmp_path / "ref")]
+    for weights in (["--saved-model", path], ["--model-dir", model_dir]):
+        assert main([*weights, *files, "--alpha", "41"]) == 1
+        assert capsys.readouterr().err.strip() == (
+            "error: alpha must be at most 40.72 for a model of 48 positions: beyond it the length penalty "
+            "((5 + length) / 6) ** alpha of its longest outputs overflows float32; got 41"
+        )
+

@@ -103,6 +103,10 @@ def test_nbest_and_options_signatures_agree_with_the_default(exported):
         translator.serve_with_options(tf.constant(SENTENCES[:1]), tf.constant([-1.0]), tf.constant([50]))
     with pytest.raises(tf.errors.InvalidArgumentError, match="alpha must be finite"):
         translator.serve_with_options(tf.constant(SENTENCES[:2]), tf.constant([0.6, np.inf]), tf.constant([50, 50]))
+    # Past the model's limit (48 positions) the longest outputs' length penalty overflows.
+    past_the_limit = r"alpha must be at most 40\.72 for a model of 48 positions"
+    with pytest.raises(tf.errors.InvalidArgumentError, match=past_the_limit):
+        translator.serve_with_options(tf.constant(SENTENCES[:2]), tf.constant([0.6, 40.73]), tf.constant([50, 50]))
     # NaN is no negative number: it is named as what it is.
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"\[alpha must be finite, got\] \[nan\]"):
         translator.serve_with_options(tf.constant(SENTENCES[:1]), tf.constant([np.nan]), tf.constant([50]))
@@ -290,6 +294,7 @@ def test_a_checkpoint_whose_files_are_gone_is_named(model_dir, tmp_path):
         (["--name", "../elsewhere"], "--name '../elsewhere' is not a model name"),
         (["--name", "en/de"], "--name 'en/de' is not a model name"),
         (["--alpha", "-1"], "alpha must be a number >= 0, got -1.0"),
+        (["--alpha", "40.73"], "alpha must be at most 40.72 for a model of 48 positions"),
     ],
 )
 def test_export_command_refuses_a_bad_name_or_decoding_before_writing(model_dir, tmp_path, flags, message):

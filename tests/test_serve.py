@@ -370,6 +370,7 @@ ERRORS = [
     ("options: string alpha", "POST", ":predict", b'{"signature_name": "translate_with_options", "instances": [{"inputs": "a", "alpha": "0.6", "max_extra_length": 5}]}', 400, "is not of expected type: float32"),
     ("options: float length", "POST", ":predict", b'{"signature_name": "translate_with_options", "instances": [{"inputs": "a", "alpha": 0.6, "max_extra_length": 1.5}]}', 400, "is not of expected type: int32"),
     ("options: columnar missing", "POST", ":predict", b'{"signature_name": "translate_with_options", "inputs": {"inputs": ["a"], "alpha": [0.6]}}', 400, "Missing named input: max_extra_length"),
+    ("options: alpha past the model's limit", "POST", ":predict", b'{"signature_name": "translate_with_options", "instances": [{"inputs": "a", "alpha": 40.73, "max_extra_length": 5}]}', 400, "alpha must be at most 40.72 for a model of 48 positions"),
     ("options: negative alpha", "POST", ":predict", b'{"signature_name": "translate_with_options", "instances": [{"inputs": "a", "alpha": -1.0, "max_extra_length": 5}]}', 400, "alpha must not be negative"),
     ("options: non-positive length", "POST", ":predict", b'{"signature_name": "translate_with_options", "instances": [{"inputs": "a", "alpha": 0.6, "max_extra_length": 0}]}', 400, "max_extra_length must be positive"),
     ("too many instances", "POST", ":predict", json.dumps({"instances": ["a"] * (MAX_INSTANCES + 1)}).encode(), 400, f"--max_instances={MAX_INSTANCES}"),
