@@ -358,7 +358,10 @@ ERRORS = [
     ("byte-order mark", "POST", ":predict", b'\xef\xbb\xbf{"instances": ["a"]}', 400, "^JSON Parse error: Unexpected UTF-8 BOM"),
     ("UTF-16", "POST", ":predict", '{"instances": ["a"]}'.encode("utf-16"), 400, "^JSON Parse error: 'utf-8' codec can't decode"),
     ("nested past the parser", "POST", ":predict", b'{"inputs": ' + b"[" * 5000 + b'"a"' + b"]" * 5000 + b"}", 400, "^JSON Parse error: The document is nested too deeply$"),
-    ("nested past the input's rank", "POST", ":predict", b'{"inputs": ' + b"[" * 900 + b'"a"' + b"]" * 900 + b"}", 400, "has shape \\[1, 1\\], expected \\[\\?\\]"),
+    # 512 levels of arrays and objects are read (MAX_NESTING), the object included, on every Python.
+    ("nested past the input's rank", "POST", ":predict", b'{"inputs": ' + b"[" * 511 + b'"a"' + b"]" * 511 + b"}", 400, "has shape \\[1, 1\\], expected \\[\\?\\]"),
+    ("nested one level past the limit", "POST", ":predict", b'{"inputs": ' + b"[" * 512 + b'"a"' + b"]" * 512 + b"}", 400, "^JSON Parse error: The document is nested too deeply$"),
+    ("nested past the limit in an object", "POST", ":predict", b'{"inputs": ["a"], "x": ' + b'{"y": ' * 600 + b"1" + b"}" * 600 + b"}", 400, "^JSON Parse error: The document is nested too deeply$"),
     ("number past a double", "POST", ":predict", b'{"signature_name": "translate_with_options", "instances": [{"inputs": "a", "alpha": 1e400, "max_extra_length": 5}]}', 400, "^JSON Parse error: Number too big to be stored in double: 1e400$"),
     ("options: alpha past float32", "POST", ":predict", b'{"signature_name": "translate_with_options", "instances": [{"inputs": "a", "alpha": 1e39, "max_extra_length": 5}]}', 400, "Cannot convert JSON value: 1e\\+39 to float32 without loss of precision at element 0 key alpha"),
     ("options: integer inexact in float32", "POST", ":predict", b'{"signature_name": "translate_with_options", "inputs": {"inputs": ["a"], "alpha": [16777217], "max_extra_length": [5]}}', 400, "Cannot convert JSON value: 16777217 to float32 without loss of precision"),
