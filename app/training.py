@@ -429,6 +429,11 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
     interrupted = _InterruptFlag()
     stop_requested = _stop_check(strategy, interrupted, step, clock)
 
+    def updates_made():
+        # .numpy(): under a distribution strategy the Keras variable wraps a MirroredVariable,
+        # which int() does not take.
+        return int(optimizer.iterations.numpy())
+
     def learning_rate():
         """The rate of the update just made. The optimizer's `learning_rate` is already
         the next update's: its schedule reads the count of updates made so far."""
@@ -486,6 +491,7 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
             reported_plan = new
         return new
 
+    step_started = updates_before = None  # The step under way and the optimizer's updates before it.
     with interrupted:
         try:
             while step < total_steps:
@@ -502,6 +508,7 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
                     micro_batches = _take(iterator, config.accumulate)
                     if micro_batches is None:
                         break  # end of epoch
+                    step_started, updates_before = step, updates_made()
                     loss_sum, tokens = train_step(micro_batches)
                     loss_sum, tokens = float(loss_sum), float(tokens)
                     last_loss = loss_sum / max(tokens, 1.0)
@@ -569,6 +576,14 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
                     break
                 progress.next_epoch()
         except KeyboardInterrupt:
+            # A second signal raises as soon as Python runs again, which during a step is
+            # just after its update, before the loop has counted it: count it here, so the
+            # checkpoint's step is that of its weights and a resumed run does not train
+            # that batch again. (An update the optimizer skipped, a float16 loss scale's
+            # non-finite step, changed no weight and is trained again.)
+            if int(progress.step) == step_started and updates_made() != updates_before:
+                progress.advance(config.accumulate)
+            step = int(progress.step)
             # Still under the flag: a worker saving for another's signal takes its own,
             # come meanwhile, as the same request rather than die of it mid-save.
             path = save(step)

@@ -464,6 +464,43 @@ def test_ctrl_c_saves_a_checkpoint_before_exiting(small_data, tmp_path):
     assert checkpoints.checkpoint_paths(tmp_path)[-1].endswith("ckpt-2")
 
 
+def test_a_second_ctrl_c_during_a_step_counts_that_step_before_saving(small_data, tmp_path, monkeypatch):
+    # The second signal raises as soon as Python runs again: after step 3's update and
+    # before the loop counted it. The checkpoint was ckpt-2 holding step 3's weights, and
+    # the resumed run trained step 3's batch again.
+    uninterrupted = run_training(small_data, tmp_path / "straight", checkpoint_every=3)
+    make_train_step = training.make_train_step
+
+    def make_step_pressed_twice_at_step_3(*args, **kwargs):
+        train_step, calls = make_train_step(*args, **kwargs), []
+
+        def pressed(micro_batches):
+            result = train_step(micro_batches)
+            calls.append(len(calls) + 1)
+            if calls[-1] == 3:
+                os.kill(os.getpid(), signal.SIGINT)  # the first: a flag, read after the step
+                os.kill(os.getpid(), signal.SIGINT)  # the second raises here
+            return result
+
+        return pressed
+
+    monkeypatch.setattr(training, "make_train_step", make_step_pressed_twice_at_step_3)
+    with pytest.raises(KeyboardInterrupt):
+        run_training(small_data, tmp_path / "pressed", checkpoint_every=100)
+    monkeypatch.undo()
+    saved = checkpoints.checkpoint_paths(tmp_path / "pressed")
+    assert [os.path.basename(path) for path in saved] == ["ckpt-3"]
+    assert tf.train.load_checkpoint(saved[0]).get_tensor("progress/step/.ATTRIBUTES/VARIABLE_VALUE") == 3
+    expected = checkpoint_weights(checkpoints.checkpoint_paths(tmp_path / "straight")[0])  # ckpt-3
+    for name, value in checkpoint_weights(saved[0]).items():
+        np.testing.assert_allclose(value, expected[name], atol=1e-6)
+    resumed = run_training(small_data, tmp_path / "pressed", checkpoint_every=3)
+    assert resumed["step"] == uninterrupted["step"] == 6
+    expected = checkpoint_weights(uninterrupted["checkpoint"])
+    for name, value in checkpoint_weights(resumed["checkpoint"]).items():
+        np.testing.assert_allclose(value, expected[name], atol=1e-6)
+
+
 def test_sigterm_saves_a_checkpoint_before_exiting_and_leaves_the_handler_as_it_was(small_data, tmp_path):
     # How a job scheduler (or `kill`) stops a run; Python's default would end it at once.
     class TerminatedUnsaved(Exception):
