@@ -589,8 +589,6 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
             path = save(step)
             log(f"\ninterrupted at step {step}; saved {path}. Run the same command to resume.")
             raise
-        except NonFiniteLoss:
-            raise
 
     final_checkpoint = save(step)
     entry = evaluate(step)
