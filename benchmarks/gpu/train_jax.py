@@ -38,6 +38,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from app.config import ModelConfig  # noqa: E402
+from app.flag_types import int_at_least, positive_int  # noqa: E402  (TensorFlow-free)
 from app.fused_adam import NOT_DECAYED  # noqa: E402  (TensorFlow-free at import)
 from app.losses import summed_loss  # noqa: E402
 from app.model import build_transformer  # noqa: E402
@@ -47,6 +48,8 @@ from keras_hub_peer import training_flops  # noqa: E402  (TensorFlow-free)
 START_ID, END_ID = 1, 2
 # Padded lengths of the numpy buckets: few shapes, so XLA compiles each once.
 BUCKET_LENGTHS = (8, 12, 16, 20, 24, 28, 32, 40, 48, 64, 96, 128, 256)
+# time-base's Keras dtype policies: the matrix-multiply peak each is measured against.
+TIMED_PRECISIONS = ("float32", "mixed_bfloat16")
 MAX_DECODE_LENGTH = 96  # validation targets are far shorter; input + 50 is capped here
 
 
@@ -339,15 +342,20 @@ def main():
     sweep.add_argument("--recipes", required=True, help="JSON list of Recipe fields, or @FILE holding one")
     sweep.add_argument("--output", help="results JSON")
     base = commands.add_parser("time-base")
-    base.add_argument("--precisions", nargs="+", default=["float32", "mixed_bfloat16"])
-    base.add_argument("--batch-tokens", type=int, default=25000)
-    base.add_argument("--length", type=int, default=32)
-    base.add_argument("--steps", type=int, default=20)
-    base.add_argument("--vocab-size", type=int, default=37000, help="the paper's shared en-de vocabulary")
+    base.add_argument("--precisions", nargs="+", choices=TIMED_PRECISIONS, default=["float32", "mixed_bfloat16"])
+    base.add_argument("--batch-tokens", type=positive_int, default=25000, help="at least --length")
+    base.add_argument("--length", type=positive_int, default=32)
+    base.add_argument("--steps", type=positive_int, default=20, help="timed steps, after 3 untimed")
+    base.add_argument(
+        "--vocab-size", type=int_at_least(5), default=37000, help="the paper's shared en-de vocabulary"
+    )
     base.add_argument("--dropout", type=float,
                       help="overrides the base size's 0.1 (0 measures what the dropout masks cost)")
     base.add_argument("--output", help="results JSON")
     args = parser.parse_args()
+    if args.command == "time-base" and args.batch_tokens < args.length:
+        # A step is batch_tokens // length sentences of `length` tokens: none would be timed.
+        parser.error(f"--batch-tokens ({args.batch_tokens}) must be at least --length ({args.length})")
 
     def log(line):
         print(line, flush=True)
