@@ -2,7 +2,8 @@
 
 Layout of a model directory:
 
-    DIR/checkpoints/ckpt-N.*     weights, optimizer state and training progress (newest K)
+    DIR/checkpoints/ckpt-N.*     weights, optimizer state and training progress (newest K,
+                                 and the one an interrupt saved until the next supersedes it)
     DIR/checkpoints/checkpoint   the index naming the newest complete checkpoint
     DIR/best/ckpt-N.*            the weights of the best evaluation so far
     DIR/best/best.json           its step and score
@@ -94,6 +95,8 @@ class Progress(tf.Module):
         self.cooldown_steps = tf.Variable(cooldown_steps, dtype=tf.int64, trainable=False, name="cooldown_steps")
         # Wall-clock seconds spent by the invocations of the run, up to this checkpoint.
         self.seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="seconds")
+        # 1 in a checkpoint saved because the run was interrupted (CheckpointTracker.save).
+        self.saved_on_interrupt = tf.Variable(0, dtype=tf.int64, trainable=False, name="saved_on_interrupt")
 
     def set_plan(self, planned_steps, cooldown_steps):
         self.planned_steps.assign(planned_steps)
@@ -144,7 +147,9 @@ class CheckpointTracker:
         self._scratch = [] if chief else [tempfile.mkdtemp(prefix="ckpt-worker-") for _ in range(2)]
         self._cleanup = weakref.finalize(self, _remove_directories, self._scratch)
         directory = os.path.join(model_dir, "checkpoints") if chief else self._scratch[0]
+        self._checkpoint, self._keep = checkpoint, keep
         self.manager = tf.train.CheckpointManager(checkpoint, directory, max_to_keep=keep)
+        self._room = 0  # Checkpoints the manager keeps beyond `keep`: those saved on an interrupt.
         best_directory = os.path.join(model_dir, "best") if chief else self._scratch[1]
         self.best_manager = tf.train.CheckpointManager(
             tf.train.Checkpoint(weights=weights), best_directory, max_to_keep=1
@@ -157,6 +162,9 @@ class CheckpointTracker:
         best = _read_json(os.path.join(model_dir, "best", "best.json"), {})
         self.best_score, self.best_step = best.get("score"), best.get("step")
         self._latest = None  # The newest checkpoint of this run, restored or saved.
+        # The newest checkpoint, where an interrupt saved it (the chief's record only):
+        # removed once a later one is saved.
+        self._stopgap = None
 
     def latest(self):
         return self._latest
@@ -175,14 +183,74 @@ class CheckpointTracker:
             except _UNREADABLE as error:
                 raise _unreadable(path, error) from None
             self._latest = path
+            if int(self._progress.saved_on_interrupt):
+                self._progress.saved_on_interrupt.assign(0)
+                if self.chief:
+                    self._stopgap = path
+                    self._make_room(1)
         return path
 
-    def save(self, step):
-        """Saves a checkpoint numbered by the step, unless one for this step exists."""
+    def save(self, step, on_interrupt=False):
+        """Saves a checkpoint numbered by the step, unless one for this step exists.
+
+        A checkpoint saved `on_interrupt`, off the run's cadence, is there to resume from:
+        the next checkpoint saved supersedes it and removes it. It does not count among the
+        `keep` newest, so a run interrupted and resumed keeps the checkpoints of one that
+        was not, and export averages the same weights.
+        """
         if self._latest and self._latest.endswith(f"-{step}"):
             return self._latest
-        self._latest = _save_numbered(self.manager, step, self._latest)
-        return self._latest
+        stopgap = on_interrupt and self.chief
+        # Room for the one now saved on an interrupt and the one it supersedes.
+        self._make_room(int(self._stopgap is not None) + int(stopgap))
+        self._progress.saved_on_interrupt.assign(int(on_interrupt))
+        try:
+            path = _save_numbered(self.manager, step, self._latest)
+        finally:
+            self._progress.saved_on_interrupt.assign(0)
+        superseded, self._stopgap = self._stopgap, path if stopgap else None
+        self._latest = path
+        if superseded:
+            self._remove(superseded)
+            self._make_room(int(stopgap))
+        return path
+
+    def _make_room(self, room):
+        """Makes the manager keep `keep` + `room` checkpoints: the sweep after a save drops
+        the oldest beyond that many, so a checkpoint saved on an interrupt, not counted,
+        must not push out one that is."""
+        if room != self._room:
+            # Built again, not changed: the manager has no public setter. It reads its list
+            # of kept checkpoints from the index.
+            self.manager = tf.train.CheckpointManager(
+                self._checkpoint, self.manager.directory, max_to_keep=self._keep + room
+            )
+            self._room = room
+
+    def _remove(self, path):
+        """Removes kept checkpoint `path`: from the index first (rewritten atomically, as a
+        save rewrites it), so that a crash midway leaves files no index names rather than an
+        index naming missing files; then its files."""
+        directory, name = self.manager.directory, os.path.basename(path)
+        state = tf.train.get_checkpoint_state(directory)
+        # Names, not paths: the index stays relative, as the manager writes it, so that the
+        # model directory can be moved.
+        names = [os.path.basename(kept) for kept in state.all_model_checkpoint_paths]
+        timestamps = list(state.all_model_checkpoint_timestamps)
+        written = os.path.join(directory, "checkpoint")  # What an error names: the index, then a file.
+        try:
+            if name in names:  # Unless removed by hand: the manager keeps room for it.
+                position = names.index(name)
+                del names[position], timestamps[position]
+                tf.compat.v1.train.update_checkpoint_state(
+                    directory, names[-1], names, all_model_checkpoint_timestamps=timestamps,
+                    last_preserved_timestamp=state.last_preserved_timestamp,
+                )
+                self._room = None  # The manager's list is stale: _make_room builds it again.
+            for written in tf.io.gfile.glob(os.path.join(directory, name) + ".*"):
+                tf.io.gfile.remove(written)
+        except (tf.errors.OpError, OSError) as error:
+            raise cannot_write(written, error, self._latest) from None
 
     def offer_best(self, evaluation, step):
         """Keeps these weights if their score beats the best so far; returns whether it did.

@@ -447,9 +447,9 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
         # The progress bar rewrites its line in place; a message mid-run takes the next one.
         log(("\n" if progbar and progbar.rewrites_line else "") + message)
 
-    def save(step):
+    def save(step, on_interrupt=False):
         progress.seconds.assign(seconds_before + clock() - started)
-        return tracker.save(step)
+        return tracker.save(step, on_interrupt)
 
     # The time budget: the pace of training steps (evaluations left out) and of
     # evaluations, measured here and agreed on by all workers, decides the run's end.
@@ -586,7 +586,7 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
             step = int(progress.step)
             # Still under the flag: a worker saving for another's signal takes its own,
             # come meanwhile, as the same request rather than die of it mid-save.
-            path = save(step)
+            path = save(step, on_interrupt=True)
             log(f"\ninterrupted at step {step}; saved {path}. Run the same command to resume.")
             raise
 

@@ -501,6 +501,53 @@ def test_a_second_ctrl_c_during_a_step_counts_that_step_before_saving(small_data
         np.testing.assert_allclose(value, expected[name], atol=1e-6)
 
 
+def test_checkpoints_saved_on_interrupts_give_way_to_the_next_and_push_out_none(small_data, tmp_path):
+    # Each interrupt saves a checkpoint off the cadence of 2, so that the run resumes where
+    # it stopped. It used to stay, and to count among the 3 kept: the newest 3 then held
+    # ckpt-7 in place of ckpt-4, and export averaged other weights than an uninterrupted run.
+    keep = dict(train_steps=8, checkpoint_every=2, keep_checkpoints=3, eval_every=1)
+    uninterrupted = run_training(small_data, tmp_path / "straight", evaluate_fn=lambda transformer: {}, **keep)
+
+    def press_ctrl_c_on_evaluation(number):
+        calls = []
+
+        def evaluate(transformer):
+            calls.append(transformer)
+            if len(calls) == number:
+                os.kill(os.getpid(), signal.SIGINT)
+            return {}
+
+        return evaluate
+
+    def kept():
+        return [os.path.basename(path) for path in checkpoints.checkpoint_paths(tmp_path / "pressed")]
+
+    # Stopped after steps 3, 5 and 7, each time resumed from the checkpoint the last saved;
+    # every step is evaluated, so the k-th evaluation after resuming at r is step r + k.
+    for stop, resumed_from, expected in ((3, 0, ["ckpt-2", "ckpt-3"]), (5, 3, ["ckpt-2", "ckpt-4", "ckpt-5"]),
+                                         (7, 5, ["ckpt-2", "ckpt-4", "ckpt-6", "ckpt-7"])):
+        with pytest.raises(KeyboardInterrupt):
+            run_training(
+                small_data, tmp_path / "pressed", evaluate_fn=press_ctrl_c_on_evaluation(stop - resumed_from), **keep
+            )
+        assert kept() == expected
+        newest = tf.train.load_checkpoint(checkpoints.checkpoint_paths(tmp_path / "pressed")[-1])
+        assert newest.get_tensor("progress/saved_on_interrupt/.ATTRIBUTES/VARIABLE_VALUE") == 1
+    resumed = run_training(small_data, tmp_path / "pressed", evaluate_fn=lambda transformer: {}, **keep)
+
+    assert resumed["step"] == uninterrupted["step"] == 8
+    assert kept() == ["ckpt-4", "ckpt-6", "ckpt-8"]
+    # No file of the removed checkpoints is left behind.
+    assert sorted(os.listdir(tmp_path / "pressed" / "checkpoints")) == sorted(
+        os.listdir(tmp_path / "straight" / "checkpoints")
+    )
+    straight = checkpoints.checkpoint_paths(tmp_path / "straight")
+    for expected_path, actual_path in zip(straight, checkpoints.checkpoint_paths(tmp_path / "pressed")):
+        expected = checkpoint_weights(expected_path)
+        for name, value in checkpoint_weights(actual_path).items():
+            np.testing.assert_allclose(value, expected[name], atol=1e-6, err_msg=name)
+
+
 def test_sigterm_saves_a_checkpoint_before_exiting_and_leaves_the_handler_as_it_was(small_data, tmp_path):
     # How a job scheduler (or `kill`) stops a run; Python's default would end it at once.
     class TerminatedUnsaved(Exception):
@@ -539,9 +586,9 @@ def test_a_sigterm_while_saving_for_another_workers_signal_lets_the_save_end(sma
     monkeypatch.setattr(training, "_stop_check", stop_for_another_workers_signal)
     save = checkpoints.CheckpointTracker.save
 
-    def save_receiving_sigterm(tracker, step):
+    def save_receiving_sigterm(tracker, step, on_interrupt=False):
         os.kill(os.getpid(), signal.SIGTERM)
-        return save(tracker, step)
+        return save(tracker, step, on_interrupt)
 
     monkeypatch.setattr(checkpoints.CheckpointTracker, "save", save_receiving_sigterm)
     previous = signal.signal(signal.SIGTERM, terminate_unsaved)
