@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from app import checkpoints
 from app.config import ModelConfig
+from app.event_files import drop_events_after
 from app.fused_adam import NOT_DECAYED, FusedAdam
 from app.losses import summed_loss, summed_loss_and_nll
 from app.model import Transformer, build_transformer
@@ -357,6 +358,7 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
     if chief:
         # The steps after the checkpoint are trained, and recorded, again.
         _drop_records_after(metrics_path, int(progress.step))
+        drop_events_after(os.path.join(model_dir, "train"), int(progress.step))
     seconds_before = float(progress.seconds) if restored else 0.0
     total_steps = _resumed_run_length(config, progress, max_steps)
     progress.set_plan(total_steps, config.resolved_cooldown(total_steps))

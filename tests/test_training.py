@@ -1,6 +1,7 @@
 """Training: schedule, loss, accumulation, resuming, NaN stops, Ctrl-C, averaging."""
 
 import dataclasses
+import glob
 import json
 import math
 import os
@@ -13,6 +14,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.core.util import event_pb2
 
 from app import checkpoints, training
 from app.config import ModelConfig
@@ -319,6 +321,16 @@ def run_training(data, model_dir, evaluate_fn=None, **overrides):
     )
 
 
+def summaries(model_dir):
+    """(tag, step) of every summary in a run's TensorBoard files."""
+    return [
+        (value.tag, event.step)
+        for path in glob.glob(os.path.join(model_dir, "train", "*tfevents*"))
+        for event in map(event_pb2.Event.FromString, tf.data.TFRecordDataset(path).as_numpy_iterator())
+        for value in event.summary.value
+    ]
+
+
 def checkpoint_weights(path):
     reader = tf.train.load_checkpoint(path)
     names = [n for n in reader.get_variable_to_shape_map() if n.startswith("weights/")]
@@ -439,6 +451,10 @@ def test_resuming_after_a_crash_matches_an_uninterrupted_run(small_data, tmp_pat
     assert [r["step"] for r in actual] == [1, 2, 3, 4, 4, 5, 6, 6]  # evaluations at 4 and (the final) 6
     losses = [[r.get("loss", r.get("valid_loss")) for r in records] for records in (actual, expected)]
     np.testing.assert_allclose(*losses, rtol=1e-5)
+    # So in TensorBoard's files: step 4's loss, written before the crash, once.
+    expected, actual = (summaries(run) for run in (tmp_path / "straight", metrics.parent))
+    assert sorted(actual) == sorted(expected)
+    assert ("loss", 4) in actual and len(set(actual)) == len(actual)
 
 
 def test_a_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint(small_data, tmp_path):
