@@ -84,6 +84,41 @@ class Recipe:
     data: Optional[str] = None  # overrides --data
 
 
+def read_recipes(text):
+    """The `Recipe`s of `--recipes`' JSON list, all checked before the first one trains.
+
+    Raises:
+        ValueError: naming the recipe (by its place and name) and what is wrong with it:
+            JSON that does not parse, an entry that is not an object, a field `Recipe`
+            does not have, or a name used twice.
+    """
+    try:
+        entries = json.loads(text)
+    except ValueError as error:
+        raise ValueError(f"--recipes is not JSON: {error}") from None
+    if not isinstance(entries, list) or not entries:
+        raise ValueError(f"--recipes must be a non-empty JSON list of objects, got {text[:80]!r}")
+    known = {field.name for field in dataclasses.fields(Recipe)}
+    recipes = []
+    for number, fields in enumerate(entries, start=1):
+        if not isinstance(fields, dict):
+            raise ValueError(f"recipe {number} must be a JSON object, got {json.dumps(fields)[:80]}")
+        unknown = sorted(set(fields) - known)
+        if unknown:
+            raise ValueError(
+                f"recipe {number} ({fields.get('name', 'default')}) has unknown field(s) {', '.join(unknown)}; "
+                f"known: {', '.join(sorted(known))}"
+            )
+        recipes.append(Recipe(**fields))
+    names = [recipe.name for recipe in recipes]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ValueError(
+            f"recipe name(s) {', '.join(repeated)} used more than once: the results would not tell them apart"
+        )
+    return recipes
+
+
 # ---------------------------------------------------------------------------------------
 # Data.
 
@@ -356,6 +391,23 @@ def main():
     if args.command == "time-base" and args.batch_tokens < args.length:
         # A step is batch_tokens // length sentences of `length` tokens: none would be timed.
         parser.error(f"--batch-tokens ({args.batch_tokens}) must be at least --length ({args.length})")
+    if args.command == "sweep":
+        text = args.recipes
+        if text.startswith("@"):
+            try:
+                with open(text[1:], encoding="utf-8") as f:
+                    text = f.read()
+            except OSError as error:
+                parser.error(f"--recipes {args.recipes}: {error.strerror}")
+        try:
+            # Checked whole before the first run: a typo in the last recipe of a sweep
+            # would otherwise stop it hours in.
+            recipes = read_recipes(text)
+        except ValueError as error:
+            parser.error(str(error))
+        for folder in sorted({recipe.data or args.data for recipe in recipes}):
+            if not os.path.isfile(os.path.join(folder, "ids.npz")):
+                parser.error(f"no ids.npz in {folder}: write one with benchmarks/gpu/export_token_ids.py")
 
     def log(line):
         print(line, flush=True)
@@ -365,13 +417,8 @@ def main():
         results = time_base(args, log)
     else:
         results = []
-        recipes = args.recipes
-        if recipes.startswith("@"):
-            with open(recipes[1:]) as f:
-                recipes = f.read()
-        for fields in json.loads(recipes):
-            recipe = Recipe(**fields)
-            log(f"recipe {json.dumps(fields)}")
+        for recipe in recipes:
+            log(f"recipe {json.dumps(dataclasses.asdict(recipe))}")
             results.append(run_recipe(recipe, args.data, log))
             if args.output:
                 with open(args.output, "w") as f:
