@@ -196,13 +196,18 @@ class CheckpointTracker:
         A checkpoint saved `on_interrupt`, off the run's cadence, is there to resume from:
         the next checkpoint saved supersedes it and removes it. It does not count among the
         `keep` newest, so a run interrupted and resumed keeps the checkpoints of one that
-        was not, and export averages the same weights.
+        was not, and export averages the same weights. Saved again for this step without
+        `on_interrupt` (the run's final save, where an interrupt came after its last step),
+        it is written again unmarked, a checkpoint like the others.
         """
-        if self._latest and self._latest.endswith(f"-{step}"):
+        saved_already = self._latest is not None and self._latest.endswith(f"-{step}")
+        if saved_already and (on_interrupt or self._latest != self._stopgap):
             return self._latest
         stopgap = on_interrupt and self.chief
-        # Room for the one now saved on an interrupt and the one it supersedes.
-        self._make_room(int(self._stopgap is not None) + int(stopgap))
+        # Room beyond `keep` for the checkpoint saved now on an interrupt, and for the one
+        # saved on an earlier interrupt until it is removed below; none for that one when
+        # it is the checkpoint written again, so the sweep keeps what an uninterrupted run's would.
+        self._make_room(int(self._stopgap is not None and not saved_already) + int(stopgap))
         self._progress.saved_on_interrupt.assign(int(on_interrupt))
         try:
             path = _save_numbered(self.manager, step, self._latest)
@@ -210,9 +215,9 @@ class CheckpointTracker:
             self._progress.saved_on_interrupt.assign(0)
         superseded, self._stopgap = self._stopgap, path if stopgap else None
         self._latest = path
-        if superseded:
+        if superseded and superseded != path:
             self._remove(superseded)
-            self._make_room(int(stopgap))
+        self._make_room(int(stopgap))
         return path
 
     def _make_room(self, room):

@@ -564,6 +564,51 @@ def test_checkpoints_saved_on_interrupts_give_way_to_the_next_and_push_out_none(
             np.testing.assert_allclose(value, expected[name], atol=1e-6, err_msg=name)
 
 
+def test_a_checkpoint_saved_on_an_interrupt_after_the_last_step_becomes_the_final_one(
+    small_data, tmp_path, monkeypatch
+):
+    # Ctrl-C during step 7 of 7, off the cadence of 2: the run stops with a checkpoint saved
+    # on the interrupt, and its resume, with no step left, saves step 7 as its final one.
+    keep = dict(train_steps=7, checkpoint_every=2, keep_checkpoints=3)
+    run_training(small_data, tmp_path / "straight", **keep)
+    make_train_step = training.make_train_step
+
+    def make_step_pressed_at_step_7(*args, **kwargs):
+        train_step, calls = make_train_step(*args, **kwargs), []
+
+        def pressed(micro_batches):
+            calls.append(len(calls) + 1)
+            if calls[-1] == 7:
+                os.kill(os.getpid(), signal.SIGINT)  # a flag, read after the step
+            return train_step(micro_batches)
+
+        return pressed
+
+    monkeypatch.setattr(training, "make_train_step", make_step_pressed_at_step_7)
+    with pytest.raises(KeyboardInterrupt):
+        run_training(small_data, tmp_path / "pressed", **keep)
+    monkeypatch.undo()
+    kept = checkpoints.checkpoint_paths(tmp_path / "pressed")
+    assert [os.path.basename(path) for path in kept] == ["ckpt-2", "ckpt-4", "ckpt-6", "ckpt-7"]
+    flag = "progress/saved_on_interrupt/.ATTRIBUTES/VARIABLE_VALUE"
+    assert tf.train.load_checkpoint(kept[-1]).get_tensor(flag) == 1
+
+    resumed = run_training(small_data, tmp_path / "pressed", **keep)
+    assert resumed["step"] == 7
+    kept = checkpoints.checkpoint_paths(tmp_path / "pressed")
+    # The final checkpoint, written again unmarked: a later, longer run keeps it as it would
+    # an uninterrupted run's; and the sweep keeps the 3 an uninterrupted run keeps.
+    assert [os.path.basename(path) for path in kept] == ["ckpt-4", "ckpt-6", "ckpt-7"]
+    assert tf.train.load_checkpoint(kept[-1]).get_tensor(flag) == 0
+    assert sorted(os.listdir(tmp_path / "pressed" / "checkpoints")) == sorted(
+        os.listdir(tmp_path / "straight" / "checkpoints")
+    )
+    for expected_path, actual_path in zip(checkpoints.checkpoint_paths(tmp_path / "straight"), kept):
+        expected = checkpoint_weights(expected_path)
+        for name, value in checkpoint_weights(actual_path).items():
+            np.testing.assert_allclose(value, expected[name], atol=1e-6, err_msg=name)
+
+
 def test_sigterm_saves_a_checkpoint_before_exiting_and_leaves_the_handler_as_it_was(small_data, tmp_path):
     # How a job scheduler (or `kill`) stops a run; Python's default would end it at once.
     class TerminatedUnsaved(Exception):
