@@ -109,7 +109,13 @@ def read_recipes(text):
                 f"recipe {number} ({fields.get('name', 'default')}) has unknown field(s) {', '.join(unknown)}; "
                 f"known: {', '.join(sorted(known))}"
             )
-        recipes.append(Recipe(**fields))
+        recipe = Recipe(**fields)
+        if not (isinstance(recipe.average, list) and all(type(k) is int and k >= 1 for k in recipe.average)):
+            raise ValueError(
+                f"recipe {number} ({recipe.name}): average must be a list of snapshot counts of at least 1, "
+                f"got {json.dumps(recipe.average)}"
+            )
+        recipes.append(recipe)
     names = [recipe.name for recipe in recipes]
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
@@ -423,10 +429,12 @@ def main():
             if args.output:
                 with open(args.output, "w") as f:
                     json.dump(results, f, indent=1)
-        log("\nname | steps | final greedy BLEU / lc | " + " | ".join(f"avg{k}" for k in (5, 10)))
+        # A column per number of snapshots any recipe averaged ("-" where another did not).
+        averaged = sorted({k for recipe in recipes for k in recipe.average})
+        log("\nname | steps | final greedy BLEU / lc | " + " | ".join(f"avg{k}" for k in averaged))
         for r in results:
             log(f"{r['recipe']['name']} | {r['recipe']['train_steps']} | {r['final_bleu']} / {r['final_lc_bleu']} | "
-                + " | ".join(f"{r.get(f'avg{k}_bleu')} / {r.get(f'avg{k}_lc_bleu')}" for k in (5, 10)))
+                + " | ".join(f"{r.get(f'avg{k}_bleu', '-')} / {r.get(f'avg{k}_lc_bleu', '-')}" for k in averaged))
     if args.output:
         with open(args.output, "w") as f:
             json.dump(results, f, indent=1)
