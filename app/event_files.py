@@ -7,13 +7,13 @@ curve doubles back at the resumed step. TensorBoard purges such steps itself onl
 `SessionLog.START` event, which TensorFlow 2's summary writers do not write.
 """
 
-import contextlib
 import glob
 import os
-import tempfile
 
 import tensorflow as tf
 from tensorflow.core.util import event_pb2
+
+from data.atomic_files import replaced_atomically
 
 
 def drop_events_after(directory, step):
@@ -57,17 +57,7 @@ def _events_up_to(path, step):
 def _write_records_atomically(path, records):
     # The temporary name holds no "tfevents": TensorBoard, reading the directory
     # meanwhile, takes only such files for event files.
-    fd, temporary = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".rewrite-", suffix=".partial")
-    os.close(fd)
-    try:
+    with replaced_atomically(path, temporary_prefix=".rewrite-") as temporary:
         with tf.io.TFRecordWriter(temporary) as writer:
             for record in records:
                 writer.write(record)
-        with open(temporary, "rb") as f:
-            os.fsync(f.fileno())  # On disk before the rename makes it the file.
-        os.chmod(temporary, os.stat(path).st_mode & 0o7777)
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(temporary)
-        raise
