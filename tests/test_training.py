@@ -517,6 +517,18 @@ def test_a_second_ctrl_c_during_a_step_counts_that_step_before_saving(small_data
         np.testing.assert_allclose(value, expected[name], atol=1e-6)
 
 
+def assert_kept_as_in(model_dir, uninterrupted_dir):
+    """`model_dir` keeps the files of `uninterrupted_dir`'s checkpoints, none besides (those
+    removed leave none behind), and the same weights in each."""
+    assert sorted(os.listdir(model_dir / "checkpoints")) == sorted(os.listdir(uninterrupted_dir / "checkpoints"))
+    for expected_path, actual_path in zip(
+        checkpoints.checkpoint_paths(uninterrupted_dir), checkpoints.checkpoint_paths(model_dir), strict=True
+    ):
+        expected = checkpoint_weights(expected_path)
+        for name, value in checkpoint_weights(actual_path).items():
+            np.testing.assert_allclose(value, expected[name], atol=1e-6, err_msg=name)
+
+
 def test_checkpoints_saved_on_interrupts_give_way_to_the_next_and_push_out_none(small_data, tmp_path):
     # Each interrupt saves a checkpoint off the cadence of 2, so that the run resumes where
     # it stopped. It used to stay, and to count among the 3 kept: the newest 3 then held
@@ -553,15 +565,7 @@ def test_checkpoints_saved_on_interrupts_give_way_to_the_next_and_push_out_none(
 
     assert resumed["step"] == uninterrupted["step"] == 8
     assert kept() == ["ckpt-4", "ckpt-6", "ckpt-8"]
-    # No file of the removed checkpoints is left behind.
-    assert sorted(os.listdir(tmp_path / "pressed" / "checkpoints")) == sorted(
-        os.listdir(tmp_path / "straight" / "checkpoints")
-    )
-    straight = checkpoints.checkpoint_paths(tmp_path / "straight")
-    for expected_path, actual_path in zip(straight, checkpoints.checkpoint_paths(tmp_path / "pressed")):
-        expected = checkpoint_weights(expected_path)
-        for name, value in checkpoint_weights(actual_path).items():
-            np.testing.assert_allclose(value, expected[name], atol=1e-6, err_msg=name)
+    assert_kept_as_in(tmp_path / "pressed", tmp_path / "straight")
 
 
 def test_a_checkpoint_saved_on_an_interrupt_after_the_last_step_becomes_the_final_one(
@@ -600,13 +604,7 @@ def test_a_checkpoint_saved_on_an_interrupt_after_the_last_step_becomes_the_fina
     # an uninterrupted run's; and the sweep keeps the 3 an uninterrupted run keeps.
     assert [os.path.basename(path) for path in kept] == ["ckpt-4", "ckpt-6", "ckpt-7"]
     assert tf.train.load_checkpoint(kept[-1]).get_tensor(flag) == 0
-    assert sorted(os.listdir(tmp_path / "pressed" / "checkpoints")) == sorted(
-        os.listdir(tmp_path / "straight" / "checkpoints")
-    )
-    for expected_path, actual_path in zip(checkpoints.checkpoint_paths(tmp_path / "straight"), kept):
-        expected = checkpoint_weights(expected_path)
-        for name, value in checkpoint_weights(actual_path).items():
-            np.testing.assert_allclose(value, expected[name], atol=1e-6, err_msg=name)
+    assert_kept_as_in(tmp_path / "pressed", tmp_path / "straight")
 
 
 def test_sigterm_saves_a_checkpoint_before_exiting_and_leaves_the_handler_as_it_was(small_data, tmp_path):
