@@ -89,8 +89,9 @@ def read_recipes(text):
 
     Raises:
         ValueError: naming the recipe (by its place and name) and what is wrong with it:
-            JSON that does not parse, an entry that is not an object, a field `Recipe`
-            does not have, or a name used twice.
+            JSON that does not parse or is not a non-empty list, an entry that is not an
+            object, a field `Recipe` does not have, an `average` that is not a list of
+            counts of at least 1, or a name used twice.
     """
     try:
         entries = json.loads(text)
