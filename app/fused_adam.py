@@ -5,7 +5,7 @@ moment updates, a square root, a division, three assignments, ...), each a separ
 pass over the variable and a separate kernel launch. TensorFlow's `ResourceApplyAdam`
 does the same arithmetic in one kernel and one pass. On a 2-core CPU that took Keras's
 update from about 24 ms to about 10 ms a step for the 7.6M parameters of the small
-model (README, Speed).
+model (docs/results.md, Speed).
 
 The arithmetic is Keras's own, term for term (TensorFlow's CPU kernel writes it the
 same way):
@@ -26,7 +26,8 @@ import keras
 # `LayerNormalization`'s gamma and beta, the model's only vectors
 # (tests/test_training.py pins that every matrix is decayed and no vector is). The shared
 # embedding is decayed too, at the matrices' rate: left out, tiny's validation loss ended
-# 0.09 higher and its BLEU lower; at twice the rate, level (README, "What was tried").
+# 0.09 higher and its BLEU lower; at twice the rate, level (docs/results.md,
+# "What was tried").
 # Here, and not in app/training.py, so that TensorFlow-free tools (benchmarks/gpu) share
 # it.
 NOT_DECAYED = ("bias", "gamma", "beta")

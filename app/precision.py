@@ -6,7 +6,7 @@ flags `amx_bf16` or `avx512_bf16`), and float32 everywhere else. On the 2-core I
 with AMX of 2026-11-22 a tiny step ran 1.31x faster in mixed bfloat16
 (`benchmarks/bench_training.py`), on a 2-core AMD EPYC with `avx512_bf16` and no AMX
 (2026-11-23) 1.25x, and the default recipe scored within the spread of its float32 runs
-(README, "What was tried"); a CPU without those instructions
+(docs/results.md, "What was tried"); a CPU without those instructions
 emulates bfloat16 and would run slower than float32. GPUs keep float32 unless asked:
 their mixed precision was not measured here.
 """

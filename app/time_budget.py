@@ -1,7 +1,7 @@
 """A wall-clock budget for training: choose the run's length so that it ends in time.
 
 A fixed step count ends within the hour on one machine and runs over on a slower one, or
-on the same machine on a slower day (README, "Quality"). Under a budget the run keeps its
+on the same machine on a slower day (docs/results.md). Under a budget the run keeps its
 schedule, the same warmup, peak and linear cooldown over the same final fraction, and
 only its length changes: at each progress record, the pace of the recent steps and the
 time of the latest evaluation (`PaceMeter`) set the run's end to the most steps, up to

@@ -7,7 +7,7 @@ ids written by `export_token_ids.py`; validation is greedy decoding (full forwar
 per step, no cache) scored by sacreBLEU. It exists to tune the recipe quickly: the
 figures a user is promised come from `train.py` + `python -m app.evaluate` on TensorFlow.
 It runs on a CPU too (`pip install jax`), slowly. `time-base` was run on one H100 on
-2026-11-24 (the README's speed section). `sweep`'s recipes start from tiny's default
+2026-11-24 (docs/results.md, "The base model on a GPU, under JAX"). `sweep`'s recipes start from tiny's default
 (weight decay, final cooldown, half batch) and change what they name; validation is
 greedy, so its figures compare recipes with each other, not with `train.py`'s beam.
 
