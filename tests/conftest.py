@@ -7,6 +7,12 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
+# TensorFlow's start-up lines ignore TF_CPP_MIN_LOG_LEVEL. One pytest process hides them in
+# its capture of collection, but pytest-xdist's workers would print them after the summary.
+from app.quiet_tensorflow import import_tensorflow  # noqa: E402
+
+import_tensorflow()
+
 import keras  # noqa: E402
 import pytest  # noqa: E402
 
