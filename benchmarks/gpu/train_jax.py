@@ -1,15 +1,16 @@
 """The project's Keras model trained under the JAX backend: recipe sweeps and base-size timing.
 
 For a machine with a GPU and JAX but no TensorFlow. The model, loss and schedule are the
-project's own (`app.model`, `app.losses`, `app.schedule` use `keras.ops` only); the
-input pipeline is a numpy re-implementation of the project's token-budget buckets over
-ids written by `export_token_ids.py`; validation is greedy decoding (full forward pass
-per step, no cache) scored by sacreBLEU. It exists to tune the recipe quickly: the
-figures a user is promised come from `train.py` + `python -m app.evaluate` on TensorFlow.
-It runs on a CPU too (`pip install jax`), slowly. `time-base` was run on one H100 on
-2026-11-24 (docs/results.md, "The base model on a GPU, under JAX"). `sweep`'s recipes start from tiny's default
-(weight decay, final cooldown, half batch) and change what they name; validation is
-greedy, so its figures compare recipes with each other, not with `train.py`'s beam.
+project's own (`app.model`, `app.losses`, `app.schedule` use `keras.ops` only); the input
+pipeline is a numpy re-implementation of the project's token-budget buckets over ids
+written by `export_token_ids.py`; validation is greedy decoding (full forward pass per
+step, no cache) scored by sacreBLEU. It exists to tune the recipe quickly: the figures a
+user is promised come from `train.py` + `python -m app.evaluate` on TensorFlow. It runs
+on a CPU too (`pip install jax`), slowly. `time-base` was run on one H100 on 2026-11-24
+(docs/results.md, "The base model on a GPU, under JAX"). `sweep`'s recipes start from
+tiny's default (weight decay, final cooldown, half batch) and change what they name;
+validation is greedy, so its figures compare recipes with each other, not with
+`train.py`'s beam.
 
     # a sweep of recipes; one JSON object per recipe (keys: see Recipe)
     python benchmarks/gpu/train_jax.py sweep --data runs/gpu-data/en-de-8000 \
