@@ -3,18 +3,24 @@
 For a machine with a GPU and JAX but no TensorFlow. The model, loss and schedule are the
 project's own (`app.model`, `app.losses`, `app.schedule` use `keras.ops` only); the input
 pipeline is a numpy re-implementation of the project's token-budget buckets over ids
-written by `export_token_ids.py`; validation is greedy decoding (full forward pass per
-step, no cache) scored by sacreBLEU. It exists to tune the recipe quickly: the figures a
-user is promised come from `train.py` + `python -m app.evaluate` on TensorFlow. It runs
-on a CPU too (`pip install jax`), slowly. `time-base` was run on one H100 on 2026-11-24
-(docs/results.md, "The base model on a GPU, under JAX"). `sweep`'s recipes start from
-tiny's default (weight decay, final cooldown, half batch) and change what they name;
-validation is greedy, so its figures compare recipes with each other, not with
-`train.py`'s beam.
+written by `export_token_ids.py` (`batches.py`); validation is greedy decoding (full
+forward pass per step, no cache) scored by sacreBLEU, and the teacher-forced validation
+loss. It exists to tune the recipe quickly: the figures a user is promised come from
+`train.py` + `python -m app.evaluate` on TensorFlow. It runs on a CPU too (`pip install
+jax`), slowly. `time-base` was run on one H100 on 2026-11-24, `sweep` on 2026-11-26
+(docs/results.md, "The base model on a GPU, under JAX" and "Tiny's recipe, eight seeds
+at a time, on a GPU"). `sweep`'s recipes start from tiny's default (weight decay, final
+cooldown, half batch, mixed bfloat16) and change what they name; a recipe's `seeds`
+train side by side as one vmapped group, the way to tell a recipe's effect from the
+spread between seeds; validation is greedy, so its figures compare recipes with each
+other, not with `train.py`'s beam.
 
     # a sweep of recipes; one JSON object per recipe (keys: see Recipe)
     python benchmarks/gpu/train_jax.py sweep --data runs/gpu-data/en-de-8000 \
-        --recipes '[{"name": "p0.3", "dropout": 0.3}]'
+        --recipes '[{"name": "p0.3", "dropout": 0.3, "seeds": [1, 2, 3, 4]}]'
+    # several recipes files side by side on one GPU, each in its own process
+    bash benchmarks/gpu/sweep_side_by_side.sh 540 runs/gpu-sweep runs/gpu-data/en-de-8000 \
+        benchmarks/gpu/recipes/default-8-seeds.json benchmarks/gpu/recipes/24k-steps-8-seeds.json
     # the base model's training step: tokens/s and model FLOPs utilization
     python benchmarks/gpu/train_jax.py time-base
 """
@@ -46,11 +52,12 @@ from app.model import build_transformer  # noqa: E402
 from app.schedule import WarmupInverseSqrt, cooldown_steps, resolve_warmup_steps  # noqa: E402
 from keras_hub_peer import training_flops  # noqa: E402  (TensorFlow-free)
 
+from batches import SHAPE_GROUP_LENGTHS, bucket_batches, load_ids, padded  # noqa: E402  (numpy only)
+
 START_ID, END_ID = 1, 2
-# Padded lengths of the numpy buckets: few shapes, so XLA compiles each once.
-BUCKET_LENGTHS = (8, 12, 16, 20, 24, 28, 32, 40, 48, 64, 96, 128, 256)
 # time-base's Keras dtype policies: the matrix-multiply peak each is measured against.
 TIMED_PRECISIONS = ("float32", "mixed_bfloat16")
+SWEEP_PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 MAX_DECODE_LENGTH = 96  # validation targets are far shorter; input + 50 is capped here
 
 
@@ -77,6 +84,13 @@ class Recipe:
     cooldown_fraction: float = 0.2  # the last 20% of the steps anneal linearly to zero
     weight_decay: float = 0.2  # decoupled (AdamW), not on biases and normalization
     seed: int = 0
+    # Seeds trained side by side as one vmapped group (one compile, one dispatch a step);
+    # None trains `seed` alone. Each seed has its own initial weights, dropout masks and
+    # order of pairs; the group shares the sequence of bucket shapes (see member_batches).
+    seeds: Optional[List[int]] = None
+    # Keras dtype policy; train.py's `auto` picks mixed_bfloat16 on a CPU with bfloat16
+    # instructions (the 2-core machines of docs/results.md).
+    precision: str = "mixed_bfloat16"
     # Weight snapshots every this many steps; the last K are averaged for each K.
     snapshot_every: int = 250
     average: List[int] = dataclasses.field(default_factory=lambda: [5, 10])
@@ -92,7 +106,9 @@ def read_recipes(text):
         ValueError: naming the recipe (by its place and name) and what is wrong with it:
             JSON that does not parse or is not a non-empty list, an entry that is not an
             object, a field `Recipe` does not have, an `average` that is not a list of
-            counts of at least 1, or a name used twice.
+            counts of at least 1, `seeds` that are not a non-empty list of distinct
+            integers, a precision that is not a Keras policy name of SWEEP_PRECISIONS, or a
+            name used twice.
     """
     try:
         entries = json.loads(text)
@@ -117,6 +133,19 @@ def read_recipes(text):
                 f"recipe {number} ({recipe.name}): average must be a list of snapshot counts of at least 1, "
                 f"got {json.dumps(recipe.average)}"
             )
+        if recipe.seeds is not None and not (
+            isinstance(recipe.seeds, list) and recipe.seeds and all(type(seed) is int for seed in recipe.seeds)
+            and len(set(recipe.seeds)) == len(recipe.seeds)
+        ):
+            raise ValueError(
+                f"recipe {number} ({recipe.name}): seeds must be a non-empty list of distinct integers, "
+                f"got {json.dumps(recipe.seeds)}"
+            )
+        if recipe.precision not in SWEEP_PRECISIONS:
+            raise ValueError(
+                f"recipe {number} ({recipe.name}): precision must be one of {', '.join(SWEEP_PRECISIONS)}, "
+                f"got {json.dumps(recipe.precision)}"
+            )
         recipes.append(recipe)
     names = [recipe.name for recipe in recipes]
     repeated = sorted({name for name in names if names.count(name) > 1})
@@ -128,55 +157,14 @@ def read_recipes(text):
 
 
 # ---------------------------------------------------------------------------------------
-# Data.
-
-
-def load_ids(folder):
-    """{split: (source list of int32 arrays, target list of int32 arrays)}."""
-    arrays = np.load(os.path.join(folder, "ids.npz"))
-    splits = {}
-    for split in ("train", "validation"):
-        sides = []
-        for side in ("source", "target"):
-            values, offsets = arrays[f"{split}_{side}_ids"], arrays[f"{split}_{side}_offsets"]
-            sides.append([values[offsets[i] : offsets[i + 1]] for i in range(len(offsets) - 1)])
-        splits[split] = tuple(sides)
-    return splits
-
-
-def bucket_batches(source, target, batch_tokens, rng):
-    """One epoch of `(source [B, L], target [B, L])` int32 batches, B * L <= batch_tokens.
-
-    Each pair goes to the shortest bucket length that holds both sides; every batch of a
-    bucket has the same shape (a short last batch is filled with all-padding rows, which
-    the loss ignores), so the jitted step sees one shape per bucket.
-    """
-    lengths = np.maximum([len(s) for s in source], [len(t) for t in target])
-    bucket_of = np.searchsorted(BUCKET_LENGTHS, lengths)
-    batches = []
-    for bucket in np.unique(bucket_of):
-        length = BUCKET_LENGTHS[bucket]
-        rows = max(1, batch_tokens // length)
-        members = rng.permutation(np.flatnonzero(bucket_of == bucket))
-        for start in range(0, len(members), rows):
-            batches.append((length, rows, members[start : start + rows]))
-    order = rng.permutation(len(batches))
-    for index in order:
-        length, rows, members = batches[index]
-        src = np.zeros((rows, length), np.int32)
-        tgt = np.zeros((rows, length), np.int32)
-        for row, pair in enumerate(members):
-            src[row, : len(source[pair])] = source[pair]
-            tgt[row, : len(target[pair])] = target[pair]
-        yield src, tgt
-
-
-# ---------------------------------------------------------------------------------------
 # Steps.
 
 
 def make_train_step(model, optimizer, label_smoothing):
-    """jitted `(state, source, target) -> (state, loss_sum, tokens)`; state = variables."""
+    """`(state, source, target) -> (state, loss_sum, tokens)`, not jitted; state = variables.
+
+    Pure, so callers jit it as it is (time-base) or vmapped over a group of seeds (sweep).
+    """
 
     def loss_fn(trainable, non_trainable, source, target):
         logits, non_trainable = model.stateless_call(
@@ -187,7 +175,6 @@ def make_train_step(model, optimizer, label_smoothing):
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
-    @jax.jit
     def step(state, source, target):
         trainable, non_trainable, optimizer_vars = state
         (_, (non_trainable, loss_sum, tokens)), grads = grad_fn(trainable, non_trainable, source, target)
@@ -197,23 +184,48 @@ def make_train_step(model, optimizer, label_smoothing):
     return step
 
 
+def make_validation_loss(model, label_smoothing):
+    """jitted `(trainable, non_trainable, source [N, S], target [N, T]) -> (loss_sum, tokens)`.
+
+    Teacher-forced and without dropout; the loss is label-smoothed as in training, the
+    figure train.py logs as `valid_loss`.
+    """
+
+    @jax.jit
+    def validation_loss(trainable, non_trainable, source, target):
+        logits, _ = model.stateless_call(trainable, non_trainable, [source, target[:, :-1]], training=False)
+        return summed_loss(target[:, 1:], logits, label_smoothing)
+
+    return validation_loss
+
+
 def make_greedy(model):
-    """jitted `(trainable, non_trainable, source [N, S], max_lengths [N]) -> ids [N, T]`."""
+    """jitted `(trainable, non_trainable, source [N, S], max_lengths [N]) -> ids [N, T]`.
+
+    Each step runs the whole decoder again (no cache); the loop stops as soon as every
+    sentence has ended, so a step costs what the longest translation needs, not
+    MAX_DECODE_LENGTH steps.
+    """
 
     @jax.jit
     def greedy(trainable, non_trainable, source, max_lengths):
         count = source.shape[0]
         ids = jnp.zeros((count, MAX_DECODE_LENGTH + 1), jnp.int32).at[:, 0].set(START_ID)
 
-        def body(t, carry):
-            ids, done = carry
+        def not_finished(carry):
+            t, _, done = carry
+            return (t < MAX_DECODE_LENGTH) & ~jnp.all(done)
+
+        def body(carry):
+            t, ids, done = carry
             logits, _ = model.stateless_call(trainable, non_trainable, [source, ids[:, :-1]], training=False)
-            next_ids = jnp.argmax(logits[:, t], axis=-1).astype(jnp.int32)
+            next_ids = jnp.argmax(jnp.take(logits, t, axis=1), axis=-1).astype(jnp.int32)
             next_ids = jnp.where(t + 1 >= max_lengths, END_ID, next_ids)
             next_ids = jnp.where(done, 0, next_ids)
-            return ids.at[:, t + 1].set(next_ids), done | (next_ids == END_ID)
+            return t + 1, ids.at[:, t + 1].set(next_ids), done | (next_ids == END_ID)
 
-        ids, _ = jax.lax.fori_loop(0, MAX_DECODE_LENGTH, body, (ids, jnp.zeros((count,), bool)))
+        carry = (jnp.int32(0), ids, jnp.zeros((count,), bool))
+        _, ids, _ = jax.lax.while_loop(not_finished, body, carry)
         return ids[:, 1:]
 
     return greedy
@@ -223,10 +235,7 @@ def validation_bleu(greedy, variables, source, references, sentencepiece_model):
     """(cased BLEU, lowercased BLEU) of greedy translations of every validation sentence."""
     import sacrebleu
 
-    width = max(len(s) for s in source)
-    batch = np.zeros((len(source), width), np.int32)
-    for row, ids in enumerate(source):
-        batch[row, : len(ids)] = ids
+    batch = padded(source)
     max_lengths = np.minimum(np.array([len(s) for s in source]) + 50, MAX_DECODE_LENGTH)
     ids = np.asarray(greedy(variables[0], variables[1], batch, max_lengths))
     hypotheses = []
@@ -243,78 +252,149 @@ def validation_bleu(greedy, variables, source, references, sentencepiece_model):
 # Sweep.
 
 
-def run_recipe(recipe: Recipe, data_folder: str, log):
+def stacked(trees):
+    """K pytrees of arrays with one structure as one pytree of [K, ...] arrays."""
+    return jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *trees)
+
+
+def member(tree, index):
+    """Member `index`'s slice of a stacked pytree."""
+    return jax.tree_util.tree_map(lambda leaf: leaf[index], tree)
+
+
+def mean_and_spread(values):
+    """`{"mean": ..., "sd": ..., "values": [...]}` of per-seed figures (sd 0 for one seed)."""
+    values = [float(v) for v in values]
+    sd = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+    return dict(mean=round(float(np.mean(values)), 3), sd=round(sd, 3), values=[round(v, 3) for v in values])
+
+
+def run_recipe(recipe: Recipe, data_folder: str, log, on_evaluation=None):
+    """Trains the recipe's seeds side by side; returns their curves and final figures.
+
+    `on_evaluation(partial_result)`, if given, is called after every evaluation with the
+    result so far (the curve, `"finished": False`), so that a run cut short by a time limit
+    still leaves its per-seed figures behind.
+
+    Every seed starts from its own initial weights (Keras's global seed set to it before
+    the model is built) and follows `bucket_batches`' per-member order of pairs. Figures
+    at each evaluation: training loss since the last one, validation loss (label-smoothed,
+    teacher-forced) and greedy validation BLEU, per seed; at the end the same for the
+    average of the last K weight snapshots, for each K in `recipe.average`.
+    """
     import sentencepiece
 
-    keras.utils.set_random_seed(recipe.seed)
     folder = recipe.data or data_folder
     splits = load_ids(folder)
     sentencepiece_model = sentencepiece.SentencePieceProcessor(model_file=os.path.join(folder, "subwords.model"))
     with open(os.path.join(folder, "validation.target.txt"), encoding="utf-8") as f:
         references = [line.rstrip("\n") for line in f]
     validation_source = splits["validation"][0][: recipe.eval_sentences]
+    validation_target = splits["validation"][1][: recipe.eval_sentences]
     references = references[: recipe.eval_sentences]
     overrides = {
         key: getattr(recipe, key)
         for key in ("dropout", "attention_dropout", "inner_dropout", "label_smoothing", "norm_first",
                     "num_heads", "key_dim", "num_layers", "positional")
     }
+    seeds = recipe.seeds if recipe.seeds else [recipe.seed]
+    keras.mixed_precision.set_global_policy(recipe.precision)
     config = ModelConfig.from_size(recipe.size, vocab_size=sentencepiece_model.get_piece_size(), **overrides)
-    model = build_transformer(config)
     warmup = resolve_warmup_steps(recipe.warmup_steps, recipe.train_steps)
     schedule = WarmupInverseSqrt(config.d_model, warmup, recipe.learning_rate_scale, total_steps=recipe.train_steps,
                                  cooldown_steps=cooldown_steps(recipe.train_steps, recipe.cooldown_fraction))
-    optimizer = keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9,
-                                      weight_decay=recipe.weight_decay or None)
-    if recipe.weight_decay:
-        optimizer.exclude_from_weight_decay(var_names=NOT_DECAYED)
-    optimizer.build(model.trainable_variables)
-    state = (
-        [v.value for v in model.trainable_variables],
-        [v.value for v in model.non_trainable_variables],
-        [v.value for v in optimizer.variables],
-    )
-    train_step = make_train_step(model, optimizer, config.label_smoothing)
+    initial_states = []
+    for seed in seeds:
+        # The first seed's model and optimizer are the ones the steps call; the others
+        # only lend their initial values (the same variables in the same order).
+        keras.utils.set_random_seed(seed)
+        seed_model = build_transformer(config)
+        seed_optimizer = keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9,
+                                               weight_decay=recipe.weight_decay or None)
+        if recipe.weight_decay:
+            seed_optimizer.exclude_from_weight_decay(var_names=NOT_DECAYED)
+        seed_optimizer.build(seed_model.trainable_variables)
+        initial_states.append((
+            [v.value for v in seed_model.trainable_variables],
+            [v.value for v in seed_model.non_trainable_variables],
+            [v.value for v in seed_optimizer.variables],
+        ))
+        if seed == seeds[0]:
+            model, optimizer = seed_model, seed_optimizer
+    state = stacked(initial_states)
+    del initial_states
+    train_step = jax.jit(jax.vmap(make_train_step(model, optimizer, config.label_smoothing)), donate_argnums=0)
+    validation_loss = make_validation_loss(model, config.label_smoothing)
     greedy = make_greedy(model)
-    rng = np.random.default_rng(recipe.seed)
+    member_rngs = [np.random.default_rng(seed) for seed in seeds]
+    validation_batch = (padded(validation_source), padded(validation_target))
+
+    def evaluate(trainable, non_trainable):
+        """Per seed: (validation loss, cased greedy BLEU, lowercased greedy BLEU)."""
+        figures = []
+        for index in range(len(seeds)):
+            weights = (member(trainable, index), member(non_trainable, index))
+            loss_sum, tokens = validation_loss(*weights, *validation_batch)
+            cased, lower, _ = validation_bleu(greedy, weights, validation_source, references, sentencepiece_model)
+            figures.append((float(loss_sum / tokens), cased, lower))
+        return figures
 
     snapshots, curve = [], []
-    step, epoch, tokens_seen, loss_window = 0, 0, 0.0, []
+    step, epoch, loss_window = 0, 0, []
     started = time.perf_counter()
+    # Training time between evaluations (evaluation excluded; the first span includes
+    # compiling one step per bucket shape).
+    span_started, span_first_step = started, 0
     while step < recipe.train_steps:
-        for source, target in bucket_batches(*splits["train"], recipe.batch_tokens, rng):
+        for source, target in bucket_batches(*splits["train"], recipe.batch_tokens, member_rngs, member_rngs[0],
+                                             SHAPE_GROUP_LENGTHS):
             state, loss_sum, tokens = train_step(state, source, target)
             step += 1
             loss_window.append((loss_sum, tokens))
+            if step in (100, 1000):  # the pace early on: compiling, then steady steps
+                loss_sum.block_until_ready()
+                log(f"  {recipe.name} step {step} ({time.perf_counter() - started:.0f}s)")
             if step % recipe.snapshot_every == 0:
-                snapshots.append(state[0])
+                # A copy: the step donates (reuses) the state's buffers.
+                snapshots.append(jax.tree_util.tree_map(jnp.copy, state[0]))
                 snapshots = snapshots[-max(recipe.average + [1]):]
             if step % recipe.eval_every == 0 or step == recipe.train_steps:
-                loss = float(sum(l for l, _ in loss_window) / sum(t for _, t in loss_window))
-                tokens_seen += float(sum(t for _, t in loss_window))
+                train_loss = np.sum([l for l, _ in loss_window], axis=0) / np.sum([t for _, t in loss_window], axis=0)
                 loss_window = []
-                cased, lower, _ = validation_bleu(greedy, state, validation_source, references, sentencepiece_model)
-                curve.append(dict(step=step, train_loss=round(loss, 4), bleu=round(cased, 2), lc_bleu=round(lower, 2)))
-                log(f"  {recipe.name} step {step} epoch {epoch} loss {loss:.3f} greedy BLEU {cased:.2f} lc {lower:.2f}"
-                    f" ({time.perf_counter() - started:.0f}s)")
+                steps_per_second = (step - span_first_step) / (time.perf_counter() - span_started)
+                figures = evaluate(state[0], state[1])
+                curve.append(dict(step=step, epoch=epoch, train_loss=mean_and_spread(train_loss),
+                                  valid_loss=mean_and_spread([f[0] for f in figures]),
+                                  bleu=mean_and_spread([f[1] for f in figures]),
+                                  lc_bleu=mean_and_spread([f[2] for f in figures])))
+                point = curve[-1]
+                if on_evaluation:
+                    on_evaluation(dict(recipe=dataclasses.asdict(recipe), seeds=seeds, curve=curve, finished=False))
+                log(f"  {recipe.name} step {step} epoch {epoch} loss {point['train_loss']['mean']:.3f} "
+                    f"valid {point['valid_loss']['mean']:.3f} greedy BLEU {point['bleu']['mean']:.2f} "
+                    f"lc {point['lc_bleu']['mean']:.2f} (sd {point['lc_bleu']['sd']:.2f} over {len(seeds)} seeds; "
+                    f"{time.perf_counter() - started:.0f}s; {steps_per_second:.1f} steps/s since the last; "
+                    f"lc per seed {point['lc_bleu']['values']})")
+                span_started, span_first_step = time.perf_counter(), step
             if step >= recipe.train_steps:
                 break
         epoch += 1
     train_seconds = time.perf_counter() - started
-    result = dict(recipe=dataclasses.asdict(recipe), curve=curve, epochs=epoch,
-                  final_bleu=curve[-1]["bleu"], final_lc_bleu=curve[-1]["lc_bleu"], seconds=round(train_seconds, 1))
+    final = curve[-1]
+    result = dict(recipe=dataclasses.asdict(recipe), seeds=seeds, curve=curve, finished=True, epochs=epoch,
+                  final_valid_loss=final["valid_loss"], final_bleu=final["bleu"], final_lc_bleu=final["lc_bleu"],
+                  seconds=round(train_seconds, 1))
     for k in recipe.average:
         if len(snapshots) < k:
             continue
         averaged = jax.tree_util.tree_map(lambda *xs: sum(xs) / len(xs), *snapshots[-k:])
-        cased, lower, _ = validation_bleu(
-            greedy, (averaged, state[1]), validation_source, references, sentencepiece_model
-        )
-        result[f"avg{k}_bleu"], result[f"avg{k}_lc_bleu"] = round(cased, 2), round(lower, 2)
-        log(
-            f"  {recipe.name} average of last {k} snapshots ({recipe.snapshot_every} apart): "
-            f"BLEU {cased:.2f} lc {lower:.2f}"
-        )
+        figures = evaluate(averaged, state[1])
+        result[f"avg{k}"] = dict(valid_loss=mean_and_spread([f[0] for f in figures]),
+                                 bleu=mean_and_spread([f[1] for f in figures]),
+                                 lc_bleu=mean_and_spread([f[2] for f in figures]))
+        log(f"  {recipe.name} average of last {k} snapshots ({recipe.snapshot_every} apart): "
+            f"valid {result[f'avg{k}']['valid_loss']['mean']:.3f} BLEU {result[f'avg{k}']['bleu']['mean']:.2f} "
+            f"lc {result[f'avg{k}']['lc_bleu']['mean']:.2f} (per seed {result[f'avg{k}']['lc_bleu']['values']})")
     return result
 
 
@@ -349,7 +429,7 @@ def time_base(args, log):
         optimizer.build(model.trainable_variables)
         state = ([v.value for v in model.trainable_variables], [v.value for v in model.non_trainable_variables],
                  [v.value for v in optimizer.variables])
-        step = make_train_step(model, optimizer, config.label_smoothing)
+        step = jax.jit(make_train_step(model, optimizer, config.label_smoothing))
         rows = args.batch_tokens // args.length
         rng = np.random.default_rng(0)
         # Full-length random sentences: every token is a non-padding token.
@@ -375,6 +455,14 @@ def time_base(args, log):
         results.append(result)
     keras.mixed_precision.set_global_policy("float32")
     return dict(device=str(jax.devices()[0]), peaks_tflops={k: round(v / 1e12) for k, v in peaks.items()}, runs=results)
+
+
+def write_json(path, value):
+    """`value` as JSON at `path`, replaced whole: a run killed mid-write leaves the last file."""
+    temporary = f"{path}.partial"
+    with open(temporary, "w") as f:
+        json.dump(value, f, indent=1)
+    os.replace(temporary, path)
 
 
 def main():
@@ -425,21 +513,32 @@ def main():
         results = time_base(args, log)
     else:
         results = []
+
+        def save_with(unfinished):
+            if args.output:
+                write_json(args.output, results + [unfinished])
+
         for recipe in recipes:
             log(f"recipe {json.dumps(dataclasses.asdict(recipe))}")
-            results.append(run_recipe(recipe, args.data, log))
+            results.append(run_recipe(recipe, args.data, log, on_evaluation=save_with))
             if args.output:
-                with open(args.output, "w") as f:
-                    json.dump(results, f, indent=1)
-        # A column per number of snapshots any recipe averaged ("-" where another did not).
+                write_json(args.output, results)
+        # A column per number of snapshots any recipe averaged ("-" where another did not);
+        # each figure is the mean over the recipe's seeds, its standard deviation after it.
         averaged = sorted({k for recipe in recipes for k in recipe.average})
-        log("\nname | steps | final greedy BLEU / lc | " + " | ".join(f"avg{k}" for k in averaged))
+
+        def figure(entry):
+            return f"{entry['mean']:.2f} ± {entry['sd']:.2f}"
+
+        log("\nname | seeds | steps | final valid loss | final greedy lc BLEU | "
+            + " | ".join(f"avg{k} valid loss, lc BLEU" for k in averaged))
         for r in results:
-            log(f"{r['recipe']['name']} | {r['recipe']['train_steps']} | {r['final_bleu']} / {r['final_lc_bleu']} | "
-                + " | ".join(f"{r.get(f'avg{k}_bleu', '-')} / {r.get(f'avg{k}_lc_bleu', '-')}" for k in averaged))
+            log(f"{r['recipe']['name']} | {len(r['seeds'])} | {r['recipe']['train_steps']} | "
+                f"{figure(r['final_valid_loss'])} | {figure(r['final_lc_bleu'])} | "
+                + " | ".join(f"{figure(r[f'avg{k}']['valid_loss'])}, {figure(r[f'avg{k}']['lc_bleu'])}"
+                             if f"avg{k}" in r else "-" for k in averaged))
     if args.output:
-        with open(args.output, "w") as f:
-            json.dump(results, f, indent=1)
+        write_json(args.output, results)
 
 
 if __name__ == "__main__":
