@@ -13,23 +13,35 @@ The entry points; the modules below hold one idea each.
     data.pipeline     tokenized pairs -> tf.data batches
 """
 
-from data.cli import add_data_arguments, data_config_from_args
-from data.config import DataConfig
-from data.dataset import PreparedData, SplitCounts, prepare_data
-from data.errors import DataError
-from data.summary import format_summary, summarize
-from data.tokenizer import SubwordTokenizer, load_or_train
+import importlib
 
-__all__ = [
-    "DataConfig",
-    "DataError",
-    "PreparedData",
-    "SplitCounts",
-    "SubwordTokenizer",
-    "add_data_arguments",
-    "data_config_from_args",
-    "format_summary",
-    "load_or_train",
-    "prepare_data",
-    "summarize",
-]
+# Each public name and the module that defines it. They are imported when first asked for
+# (PEP 562), so that `import data.buckets` (numpy only) does not import TensorFlow through
+# the modules that need it: benchmarks/gpu/ runs the bucketing on machines without it.
+_EXPORTS = {
+    "DataConfig": "data.config",
+    "DataError": "data.errors",
+    "PreparedData": "data.dataset",
+    "SplitCounts": "data.dataset",
+    "SubwordTokenizer": "data.tokenizer",
+    "add_data_arguments": "data.cli",
+    "data_config_from_args": "data.cli",
+    "format_summary": "data.summary",
+    "load_or_train": "data.tokenizer",
+    "prepare_data": "data.dataset",
+    "summarize": "data.summary",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'data' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -1,25 +1,33 @@
-"""The sweep's input pipeline in numpy: token ids from `export_token_ids.py` as padded batches.
+"""The sweep's training batches: train.py's own, as numpy, for several seeds in lockstep.
 
-A TensorFlow-free and JAX-free re-implementation of the project's token-budget buckets
-(`data/buckets.py`) for `train_jax.py`, in its own module so that the tests run it where
-JAX is not installed. Two things are the sweep's own: several seeds trained side by side
-take their batches together (one shape a step for all of them), and batches are padded
-past their bucket's length to one of a few shapes, so XLA compiles few programs.
+`train_jax.py` runs where TensorFlow is not installed, so it cannot use the project's
+tf.data pipeline; it reads the token ids `export_token_ids.py` wrote and batches them
+with the project's `data.buckets.BucketScheme` (numpy only), seeded as `train.py` seeds
+it: epoch e of seed s is `BucketScheme.plan(..., rng=np.random.default_rng([s, e]))`
+(data/dataset.py). So a seed's batches hold the pairs `train.py --seed s` trains on, step
+for step. Two things are the sweep's own:
+
+- Seeds in lockstep. Several seeds train side by side as one vmapped step, so at every
+  step their batches must have one shape. The first seed's batches come in its own
+  order; every other seed takes, at each step, its next batch of the same bucket (every
+  seed's plan has the same number of batches in each bucket, so none runs short). The
+  first seed therefore trains exactly as alone; the others hold train.py's batches in
+  another order.
+- Few shapes. XLA compiles a program per batch shape, and on a GPU compiling dominates a
+  tiny run: with a shape per bucket, a sweep of 2026-11-24 had not reached step 2,000
+  after 8.5 minutes. Every batch is padded to the shape of its bucket's group (buckets up
+  to SHAPE_GROUP_LENGTHS[0], up to [1], ...): the most rows and the longest bucket of
+  the group, so three shapes on Multi30k (docs/results.md, "Tiny's recipe, eight seeds at
+  a time, on a GPU"). Padding rows and positions are ignored by the masks and the loss.
 """
 
 import os
 
 import numpy as np
 
-# Padded lengths of the numpy buckets: few shapes, so XLA compiles each once.
-BUCKET_LENGTHS = (8, 12, 16, 20, 24, 28, 32, 40, 48, 64, 96, 128, 256)
-# A sweep pads each bucket's batches further, to one of a few shapes: buckets up to 12,
-# 13 to 24 and longer ones share one each. XLA compiles a program per shape, and on a
-# GPU that dominates a tiny run: with one shape per bucket (ten on Multi30k), a sweep of
-# 2026-11-24 had not reached step 2,000 after 8.5 minutes; with these three, three sweep
-# processes sharing one H100 took about 2.5 minutes to step 100, then ran 39 steps a
-# second each (docs/results.md, "The base model on a GPU, under JAX"). The extra rows and
-# positions are padding, which the masks and the loss ignore.
+from data.buckets import BucketScheme
+
+# Bucket lengths up to each of these share one padded batch shape.
 SHAPE_GROUP_LENGTHS = (12, 24, 256)
 
 
@@ -39,55 +47,74 @@ def load_ids(folder):
     return splits
 
 
-def bucket_batches(source, target, batch_tokens, member_rngs, order_rng, group_lengths=None):
-    """One epoch of `(source [K, B, L], target [K, B, L])` int32 batches, 0 for padding.
-
-    Each pair goes to the shortest bucket length L that holds both sides, and a bucket's
-    batches hold B = batch_tokens // L pairs (B * L <= batch_tokens); every batch of a
-    bucket has the same shape (a short last batch is filled with all-padding rows, which
-    the loss ignores), so the jitted step sees one shape per bucket. With `group_lengths`
-    (ascending), each bucket's batches are padded further to its group's shape: the group
-    is the first of `group_lengths` at least the bucket's length, its shape the most rows
-    and the longest bucket among its buckets, so the step sees one shape per group. The
-    real pairs of every batch are the same either way.
-
-    Each of the K members (seeds trained side by side) shuffles the pairs of every bucket
-    with its own generator in `member_rngs`; `order_rng` shuffles the order of the
-    buckets' batches, shared by all members so that at every step they share a shape.
-    With one member and `order_rng` its own generator this is a plain single run's
-    epoch, and member 0 of a group sees exactly the batches it would see trained alone.
-    """
-    lengths = np.maximum([len(s) for s in source], [len(t) for t in target])
-    bucket_of = np.searchsorted(BUCKET_LENGTHS, lengths)
-    buckets = [(BUCKET_LENGTHS[b], max(1, batch_tokens // BUCKET_LENGTHS[b])) for b in np.unique(bucket_of)]
-    padded_shape = {length: (rows, length) for length, rows in buckets}
-    if group_lengths:
-        group_of = {length: int(np.searchsorted(group_lengths, length)) for length, _ in buckets}
-        for group in set(group_of.values()):
-            members = [(length, rows) for length, rows in buckets if group_of[length] == group]
-            shape = (max(rows for _, rows in members), max(length for length, _ in members))
-            padded_shape.update({length: shape for length, _ in members})
-    slots = []  # (bucket length, [K chunks of pair indices]): a step's batch for every member
-    for bucket, (length, rows) in zip(np.unique(bucket_of), buckets):
-        pairs = np.flatnonzero(bucket_of == bucket)
-        shuffled = [rng.permutation(pairs) for rng in member_rngs]
-        for start in range(0, len(pairs), rows):
-            slots.append((length, [members[start : start + rows] for members in shuffled]))
-    for index in order_rng.permutation(len(slots)):
-        length, chunks = slots[index]
-        rows, width = padded_shape[length]
-        src = np.zeros((len(chunks), rows, width), np.int32)
-        tgt = np.zeros((len(chunks), rows, width), np.int32)
-        for member, chunk in enumerate(chunks):
-            for row, pair in enumerate(chunk):
-                src[member, row, : len(source[pair])] = source[pair]
-                tgt[member, row, : len(target[pair])] = target[pair]
-        yield src, tgt
-
-
 def padded(sentences):
     """N int32 id arrays as one zero-padded int32 array [N, longest]."""
     batch = np.zeros((len(sentences), max(len(s) for s in sentences)), np.int32)
     for row, ids in enumerate(sentences):
         batch[row, : len(ids)] = ids
     return batch
+
+
+class LockstepBatches:
+    """Epochs of `(source [K, B, L], target [K, B, L])` int32 batches for K seeds.
+
+    Args:
+        source, target: the training pairs' ids (markers included), one int32 array each.
+        batch_tokens, max_length: as `train.py`'s `--batch-tokens` and `--max-length`.
+        seeds: the K seeds, the first one's batch order shared by all.
+        group_lengths: ascending bucket lengths, each ending a group of buckets that share
+            one padded shape; the last must be at least the longest bucket in use.
+    """
+
+    def __init__(self, source, target, batch_tokens, max_length, seeds, group_lengths=SHAPE_GROUP_LENGTHS):
+        self.source, self.target, self.seeds = source, target, list(seeds)
+        self.source_lengths = np.array([len(ids) for ids in source])
+        self.target_lengths = np.array([len(ids) for ids in target])
+        self.longer_lengths = np.maximum(self.source_lengths, self.target_lengths)
+        self.scheme = BucketScheme.for_budget(batch_tokens, max_length)
+        self.group_lengths = tuple(group_lengths)
+        # Bucket sizes do not change between epochs, so neither do the batches' rows: the
+        # group shapes of epoch 0 hold every epoch's batches.
+        plan = self.plan(self.seeds[0], 0)
+        self.shape_of_group = {}
+        for rows, bucket in zip(plan.rows, self.buckets_of(plan)):
+            length = self.scheme.boundaries[bucket]
+            group = int(np.searchsorted(self.group_lengths, length))
+            if group == len(self.group_lengths):
+                raise ValueError(f"bucket length {length} is past the last group length {self.group_lengths[-1]}")
+            known_rows, known_length = self.shape_of_group.get(group, (0, 0))
+            self.shape_of_group[group] = (max(known_rows, int(rows)), max(known_length, int(length)))
+
+    def plan(self, seed, epoch):
+        """`train.py --seed seed`'s batches of epoch `epoch` (a `data.buckets.BatchPlan`)."""
+        return self.scheme.plan(self.source_lengths, self.target_lengths, rng=np.random.default_rng([seed, epoch]))
+
+    def buckets_of(self, plan):
+        """The bucket of each batch of `plan`: that of its longest pair. int64 [batches]."""
+        longest = [int(self.longer_lengths[pairs].max()) for pairs in plan.indices]
+        return np.searchsorted(self.scheme.boundaries, longest)
+
+    def shapes(self):
+        """Every (rows, length) a batch is padded to, one per group in use."""
+        return sorted(set(self.shape_of_group.values()))
+
+    def epoch(self, epoch):
+        """Epoch `epoch`'s batches, in the first seed's order (a generator)."""
+        plans = [self.plan(seed, epoch) for seed in self.seeds]
+        # Every seed's batches by bucket, each bucket's in its plan's order.
+        queues = []
+        for plan in plans:
+            by_bucket = {}
+            for pairs, bucket in zip(plan.indices, self.buckets_of(plan)):
+                by_bucket.setdefault(int(bucket), []).append(pairs)
+            queues.append({bucket: iter(batches) for bucket, batches in by_bucket.items()})
+        for bucket in self.buckets_of(plans[0]):
+            length = self.scheme.boundaries[bucket]
+            rows, width = self.shape_of_group[int(np.searchsorted(self.group_lengths, length))]
+            source = np.zeros((len(self.seeds), rows, width), np.int32)
+            target = np.zeros((len(self.seeds), rows, width), np.int32)
+            for member, queue in enumerate(queues):
+                for row, pair in enumerate(next(queue[int(bucket)])):
+                    source[member, row, : self.source_lengths[pair]] = self.source[pair]
+                    target[member, row, : self.target_lengths[pair]] = self.target[pair]
+            yield source, target

@@ -2,8 +2,9 @@
 
 For a machine with a GPU and JAX but no TensorFlow. The model, loss and schedule are the
 project's own (`app.model`, `app.losses`, `app.schedule` use `keras.ops` only); the input
-pipeline is a numpy re-implementation of the project's token-budget buckets over ids
-written by `export_token_ids.py` (`batches.py`); validation is greedy decoding (full
+pipeline is train.py's own bucketing (`data.buckets`, numpy only) over ids written by
+`export_token_ids.py`, so a seed trains on train.py's batches (`batches.py`); validation
+is greedy decoding (full
 forward pass per step, no cache) scored by sacreBLEU, and the teacher-forced validation
 loss. It exists to tune the recipe quickly: the figures a user is promised come from
 `train.py` + `python -m app.evaluate` on TensorFlow. It runs on a CPU too (`pip install
@@ -52,7 +53,8 @@ from app.model import build_transformer  # noqa: E402
 from app.schedule import WarmupInverseSqrt, cooldown_steps, resolve_warmup_steps  # noqa: E402
 from keras_hub_peer import training_flops  # noqa: E402  (TensorFlow-free)
 
-from batches import SHAPE_GROUP_LENGTHS, bucket_batches, load_ids, padded  # noqa: E402  (numpy only)
+from batches import LockstepBatches, load_ids, padded  # noqa: E402  (numpy only)
+from data.config import DEFAULT_MAX_LENGTH  # noqa: E402  (TensorFlow-free)
 
 START_ID, END_ID = 1, 2
 # time-base's Keras dtype policies: the matrix-multiply peak each is measured against.
@@ -277,7 +279,8 @@ def run_recipe(recipe: Recipe, data_folder: str, log, on_evaluation=None):
     still leaves its per-seed figures behind.
 
     Every seed starts from its own initial weights (Keras's global seed set to it before
-    the model is built) and follows `bucket_batches`' per-member order of pairs. Figures
+    the model is built) and trains on `train.py`'s batches for that seed, the first seed
+    in their order (`batches.LockstepBatches`). Figures
     at each evaluation: training loss since the last one, validation loss (label-smoothed,
     teacher-forced) and greedy validation BLEU, per seed; at the end the same for the
     average of the last K weight snapshots, for each K in `recipe.average`.
@@ -326,7 +329,8 @@ def run_recipe(recipe: Recipe, data_folder: str, log, on_evaluation=None):
     train_step = jax.jit(jax.vmap(make_train_step(model, optimizer, config.label_smoothing)), donate_argnums=0)
     validation_loss = make_validation_loss(model, config.label_smoothing)
     greedy = make_greedy(model)
-    member_rngs = [np.random.default_rng(seed) for seed in seeds]
+    batches = LockstepBatches(*splits["train"], recipe.batch_tokens, DEFAULT_MAX_LENGTH, seeds)
+    log(f"  {recipe.name}: batches padded to (rows, length) {batches.shapes()}")
     validation_batch = (padded(validation_source), padded(validation_target))
 
     def evaluate(trainable, non_trainable):
@@ -346,8 +350,7 @@ def run_recipe(recipe: Recipe, data_folder: str, log, on_evaluation=None):
     # compiling one step per bucket shape).
     span_started, span_first_step = started, 0
     while step < recipe.train_steps:
-        for source, target in bucket_batches(*splits["train"], recipe.batch_tokens, member_rngs, member_rngs[0],
-                                             SHAPE_GROUP_LENGTHS):
+        for source, target in batches.epoch(epoch):
             state, loss_sum, tokens = train_step(state, source, target)
             step += 1
             loss_window.append((loss_sum, tokens))
