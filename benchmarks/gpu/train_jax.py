@@ -88,7 +88,8 @@ class Recipe:
     seed: int = 0
     # Seeds trained side by side as one vmapped group (one compile, one dispatch a step);
     # None trains `seed` alone. Each seed has its own initial weights, dropout masks and
-    # order of pairs; the group shares the sequence of bucket shapes (see member_batches).
+    # train.py's batches for that seed; the group takes the first seed's order of bucket
+    # shapes (batches.LockstepBatches).
     seeds: Optional[List[int]] = None
     # Keras dtype policy; train.py's `auto` picks mixed_bfloat16 on a CPU with bfloat16
     # instructions (the 2-core machines of docs/results.md).
