@@ -505,9 +505,14 @@ def main():
             recipes = read_recipes(text)
         except ValueError as error:
             parser.error(str(error))
+        # What export_token_ids.py writes, all of it read by every recipe: checked before the
+        # first one trains, not when a later recipe's folder turns out to lack a file.
         for folder in sorted({recipe.data or args.data for recipe in recipes}):
-            if not os.path.isfile(os.path.join(folder, "ids.npz")):
-                parser.error(f"no ids.npz in {folder}: write one with benchmarks/gpu/export_token_ids.py")
+            missing = [name for name in ("ids.npz", "subwords.model", "validation.target.txt")
+                       if not os.path.isfile(os.path.join(folder, name))]
+            if missing:
+                parser.error(f"no {', '.join(missing)} in {folder}: write the folder with "
+                             "benchmarks/gpu/export_token_ids.py")
 
     def log(line):
         print(line, flush=True)
