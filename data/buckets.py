@@ -148,6 +148,7 @@ class BucketScheme:
         source_lengths: np.ndarray,
         target_lengths: np.ndarray,
         rng: Optional[np.random.Generator] = None,
+        sort_by_length: bool = True,
     ) -> BatchPlan:
         """Groups pairs into batches; every pair lands in exactly one batch.
 
@@ -156,6 +157,11 @@ class BucketScheme:
             rng: shuffles the pairs of equal lengths within each bucket and then the
                 batch order; None keeps the input order among equal lengths and the
                 buckets in ascending length.
+            sort_by_length: order each bucket's pairs by length before cutting it into
+                batches (what training does: less padding, but about half of a pair's
+                batch-mates recur from one epoch to the next on Multi30k); False cuts
+                the bucket in `rng`'s order, so batch-mates are drawn afresh each epoch.
+                The GPU sweep compares the two (benchmarks/gpu/batches.py).
         """
         source_lengths, target_lengths = np.asarray(source_lengths), np.asarray(target_lengths)
         buckets = self.bucket_of(source_lengths, target_lengths)
@@ -164,9 +170,10 @@ class BucketScheme:
             members = np.flatnonzero(buckets == bucket)
             if rng is not None:
                 members = rng.permutation(members)
-            # By source length, then target length (lexsort is stable: ties keep the
-            # shuffle), so that a batch's rows are of similar length on both sides.
-            members = members[np.lexsort((target_lengths[members], source_lengths[members]))]
+            if sort_by_length:
+                # By source length, then target length (lexsort is stable: ties keep the
+                # shuffle), so that a batch's rows are of similar length on both sides.
+                members = members[np.lexsort((target_lengths[members], source_lengths[members]))]
             full = self.full_rows[bucket]
             for start in range(0, len(members), full):
                 chunk = members[start : start + full]

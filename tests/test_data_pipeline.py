@@ -122,6 +122,27 @@ def test_shuffling_keeps_the_order_by_length_inside_a_bucket():
     assert len(threes) > 1
 
 
+def test_unsorted_buckets_are_cut_in_the_shuffled_order():
+    # The same pairs as above; sort_by_length=False (the GPU sweep's comparison) cuts each
+    # bucket in the generator's order, so batches mix short and long sources.
+    scheme = BucketScheme.for_budget(batch_tokens=48, max_length=8)
+    source_lengths = np.array([8, 3, 8, 2, 5, 4, 3, 6, 5, 3, 3])
+    target_lengths = np.full(len(source_lengths), 8)
+    plan = scheme.plan(source_lengths, target_lengths, rng=np.random.default_rng(0), sort_by_length=False)
+    # One bucket (8): with batches in bucket order, the first holds the permutation's
+    # first six pairs, the second the rest.
+    members = np.random.default_rng(0).permutation(len(source_lengths))
+    assert sorted(map(sorted, plan.indices)) == sorted([sorted(members[:6]), sorted(members[6:])])
+    for batch, rows, source_length in zip(plan.indices, plan.rows, plan.source_lengths):
+        assert rows == 6 and source_length == min(b for b in scheme.boundaries if b >= source_lengths[batch].max())
+    # Across seeds, the six-row batch is not always the six shortest sources.
+    sizes = [
+        sorted(source_lengths[max(p.indices, key=len)])
+        for p in (scheme.plan(source_lengths, target_lengths, np.random.default_rng(seed), False) for seed in range(6))
+    ]
+    assert any(size != [2, 3, 3, 3, 3, 4] for size in sizes)
+
+
 def test_rows_are_a_multiple_of_the_replica_count():
     scheme = BucketScheme.for_budget(batch_tokens=4096, max_length=256, num_replicas=4)
     assert all(

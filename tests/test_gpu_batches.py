@@ -130,3 +130,15 @@ def test_the_bucketing_imports_without_tensorflow():
     output = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True,
                             env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True).stdout
     assert output.strip() == "False"
+
+
+def test_unsorted_buckets_hold_the_same_pairs_with_other_batch_mates(small_data, pairs):
+    sorted_batches = lockstep(small_data, pairs, [1])
+    unsorted = LockstepBatches(*pairs, small_data.config.batch_tokens, small_data.config.max_length, [1],
+                               sort_by_length=False)
+    assert unsorted.shapes() == sorted_batches.shapes()
+    source_ids = pairs[0]
+    sorted_rows = [pairs_in(source[0], source_ids) for source, _ in sorted_batches.epoch(0)]
+    unsorted_rows = [pairs_in(source[0], source_ids) for source, _ in unsorted.epoch(0)]
+    assert sorted(p for rows in unsorted_rows for p in rows) == list(range(len(source_ids)))
+    assert sorted(map(sorted, unsorted_rows)) != sorted(map(sorted, sorted_rows))

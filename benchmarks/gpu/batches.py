@@ -64,10 +64,14 @@ class LockstepBatches:
         seeds: the K seeds, the first one's batch order shared by all.
         group_lengths: ascending bucket lengths, each ending a group of buckets that share
             one padded shape; the last must be at least the longest bucket in use.
+        sort_by_length: as `BucketScheme.plan`'s: True is train.py's batching; False
+            draws each pair's batch-mates afresh every epoch.
     """
 
-    def __init__(self, source, target, batch_tokens, max_length, seeds, group_lengths=SHAPE_GROUP_LENGTHS):
+    def __init__(self, source, target, batch_tokens, max_length, seeds, group_lengths=SHAPE_GROUP_LENGTHS,
+                 sort_by_length=True):
         self.source, self.target, self.seeds = source, target, list(seeds)
+        self.sort_by_length = sort_by_length
         self.source_lengths = np.array([len(ids) for ids in source])
         self.target_lengths = np.array([len(ids) for ids in target])
         self.longer_lengths = np.maximum(self.source_lengths, self.target_lengths)
@@ -87,7 +91,8 @@ class LockstepBatches:
 
     def plan(self, seed, epoch):
         """`train.py --seed seed`'s batches of epoch `epoch` (a `data.buckets.BatchPlan`)."""
-        return self.scheme.plan(self.source_lengths, self.target_lengths, rng=np.random.default_rng([seed, epoch]))
+        rng = np.random.default_rng([seed, epoch])
+        return self.scheme.plan(self.source_lengths, self.target_lengths, rng=rng, sort_by_length=self.sort_by_length)
 
     def buckets_of(self, plan):
         """The bucket of each batch of `plan`: that of its longest pair. int64 [batches]."""

@@ -94,6 +94,9 @@ class Recipe:
     # Keras dtype policy; train.py's `auto` picks mixed_bfloat16 on a CPU with bfloat16
     # instructions (the 2-core machines of docs/results.md).
     precision: str = "mixed_bfloat16"
+    # train.py orders each bucket's pairs by length before cutting it into batches, so
+    # about half of a pair's batch-mates recur every epoch; False draws them afresh.
+    sort_by_length: bool = True
     # Weight snapshots every this many steps; the last K are averaged for each K.
     snapshot_every: int = 250
     average: List[int] = dataclasses.field(default_factory=lambda: [5, 10])
@@ -330,7 +333,8 @@ def run_recipe(recipe: Recipe, data_folder: str, log, on_evaluation=None):
     train_step = jax.jit(jax.vmap(make_train_step(model, optimizer, config.label_smoothing)), donate_argnums=0)
     validation_loss = make_validation_loss(model, config.label_smoothing)
     greedy = make_greedy(model)
-    batches = LockstepBatches(*splits["train"], recipe.batch_tokens, DEFAULT_MAX_LENGTH, seeds)
+    batches = LockstepBatches(*splits["train"], recipe.batch_tokens, DEFAULT_MAX_LENGTH, seeds,
+                              sort_by_length=recipe.sort_by_length)
     log(f"  {recipe.name}: batches padded to (rows, length) {batches.shapes()}")
     validation_batch = (padded(validation_source), padded(validation_target))
 
