@@ -284,10 +284,10 @@ def run_recipe(recipe: Recipe, data_folder: str, log, on_evaluation=None):
 
     Every seed starts from its own initial weights (Keras's global seed set to it before
     the model is built) and trains on `train.py`'s batches for that seed, the first seed
-    in their order (`batches.LockstepBatches`). Figures
-    at each evaluation: training loss since the last one, validation loss (label-smoothed,
-    teacher-forced) and greedy validation BLEU, per seed; at the end the same for the
-    average of the last K weight snapshots, for each K in `recipe.average`.
+    in their order (`batches.LockstepBatches`). Figures at each evaluation: training
+    loss since the last one, validation loss (label-smoothed, teacher-forced) and greedy
+    validation BLEU, per seed; at the end the same for the average of the last K weight
+    snapshots, for each K in `recipe.average`.
     """
     import sentencepiece
 
@@ -352,7 +352,7 @@ def run_recipe(recipe: Recipe, data_folder: str, log, on_evaluation=None):
     step, epoch, loss_window = 0, 0, []
     started = time.perf_counter()
     # Training time between evaluations (evaluation excluded; the first span includes
-    # compiling one step per bucket shape).
+    # compiling the step for each padded batch shape).
     span_started, span_first_step = started, 0
     while step < recipe.train_steps:
         for source, target in batches.epoch(epoch):
