@@ -105,15 +105,17 @@ class LockstepBatches:
 
     def epoch(self, epoch):
         """Epoch `epoch`'s batches, in the first seed's order (a generator)."""
-        plans = [self.plan(seed, epoch) for seed in self.seeds]
         # Every seed's batches by bucket, each bucket's in its plan's order.
-        queues = []
-        for plan in plans:
+        queues, first_order = [], None
+        for seed in self.seeds:
+            plan = self.plan(seed, epoch)
+            buckets = self.buckets_of(plan)
+            first_order = buckets if first_order is None else first_order
             by_bucket = {}
-            for pairs, bucket in zip(plan.indices, self.buckets_of(plan)):
+            for pairs, bucket in zip(plan.indices, buckets):
                 by_bucket.setdefault(int(bucket), []).append(pairs)
             queues.append({bucket: iter(batches) for bucket, batches in by_bucket.items()})
-        for bucket in self.buckets_of(plans[0]):
+        for bucket in first_order:
             length = self.scheme.boundaries[bucket]
             rows, width = self.shape_of_group[int(np.searchsorted(self.group_lengths, length))]
             source = np.zeros((len(self.seeds), rows, width), np.int32)

@@ -4,9 +4,8 @@ For a machine with a GPU and JAX but no TensorFlow. The model, loss and schedule
 project's own (`app.model`, `app.losses`, `app.schedule` use `keras.ops` only); the input
 pipeline is train.py's own bucketing (`data.buckets`, numpy only) over ids written by
 `export_token_ids.py`, so a seed trains on train.py's batches (`batches.py`); validation
-is greedy decoding (full
-forward pass per step, no cache) scored by sacreBLEU, and the teacher-forced validation
-loss. It exists to tune the recipe quickly: the figures a user is promised come from
+is greedy decoding (full forward pass per step, no cache) scored by sacreBLEU, and the
+teacher-forced validation loss. It exists to tune the recipe quickly: the figures a user is promised come from
 `train.py` + `python -m app.evaluate` on TensorFlow. It runs on a CPU too (`pip install
 jax`), slowly. `time-base` was run on one H100 on 2026-11-24, `sweep` on 2026-11-26
 (docs/results.md, "The base model on a GPU, under JAX" and "Tiny's recipe, eight seeds
@@ -339,14 +338,14 @@ def run_recipe(recipe: Recipe, data_folder: str, log, on_evaluation=None):
     validation_batch = (padded(validation_source), padded(validation_target))
 
     def evaluate(trainable, non_trainable):
-        """Per seed: (validation loss, cased greedy BLEU, lowercased greedy BLEU)."""
+        """`{valid_loss, bleu, lc_bleu}`, each `mean_and_spread` over the seeds."""
         figures = []
         for index in range(len(seeds)):
             weights = (member(trainable, index), member(non_trainable, index))
             loss_sum, tokens = validation_loss(*weights, *validation_batch)
             cased, lower, _ = validation_bleu(greedy, weights, validation_source, references, sentencepiece_model)
             figures.append((float(loss_sum / tokens), cased, lower))
-        return figures
+        return {name: mean_and_spread(column) for name, column in zip(("valid_loss", "bleu", "lc_bleu"), zip(*figures))}
 
     snapshots, curve = [], []
     step, epoch, loss_window = 0, 0, []
@@ -370,11 +369,8 @@ def run_recipe(recipe: Recipe, data_folder: str, log, on_evaluation=None):
                 train_loss = np.sum([l for l, _ in loss_window], axis=0) / np.sum([t for _, t in loss_window], axis=0)
                 loss_window = []
                 steps_per_second = (step - span_first_step) / (time.perf_counter() - span_started)
-                figures = evaluate(state[0], state[1])
                 curve.append(dict(step=step, epoch=epoch, train_loss=mean_and_spread(train_loss),
-                                  valid_loss=mean_and_spread([f[0] for f in figures]),
-                                  bleu=mean_and_spread([f[1] for f in figures]),
-                                  lc_bleu=mean_and_spread([f[2] for f in figures])))
+                                  **evaluate(state[0], state[1])))
                 point = curve[-1]
                 if on_evaluation:
                     on_evaluation(dict(recipe=dataclasses.asdict(recipe), seeds=seeds, curve=curve, finished=False))
@@ -396,10 +392,7 @@ def run_recipe(recipe: Recipe, data_folder: str, log, on_evaluation=None):
         if len(snapshots) < k:
             continue
         averaged = jax.tree_util.tree_map(lambda *xs: sum(xs) / len(xs), *snapshots[-k:])
-        figures = evaluate(averaged, state[1])
-        result[f"avg{k}"] = dict(valid_loss=mean_and_spread([f[0] for f in figures]),
-                                 bleu=mean_and_spread([f[1] for f in figures]),
-                                 lc_bleu=mean_and_spread([f[2] for f in figures]))
+        result[f"avg{k}"] = evaluate(averaged, state[1])
         log(f"  {recipe.name} average of last {k} snapshots ({recipe.snapshot_every} apart): "
             f"valid {result[f'avg{k}']['valid_loss']['mean']:.3f} BLEU {result[f'avg{k}']['bleu']['mean']:.2f} "
             f"lc {result[f'avg{k}']['lc_bleu']['mean']:.2f} (per seed {result[f'avg{k}']['lc_bleu']['values']})")
