@@ -25,28 +25,39 @@ def _randomize(layer, seed):
         weight.assign(rng.normal(scale=0.5, size=weight.shape).astype("float32"))
 
 
-def _copy_attention(ours, theirs):
-    # Keras keeps per-head kernels [D, H, K] and [H, V, D]; ours are the same numbers
-    # flattened to [D, H * K] and [H * V, D].
-    for ours_dense, theirs_dense in [
-        (ours.query_dense, theirs._query_dense),
-        (ours.key_dense, theirs._key_dense),
-        (ours.value_dense, theirs._value_dense),
-        (ours.output_dense, theirs._output_dense),
-    ]:
-        for ours_weight, theirs_weight in zip(ours_dense.weights, theirs_dense.weights, strict=True):
-            ours_weight.assign(np.asarray(theirs_weight).reshape(ours_weight.shape))
+def _weights_of(theirs, sub_layer):
+    """keras-hub's weights of one sub-layer of `theirs`, in creation order, found by their
+    public `Variable.path` ("transformer_decoder/self_attention/query/kernel"), not through
+    the private attributes that hold its sub-layers, which a keras-hub release may rename."""
+    prefix = f"{theirs.name}/{sub_layer}/"
+    weights = [weight for weight in theirs.weights if weight.path.startswith(prefix)]
+    assert weights, f"no weights under {prefix!r} in {[weight.path for weight in theirs.weights]}"
+    return weights
 
 
-def _copy(ours, theirs):
-    for ours_weight, theirs_weight in zip(ours.weights, theirs.weights, strict=True):
+def _copy(ours, theirs, sub_layer):
+    for ours_weight, theirs_weight in zip(ours.weights, _weights_of(theirs, sub_layer), strict=True):
         ours_weight.assign(np.asarray(theirs_weight))
 
 
+def _copy_attention(ours, theirs, sub_layer):
+    # Keras keeps per-head kernels [D, H, K] and [H, V, D]; ours are the same numbers
+    # flattened to [D, H * K] and [H * V, D].
+    for ours_dense, theirs_dense in [
+        (ours.query_dense, "query"),
+        (ours.key_dense, "key"),
+        (ours.value_dense, "value"),
+        (ours.output_dense, "attention_output"),
+    ]:
+        theirs_weights = _weights_of(theirs, f"{sub_layer}/{theirs_dense}")
+        for ours_weight, theirs_weight in zip(ours_dense.weights, theirs_weights, strict=True):
+            ours_weight.assign(np.asarray(theirs_weight).reshape(ours_weight.shape))
+
+
 def _copy_feed_forward(ours, theirs):
-    _copy(ours.feed_forward.inner_dense, theirs._feedforward_intermediate_dense)
-    _copy(ours.feed_forward.output_dense, theirs._feedforward_output_dense)
-    _copy(ours.feed_forward_norm, theirs._feedforward_layer_norm)
+    _copy(ours.feed_forward.inner_dense, theirs, "feedforward_intermediate_dense")
+    _copy(ours.feed_forward.output_dense, theirs, "feedforward_output_dense")
+    _copy(ours.feed_forward_norm, theirs, "feedforward_layer_norm")
 
 
 def _inputs(seed):
@@ -66,8 +77,8 @@ def test_encoder_layer_equals_keras_hubs_with_the_same_weights(norm_first):
     )
     theirs.build(source.shape)
     _randomize(theirs, seed=1)
-    _copy_attention(ours.self_attention, theirs._self_attention_layer)
-    _copy(ours.self_attention_norm, theirs._self_attention_layer_norm)
+    _copy_attention(ours.self_attention, theirs, "self_attention_layer")  # the decoder's: "self_attention"
+    _copy(ours.self_attention_norm, theirs, "self_attention_layer_norm")
     _copy_feed_forward(ours, theirs)
 
     expected = theirs(source, padding_mask=SOURCE_IDS != 0)
@@ -88,10 +99,10 @@ def test_decoder_layer_equals_keras_hubs_with_the_same_weights(norm_first):
     )
     theirs.build(target.shape, memory.shape)
     _randomize(theirs, seed=3)
-    _copy_attention(ours.self_attention, theirs._self_attention_layer)
-    _copy(ours.self_attention_norm, theirs._self_attention_layer_norm)
-    _copy_attention(ours.cross_attention, theirs._cross_attention_layer)
-    _copy(ours.cross_attention_norm, theirs._cross_attention_layer_norm)
+    _copy_attention(ours.self_attention, theirs, "self_attention")
+    _copy(ours.self_attention_norm, theirs, "self_attention_layer_norm")
+    _copy_attention(ours.cross_attention, theirs, "cross_attention")
+    _copy(ours.cross_attention_norm, theirs, "cross_attention_layer_norm")
     _copy_feed_forward(ours, theirs)
 
     # keras-hub adds the look-ahead mask itself (use_causal_mask=True).
