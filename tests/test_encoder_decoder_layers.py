@@ -43,13 +43,13 @@ def _copy(ours, theirs, sub_layer):
 def _copy_attention(ours, theirs, sub_layer):
     # Keras keeps per-head kernels [D, H, K] and [H, V, D]; ours are the same numbers
     # flattened to [D, H * K] and [H * V, D].
-    for ours_dense, theirs_dense in [
+    for ours_dense, theirs_name in [
         (ours.query_dense, "query"),
         (ours.key_dense, "key"),
         (ours.value_dense, "value"),
         (ours.output_dense, "attention_output"),
     ]:
-        theirs_weights = _weights_of(theirs, f"{sub_layer}/{theirs_dense}")
+        theirs_weights = _weights_of(theirs, f"{sub_layer}/{theirs_name}")
         for ours_weight, theirs_weight in zip(ours_dense.weights, theirs_weights, strict=True):
             ours_weight.assign(np.asarray(theirs_weight).reshape(ours_weight.shape))
 
