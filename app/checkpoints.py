@@ -26,6 +26,7 @@ import weakref
 
 import numpy as np
 import tensorflow as tf
+from google.protobuf import text_format
 
 from data.atomic_files import write_atomically
 from data.errors import first_line
@@ -247,10 +248,14 @@ class CheckpointTracker:
             if name in names:  # Unless removed by hand: the manager keeps room for it.
                 position = names.index(name)
                 del names[position], timestamps[position]
-                tf.compat.v1.train.update_checkpoint_state(
-                    directory, names[-1], names, all_model_checkpoint_timestamps=timestamps,
+                # Written here, not by tf.compat.v1.train.update_checkpoint_state, which
+                # logs a deprecation warning into the log of every resumed run.
+                index = type(state)(
+                    model_checkpoint_path=names[-1], all_model_checkpoint_paths=names,
+                    all_model_checkpoint_timestamps=timestamps,
                     last_preserved_timestamp=state.last_preserved_timestamp,
                 )
+                write_atomically(written, text_format.MessageToString(index))
                 self._room = None  # The manager's list is stale: _make_room builds it again.
             for written in tf.io.gfile.glob(os.path.join(directory, name) + ".*"):
                 tf.io.gfile.remove(written)
