@@ -3,7 +3,7 @@ of a run's weights to load and how to decode them (export.py, app.evaluate, app.
 
 import argparse
 
-from app.config import POSITIONAL_KINDS, SHARING_MODES, SIZES, TABLE3_VARIANTS, ModelConfig
+from app.config import NORMALIZATION_KINDS, POSITIONAL_KINDS, SHARING_MODES, SIZES, TABLE3_VARIANTS, ModelConfig
 
 # Flag name -> ModelConfig field, for the Table 3 knobs a user may override.
 _OVERRIDES = {
@@ -32,6 +32,12 @@ def add_model_arguments(parser: argparse.ArgumentParser):
         group.add_argument("--" + field.replace("_", "-"), type=kind, help=text)
     group.add_argument("--positional", choices=POSITIONAL_KINDS, help="positional encoding")
     group.add_argument("--share-embeddings", choices=SHARING_MODES, help="which embedding matrices are shared")
+    group.add_argument(
+        "--normalization",
+        choices=NORMALIZATION_KINDS,
+        help="of every residual block: layer (the paper's layer norm, the default) or scale (ScaleNorm, "
+        "g x / ||x|| with one learned scalar g)",
+    )
     # Both ways: tiny is pre-norm by default, so the paper's post-norm needs a flag too.
     group.add_argument(
         "--norm-first",
@@ -65,6 +71,7 @@ def model_config_from_args(args, vocab_size):
             for field, value in dict(
                 positional=args.positional,
                 share_embeddings=args.share_embeddings,
+                normalization=args.normalization,
                 norm_first=args.norm_first,
                 attention_bias=args.attention_bias,
                 max_length=args.max_positions,

@@ -15,6 +15,9 @@ POSITIONAL_KINDS = ("sinusoidal", "learned")
 #   target: target embedding = pre-softmax projection; the source has its own
 #   none:   three separate matrices
 SHARING_MODES = ("all", "target", "none")
+# The normalization of every residual block: the paper's layer norm, or ScaleNorm
+# (layers/scale_normalization.py).
+NORMALIZATION_KINDS = ("layer", "scale")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,8 +57,11 @@ class ModelConfig:
     # Biases in the attention projections W^Q, W^K, W^V and W^O. The paper has none
     # (tiny has them, see SIZES); the feed-forward block's biases stay either way.
     attention_bias: bool = False
-    # LayerNormalization epsilon.
+    # The normalization's epsilon.
     layer_norm_epsilon: float = 1e-6
+    # "layer" (the paper's layer norm) or "scale" (ScaleNorm: g x / ||x||, one learned
+    # scalar per norm); see NORMALIZATION_KINDS.
+    normalization: str = "layer"
 
     def __post_init__(self):
         def check(condition, message):
@@ -83,6 +89,10 @@ class ModelConfig:
         check(
             self.positional in POSITIONAL_KINDS,
             f"positional={self.positional!r}, expected one of {POSITIONAL_KINDS}",
+        )
+        check(
+            self.normalization in NORMALIZATION_KINDS,
+            f"normalization={self.normalization!r}, expected one of {NORMALIZATION_KINDS}",
         )
         check(
             self.share_embeddings in SHARING_MODES,

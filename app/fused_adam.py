@@ -23,7 +23,8 @@ that are not float32 take Keras's path.
 import keras
 
 # The variables weight decay leaves alone, by name: `Dense` biases and
-# `LayerNormalization`'s gamma and beta, the model's only vectors
+# `LayerNormalization`'s gamma and beta, the model's only vectors (and
+# `ScaleNormalization`'s scalar gamma)
 # (tests/test_training.py pins that every matrix is decayed and no vector is). The shared
 # embedding is decayed too, at the matrices' rate: left out, tiny's validation loss ended
 # 0.09 higher and its BLEU lower; at twice the rate, level (docs/results.md,

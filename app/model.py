@@ -21,9 +21,9 @@ from app.config import ModelConfig
 from layers.decoder_layer import DecoderLayer
 from layers.dropout import Dropout
 from layers.encoder_layer import EncoderLayer
-from layers.layer_normalization import LayerNormalization
 from layers.learned_positional_encoding import LearnedPositionalEncoding
 from layers.masks import causal_mask, decoder_self_attention_mask, padding_mask
+from layers.normalization import normalization_layer
 from layers.sinusoidal_positional_encoding import SinusoidalPositionalEncoding
 from layers.token_embedding import TokenEmbedding
 
@@ -70,13 +70,14 @@ def _make_layers(config):
         norm_first=config.norm_first,
         layer_norm_epsilon=config.layer_norm_epsilon,
         attention_bias=config.attention_bias,
+        normalization=config.normalization,
     )
 
     def final_norm(name):
-        # Pre-norm stacks end un-normalized; post-norm layers already end with a LayerNorm.
+        # Pre-norm stacks end un-normalized; post-norm layers already end with a norm.
         if not config.norm_first:
             return None
-        return LayerNormalization(epsilon=config.layer_norm_epsilon, name=name)
+        return normalization_layer(config.normalization, config.layer_norm_epsilon, name=name)
 
     return dict(
         source_embedding=source_embedding,
@@ -283,7 +284,7 @@ class Transformer:
         return ops.cast(self.target_embedding.embeddings, self.target_embedding.compute_dtype)
 
     def _final_norm(self, x):
-        # Pre-norm stacks end un-normalized; post-norm layers already end with a LayerNorm.
+        # Pre-norm stacks end un-normalized; post-norm layers already end with a norm.
         return x if self.decoder_norm is None else self.decoder_norm(x)
 
     def _project(self, states):

@@ -4,8 +4,8 @@ import keras
 
 from layers.dropout import Dropout
 from layers.feed_forward import FeedForward
-from layers.layer_normalization import LayerNormalization
 from layers.multi_head_attention import MultiHeadAttention
+from layers.normalization import normalization_layer
 from layers.residual import residual_block
 
 
@@ -22,8 +22,10 @@ class EncoderLayer(keras.layers.Layer):
         attention_dropout: on the attention weights.
         inner_dropout: after the feed-forward activation.
         norm_first: pre-norm instead of the paper's post-norm.
-        layer_norm_epsilon: LayerNormalization's epsilon.
+        layer_norm_epsilon: the normalization's epsilon.
         attention_bias: whether the attention projections have biases.
+        normalization: "layer" (the paper's layer norm) or "scale" (ScaleNorm); see
+            layers/normalization.py.
     """
 
     def __init__(
@@ -38,6 +40,7 @@ class EncoderLayer(keras.layers.Layer):
         norm_first=False,
         layer_norm_epsilon=1e-6,
         attention_bias=True,
+        normalization="layer",
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -51,6 +54,7 @@ class EncoderLayer(keras.layers.Layer):
         self.norm_first = norm_first
         self.layer_norm_epsilon = layer_norm_epsilon
         self.attention_bias = attention_bias
+        self.normalization = normalization
 
     def build(self, input_shape):
         self.self_attention, self.self_attention_norm, self.self_attention_dropout = (
@@ -77,9 +81,9 @@ class EncoderLayer(keras.layers.Layer):
         return (attention, *self._norm_and_dropout(name, query_shape))
 
     def _norm_and_dropout(self, name, shape):
-        """The LayerNorm (`<name>_norm`) and residual Dropout around sub-layer `name`."""
-        norm = LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=f"{name}_norm"
+        """The normalization (`<name>_norm`) and residual Dropout around sub-layer `name`."""
+        norm = normalization_layer(
+            self.normalization, self.layer_norm_epsilon, dtype=self.dtype_policy, name=f"{name}_norm"
         )
         norm.build(shape)
         return norm, Dropout(self.dropout, dtype=self.dtype_policy)
@@ -147,4 +151,5 @@ class EncoderLayer(keras.layers.Layer):
             "norm_first": self.norm_first,
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "attention_bias": self.attention_bias,
+            "normalization": self.normalization,
         }

@@ -12,6 +12,7 @@ from layers.layer_normalization import LayerNormalization
 from layers.learned_positional_encoding import LearnedPositionalEncoding
 from layers.masks import decoder_self_attention_mask, padding_mask
 from layers.multi_head_attention import MultiHeadAttention
+from layers.scale_normalization import ScaleNormalization
 from layers.sinusoidal_positional_encoding import SinusoidalPositionalEncoding
 from layers.token_embedding import TokenEmbedding
 
@@ -39,6 +40,7 @@ CASES = {
         FeedForward, dict(inner_dim=32, activation="gelu", inner_dropout=0.2), lambda layer: layer(SOURCE)
     ),
     "layer_norm": (LayerNormalization, dict(epsilon=1e-6), lambda layer: layer(SOURCE)),
+    "scale_norm": (ScaleNormalization, dict(epsilon=1e-5), lambda layer: layer(SOURCE)),
     "sinusoidal": (SinusoidalPositionalEncoding, dict(max_length=9), lambda layer: layer(SOURCE)),
     "learned": (LearnedPositionalEncoding, dict(max_length=9, initializer="he_uniform"), lambda layer: layer(SOURCE)),
     "embedding": (TokenEmbedding, dict(vocab_size=12, width=D, scale=False), lambda layer: layer(SOURCE_IDS)),
@@ -47,6 +49,7 @@ CASES = {
         dict(
             num_heads=2, key_dim=8, inner_dim=32, value_dim=4, dropout=0.2, attention_dropout=0.1,
             inner_dropout=0.3, norm_first=True, layer_norm_epsilon=1e-5, attention_bias=False,
+            normalization="scale",
         ),
         lambda layer: layer(SOURCE, padding_mask=padding_mask(SOURCE_IDS)),
     ),

@@ -25,6 +25,8 @@ VARIANTS = {
     "target_shared": dict(share_embeddings="target"),
     "small_keys": dict(key_dim=4, value_dim=6),
     "no_attention_bias": dict(attention_bias=False),
+    "scale_norm": dict(normalization="scale"),
+    "scale_norm_post_norm": dict(normalization="scale", norm_first=False),
 }
 
 
@@ -140,6 +142,26 @@ def test_a_configuration_written_before_attention_bias_reads_as_with_biases():
     assert ModelConfig.from_dict(without.to_dict()) == without
 
 
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_scale_norm_replaces_every_layer_norm_with_one_scalar(norm_first):
+    # 2 layers: 2 norms per encoder layer, 3 per decoder layer, and under pre-norm a final
+    # norm after each stack.
+    norms = 2 * 2 + 2 * 3 + (2 if norm_first else 0)
+    layer_norm = build_transformer(tiny_config(norm_first=norm_first))
+    scale_norm = build_transformer(tiny_config(norm_first=norm_first, normalization="scale"))
+    assert {w.path for w in layer_norm.weights} - {w.path for w in scale_norm.weights} == {
+        w.path for w in layer_norm.weights if w.path.endswith("/beta")
+    }
+    scales = [w for w in scale_norm.weights if w.path.endswith("_norm/gamma")]
+    assert len(scales) == norms and all(w.shape == () for w in scales)
+    np.testing.assert_allclose([w.numpy() for w in scales], 16**0.5)  # sqrt(d_model)
+    assert layer_norm.count_params() - scale_norm.count_params() == norms * (2 * 16 - 1)
+    # Configurations written before the option read as layer norm.
+    written_before = tiny_config().to_dict()
+    del written_before["normalization"]
+    assert ModelConfig.from_dict(written_before).normalization == "layer"
+
+
 def test_config_overrides_rederive_the_head_width():
     assert ModelConfig.from_size("base").key_dim == 64
     assert ModelConfig.from_size("base", num_heads=16).key_dim == 32
@@ -157,6 +179,7 @@ def test_config_overrides_rederive_the_head_width():
         (dict(dropout=1.5), "dropout must be in \\[0, 1\\), got 1.5"),
         (dict(positional="rotary"), "positional='rotary'"),
         (dict(share_embeddings="some"), "share_embeddings='some'"),
+        (dict(normalization="rms"), "normalization='rms', expected one of \\('layer', 'scale'\\)"),
         (dict(num_layers=0), "num_layers must be a positive int, got 0"),
         (dict(value_dim=-1), "value_dim must be a positive int, got -1"),
         (dict(key_dim=0), "key_dim must be a positive int, got 0"),

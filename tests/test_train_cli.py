@@ -161,6 +161,21 @@ def test_norm_placement_can_be_set_either_way_whatever_the_size_default():
     assert norm_first("--size", "base", "--norm-first") is True
 
 
+def test_normalization_is_layer_norm_unless_scale_norm_is_asked_for(capsys):
+    import train
+    from app.cli import model_config_from_args
+
+    def normalization(*flags):
+        return model_config_from_args(train.parse_args(list(flags)), vocab_size=8000).normalization
+
+    assert normalization() == "layer"
+    assert normalization("--size", "base") == "layer"
+    assert normalization("--normalization", "scale") == "scale"
+    with pytest.raises(SystemExit):
+        train.parse_args(["--normalization", "rms"])
+    assert "argument --normalization: invalid choice: 'rms' (choose from" in capsys.readouterr().err
+
+
 def test_attention_biases_follow_the_size_and_can_be_set_either_way():
     import train
     from app.cli import model_config_from_args

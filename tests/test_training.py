@@ -234,10 +234,13 @@ def test_train_config_rejects_bad_values():
     TrainConfig(train_steps=1, eval_every=0, eval_sentences=1, learning_rate_scale=1e-3)
 
 
-@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
-def test_weight_decay_shrinks_every_matrix_by_the_learning_rate_times_it_and_no_vector(positional):
+@pytest.mark.parametrize(
+    "positional, normalization", [("sinusoidal", "layer"), ("learned", "layer"), ("sinusoidal", "scale")]
+)
+def test_weight_decay_shrinks_every_matrix_by_the_learning_rate_times_it_and_no_vector(positional, normalization):
     config = ModelConfig.from_size(
-        "tiny", vocab_size=40, num_layers=1, d_model=16, d_ff=32, num_heads=2, positional=positional
+        "tiny", vocab_size=40, num_layers=1, d_model=16, d_ff=32, num_heads=2, positional=positional,
+        normalization=normalization,
     )
     model = build_transformer(config)
     # Random values everywhere, so that a decayed bias or layer-norm offset would show.
@@ -258,8 +261,10 @@ def test_weight_decay_shrinks_every_matrix_by_the_learning_rate_times_it_and_no_
     for variable, old in zip(model.trainable_variables, before):
         if variable.path in decayed:
             np.testing.assert_allclose(np.asarray(variable), old - old * np.float32(0.5) * learning_rate, rtol=1e-6)
-        else:  # biases, gamma and beta
+        else:  # biases, gamma and beta (ScaleNorm: a scalar gamma)
             np.testing.assert_array_equal(np.asarray(variable), old, err_msg=variable.path)
+    scales = [v.path for v in model.trainable_variables if v.path.endswith("gamma") and len(v.shape) == 0]
+    assert len(scales) == (7 if normalization == "scale" else 0)  # 2 + 3 + the 2 final norms
 
 
 def test_without_weight_decay_the_optimizer_is_the_papers_adam():

@@ -73,6 +73,7 @@ class Recipe:
     inner_dropout: Optional[float] = None
     label_smoothing: Optional[float] = None
     norm_first: Optional[bool] = None
+    normalization: Optional[str] = None  # "layer" or "scale" (ScaleNorm)
     num_heads: Optional[int] = None
     key_dim: Optional[int] = None
     num_layers: Optional[int] = None
@@ -301,7 +302,7 @@ def run_recipe(recipe: Recipe, data_folder: str, log, on_evaluation=None):
     overrides = {
         key: getattr(recipe, key)
         for key in ("dropout", "attention_dropout", "inner_dropout", "label_smoothing", "norm_first",
-                    "num_heads", "key_dim", "num_layers", "positional")
+                    "normalization", "num_heads", "key_dim", "num_layers", "positional")
     }
     seeds = recipe.seeds if recipe.seeds else [recipe.seed]
     keras.mixed_precision.set_global_policy(recipe.precision)
