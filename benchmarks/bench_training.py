@@ -7,6 +7,7 @@
     python benchmarks/bench_training.py --settings mixed_bfloat16+keras-dropout,mixed_bfloat16+dropout
     python benchmarks/bench_training.py --settings mixed_bfloat16+dropout+keras-layernorm,mixed_bfloat16+dropout
     python benchmarks/bench_training.py --size small --settings float32+dropout+attention-bias,float32+dropout
+    python benchmarks/bench_training.py --settings mixed_bfloat16+dropout,mixed_bfloat16+dropout+scale-norm
 
 Every setting trains the same model from the same initial weights on the same Multi30k
 batches, each in a fresh process (the precision policy is process-wide). Printed: non-
@@ -22,6 +23,8 @@ include dropout's noise. The "keras-layernorm" ones normalize with Keras's own
 (gradient written out). The "attention-bias" ones give the four attention projections
 biases (`--attention-bias`), which the paper's sizes, small among them, leave out (tiny
 has them by default, so for tiny the setting changes nothing).
+The "scale-norm" ones normalize with ScaleNorm (`--normalization scale`) instead of layer
+norm.
 The "keras-adam" ones update with Keras's `Adam` instead of `app.fused_adam.FusedAdam`.
 The "1-thread-per-op" ones give each op one CPU thread (`train.py --intra-op-threads 1`)
 where TensorFlow gives it every core; TensorFlow still runs one op at a time per core
@@ -76,6 +79,12 @@ SETTINGS = {
     "mixed_bfloat16+dropout+attention-bias": dict(
         precision="mixed_bfloat16", jit=False, fused_loss=True, dropout="project", attention_bias=True
     ),
+    "float32+dropout+scale-norm": dict(
+        precision="float32", jit=False, fused_loss=True, dropout="project", normalization="scale"
+    ),
+    "mixed_bfloat16+dropout+scale-norm": dict(
+        precision="mixed_bfloat16", jit=False, fused_loss=True, dropout="project", normalization="scale"
+    ),
     "float32+dropout+1-thread-per-op": dict(
         precision="float32", jit=False, fused_loss=True, dropout="project", intra_op_threads=1
     ),
@@ -122,6 +131,8 @@ def run_one(args):
         app.training.FusedAdam = keras.optimizers.Adam
     if setting.get("attention_bias"):
         overrides["attention_bias"] = True
+    if setting.get("normalization"):
+        overrides["normalization"] = setting["normalization"]
     config = ModelConfig.from_size(args.size, vocab_size=data.tokenizer.vocab_size, **overrides)
     keras.config.set_dtype_policy(setting["precision"])
     keras.utils.set_random_seed(0)
