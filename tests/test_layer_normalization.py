@@ -9,6 +9,7 @@ import tensorflow as tf
 from app.config import ModelConfig
 from app.model import build_transformer
 from layers.layer_normalization import LayerNormalization
+from tests.gradient_checks import finite_differences, outputs_and_gradients
 
 RNG = np.random.default_rng(0)
 
@@ -25,17 +26,6 @@ def _pair(shape, dtype="float32", **kwargs):
     return ours, reference
 
 
-def _outputs_and_gradients(layer, x, upstream):
-    """`(y, dL/dx, [dL/dgamma, dL/dbeta])` for L = sum(y * upstream)."""
-    x = tf.convert_to_tensor(x)
-    with tf.GradientTape() as tape:
-        tape.watch(x)
-        y = layer(x)
-        loss = tf.reduce_sum(tf.cast(y, tf.float32) * upstream)
-    x_grad, *weight_grads = tape.gradient(loss, [x, *layer.trainable_variables])
-    return y, x_grad, weight_grads
-
-
 @pytest.mark.parametrize("shape", [(7, 16), (3, 5, 16)])
 def test_outputs_and_gradients_match_keras_in_float32(shape):
     ours, reference = _pair(shape, epsilon=1e-6)
@@ -44,8 +34,8 @@ def test_outputs_and_gradients_match_keras_in_float32(shape):
     x = x.astype("float32")
     upstream = RNG.normal(size=shape).astype("float32")
 
-    y, x_grad, weight_grads = _outputs_and_gradients(ours, x, upstream)
-    y_ref, x_grad_ref, weight_grads_ref = _outputs_and_gradients(reference, x, upstream)
+    y, x_grad, weight_grads = outputs_and_gradients(ours, x, upstream)
+    y_ref, x_grad_ref, weight_grads_ref = outputs_and_gradients(reference, x, upstream)
 
     np.testing.assert_allclose(y.numpy(), y_ref.numpy(), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(x_grad.numpy(), x_grad_ref.numpy(), rtol=1e-4, atol=1e-5)
@@ -67,22 +57,11 @@ def test_gradients_match_finite_differences_in_float64():
             layer.set_weights([gamma, beta])
         return float(tf.reduce_sum(layer(tf.constant(x)) * upstream))
 
-    _, x_grad, (gamma_grad, beta_grad) = _outputs_and_gradients(layer, x, upstream)
+    _, x_grad, (gamma_grad, beta_grad) = outputs_and_gradients(layer, x, upstream)
     gamma, beta = (w.copy() for w in layer.get_weights())
-    step = 1e-6
-    numeric_x = np.zeros_like(x)
-    for index in np.ndindex(x.shape):
-        plus, minus = x.copy(), x.copy()
-        plus[index] += step
-        minus[index] -= step
-        numeric_x[index] = (loss(plus) - loss(minus)) / (2 * step)
-    numeric_gamma, numeric_beta = np.zeros(6), np.zeros(6)
-    for i in range(6):
-        for numeric, which in ((numeric_gamma, 0), (numeric_beta, 1)):
-            plus, minus = [gamma.copy(), beta.copy()], [gamma.copy(), beta.copy()]
-            plus[which][i] += step
-            minus[which][i] -= step
-            numeric[i] = (loss(x, *plus) - loss(x, *minus)) / (2 * step)
+    numeric_x = finite_differences(loss, x)
+    numeric_gamma = finite_differences(lambda gamma: loss(x, gamma, beta), gamma)
+    numeric_beta = finite_differences(lambda beta: loss(x, gamma, beta), beta)
     np.testing.assert_allclose(x_grad.numpy(), numeric_x, rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(gamma_grad.numpy(), numeric_gamma, rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(beta_grad.numpy(), numeric_beta, rtol=1e-6, atol=1e-8)
@@ -93,8 +72,8 @@ def test_mixed_bfloat16_computes_in_float32_and_returns_bfloat16():
     x = tf.cast(RNG.normal(size=(8, 32)) * 4 + 1, tf.bfloat16)
     upstream = RNG.normal(size=(8, 32)).astype("float32")
 
-    y, x_grad, weight_grads = _outputs_and_gradients(ours, x, upstream)
-    y_ref, x_grad_ref, weight_grads_ref = _outputs_and_gradients(reference, x, upstream)
+    y, x_grad, weight_grads = outputs_and_gradients(ours, x, upstream)
+    y_ref, x_grad_ref, weight_grads_ref = outputs_and_gradients(reference, x, upstream)
 
     assert y.dtype == tf.bfloat16 and x_grad.dtype == tf.bfloat16
     assert all(grad.dtype == tf.float32 for grad in weight_grads)
@@ -125,8 +104,8 @@ def test_other_normalizations_take_keras_path(kwargs, shape):
     assert not ours._writes_its_gradient(len(shape))
     x = RNG.normal(size=shape).astype("float32")
     upstream = RNG.normal(size=shape).astype("float32")
-    y, x_grad, _ = _outputs_and_gradients(ours, x, upstream)
-    y_ref, x_grad_ref, _ = _outputs_and_gradients(reference, x, upstream)
+    y, x_grad, _ = outputs_and_gradients(ours, x, upstream)
+    y_ref, x_grad_ref, _ = outputs_and_gradients(reference, x, upstream)
     np.testing.assert_array_equal(y.numpy(), y_ref.numpy())
     np.testing.assert_array_equal(x_grad.numpy(), x_grad_ref.numpy())
 

@@ -7,19 +7,9 @@ import pytest
 import tensorflow as tf
 
 from layers.scale_normalization import ScaleNormalization, _scale_normalize_last_axis
+from tests.gradient_checks import finite_differences, outputs_and_gradients
 
 RNG = np.random.default_rng(0)
-
-
-def _outputs_and_gradients(layer, x, upstream):
-    """`(y, dL/dx, dL/dgamma)` for L = sum(y * upstream)."""
-    x = tf.convert_to_tensor(x)
-    with tf.GradientTape() as tape:
-        tape.watch(x)
-        y = layer(x)
-        loss = tf.reduce_sum(tf.cast(y, upstream.dtype) * upstream)
-    x_grad, gamma_grad = tape.gradient(loss, [x, layer.gamma])
-    return y, x_grad, gamma_grad
 
 
 def _autodiff_reference(x, gamma, upstream, epsilon):
@@ -53,7 +43,7 @@ def test_outputs_and_gradients_match_autodiff_in_float32(shape):
     x = (RNG.normal(size=shape) * RNG.uniform(0.1, 10, shape[:-1] + (1,))).astype("float32")
     upstream = RNG.normal(size=shape).astype("float32")
 
-    y, x_grad, gamma_grad = _outputs_and_gradients(layer, x, upstream)
+    y, x_grad, (gamma_grad,) = outputs_and_gradients(layer, x, upstream)
     y_ref, x_grad_ref, gamma_grad_ref = _autodiff_reference(x, np.float32(2.5), upstream, 1e-6)
 
     np.testing.assert_allclose(y.numpy(), y_ref.numpy(), rtol=1e-5, atol=1e-6)
@@ -72,15 +62,9 @@ def test_gradients_match_finite_differences_in_float64():
         layer.gamma.assign(gamma)
         return float(tf.reduce_sum(layer(tf.constant(x)) * upstream))
 
-    _, x_grad, gamma_grad = _outputs_and_gradients(layer, x, upstream)
-    step = 1e-6
-    numeric_x = np.zeros_like(x)
-    for index in np.ndindex(x.shape):
-        plus, minus = x.copy(), x.copy()
-        plus[index] += step
-        minus[index] -= step
-        numeric_x[index] = (loss(plus) - loss(minus)) / (2 * step)
-    numeric_gamma = (loss(x, 1.7 + step) - loss(x, 1.7 - step)) / (2 * step)
+    _, x_grad, (gamma_grad,) = outputs_and_gradients(layer, x, upstream)
+    numeric_x = finite_differences(loss, x)
+    numeric_gamma = finite_differences(lambda gamma: loss(x, float(gamma)), 1.7)
     np.testing.assert_allclose(x_grad.numpy(), numeric_x, rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(gamma_grad.numpy(), numeric_gamma, rtol=1e-6)
 
@@ -92,7 +76,7 @@ def test_a_vector_shorter_than_epsilon_is_divided_by_epsilon_with_a_finite_gradi
     layer.gamma.assign(3**0.5)  # In float64: the initializer's sqrt(3) is float32's.
     x = np.array([[0.0, 0.0, 0.0], [1e-3, 0.0, 0.0], [3.0, 0.0, 4.0]])
     upstream = RNG.normal(size=(3, 3))
-    y, x_grad, gamma_grad = _outputs_and_gradients(layer, x, upstream)
+    y, x_grad, (gamma_grad,) = outputs_and_gradients(layer, x, upstream)
     y_ref, x_grad_ref, gamma_grad_ref = _autodiff_reference(x, 3**0.5, upstream, 1e-2)
     np.testing.assert_allclose(y.numpy(), y_ref.numpy(), rtol=1e-12)
     np.testing.assert_allclose(y.numpy()[:2], [[0.0, 0.0, 0.0], [3**0.5 * 0.1, 0.0, 0.0]], rtol=1e-12)
