@@ -49,6 +49,7 @@ import tensorflow as tf  # noqa: E402
 from app.config import ModelConfig  # noqa: E402
 from app.flag_types import int_at_least, name_list, positive_int  # noqa: E402
 from app.model import build_transformer  # noqa: E402
+from app.precision import matmul_peak  # noqa: E402
 from app.train_command import SIZE_DEFAULTS  # noqa: E402
 from app.training import TrainConfig, make_optimizer, make_train_step  # noqa: E402
 from benchmarks.keras_hub_peer import (  # noqa: E402
@@ -58,7 +59,6 @@ from benchmarks.keras_hub_peer import (  # noqa: E402
     fixed_length_arrays,
     lengths,
     machine_header,
-    matmul_peak,
     training_flops,
     useful_fraction,
 )

@@ -3,7 +3,6 @@
     peer = build_keras_hub_transformer(ModelConfig.from_size("tiny", vocab_size=8000))
     arrays = fixed_length_arrays(pairs.source, pairs.target)       # the example's padding
     flops = training_flops(config, source_lengths, target_lengths)  # non-padding tokens only
-    peak = matmul_peak("float32")                                   # FLOP/s of this machine
 
 The peer is the model of keras-hub's English-Spanish example
 (https://keras.io/examples/nlp/neural_machine_translation_with_keras_hub/), written
@@ -192,32 +191,6 @@ def lengths(source, labels):
 
 # ---------------------------------------------------------------------------------------
 # This machine.
-
-
-def matmul_peak(dtype="float32", n=2048, chain=4, repeats=10):
-    """Matrix-multiply FLOP/s of this machine: the best of `repeats` timed calls.
-
-    Each call multiplies an `[n, n]` matrix by another `chain` times in a row inside one
-    `tf.function` (2 n^3 FLOPs each), so call overhead is amortized.
-    """
-    import tensorflow as tf
-
-    a = tf.cast(tf.random.stateless_normal([n, n], seed=[0, 1]), dtype)
-    b = tf.cast(tf.random.stateless_normal([n, n], seed=[0, 2]) / n**0.5, dtype)
-
-    @tf.function
-    def products(x, y):
-        for _ in range(chain):
-            x = tf.linalg.matmul(x, y)
-        return tf.reduce_sum(tf.cast(x[:, 0], tf.float32))
-
-    products(a, b).numpy()
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        products(a, b).numpy()
-        best = min(best, time.perf_counter() - start)
-    return chain * 2.0 * n**3 / best
 
 
 def machine_header():
