@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from app.config import NORMALIZATION_KINDS
+from layers.normalization import NORMALIZATIONS
 from layers.scale_normalization import ScaleNormalization, _scale_normalize_last_axis
 from tests.gradient_checks import finite_differences, outputs_and_gradients
 
@@ -100,3 +102,9 @@ def test_keras_builds_and_serializes_it():
     layer = ScaleNormalization(epsilon=1e-5, name="norm")
     clone = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
     assert type(clone) is ScaleNormalization and clone.epsilon == 1e-5 and clone.name == "norm"
+
+
+def test_every_normalization_the_configuration_accepts_has_a_layer_and_no_other():
+    # app/config.py keeps its own list, so that TensorFlow-free tools can read
+    # configurations without importing the layers; the two must name the same kinds.
+    assert tuple(NORMALIZATIONS) == NORMALIZATION_KINDS
