@@ -4,7 +4,7 @@
 weights, softmax and loss) on a machine without a GPU whose CPU has bfloat16
 instructions (x86 flags `amx_bf16` or `avx512_bf16`) *and* runs bfloat16 matrix
 products at least `BFLOAT16_MIN_SPEEDUP` times as fast as float32 ones, timed here in a
-fraction of a second; in float32 everywhere else. The flags alone do not say it:
+second or two; in float32 everywhere else. The flags alone do not say it:
 
 | 2-core CPU | bfloat16 / float32, `tf.matmul` | a tiny training step |
 | --- | --- | --- |
@@ -14,9 +14,9 @@ fraction of a second; in float32 everywhere else. The flags alone do not say it:
 
 (`benchmarks/bench_training.py`; docs/results.md, "Speed".) The last CPU lists the same
 bfloat16 flag as the AMD one, but TensorFlow's bfloat16 products run at half its float32
-speed there, and a step in mixed bfloat16 took 1.6 times as long. The casts, the
-float32 softmax and loss and the elementwise work do not get faster in bfloat16, so the
-products must gain well over 1x for the step to gain at all. The default recipe scored
+speed there, and a step in mixed bfloat16 took 1.6 times as long. The casts, and the
+softmax and loss kept in float32, do not get faster in bfloat16, so the products must
+gain somewhat more than 1x for the step to gain at all. The default recipe scored
 within the spread of its float32 runs in mixed bfloat16 (docs/results.md, "What was
 tried"). GPUs keep float32 unless asked: their mixed precision was not measured here.
 """
