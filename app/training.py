@@ -34,7 +34,7 @@ from app.precision import PRECISIONS
 from app.progress import make_progress
 from app.schedule import WarmupInverseSqrt, cooldown_steps, resolve_warmup_steps
 from app.strategy import check_same_on_all_workers, is_chief, max_over_workers
-from app.time_budget import PaceMeter, cooldown_has_begun, describe_plan, plan_run_length
+from app.time_budget import PaceMeter, cooldown_for_new_end, cooldown_has_begun, describe_plan, plan_run_length
 from data.atomic_files import write_atomically
 
 
@@ -360,8 +360,8 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
         _drop_records_after(metrics_path, int(progress.step))
         drop_events_after(os.path.join(model_dir, "train"), int(progress.step))
     seconds_before = float(progress.seconds) if restored else 0.0
-    total_steps = _resumed_run_length(config, progress, max_steps)
-    progress.set_plan(total_steps, config.resolved_cooldown(total_steps))
+    total_steps, cooldown = _resumed_plan(config, progress, max_steps)
+    progress.set_plan(total_steps, cooldown)
     # Multi-worker: every worker must start at the same step with the same vocabulary, and
     # compute in the same precision (`--precision auto` could differ between CPUs).
     check_same_on_all_workers(
@@ -475,11 +475,13 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
         ])
         per_step, per_evaluation = (None if value == unknown else value for value in (per_step, per_evaluation))
         remaining = -overdue
+        cooldown = int(progress.cooldown_steps)
         new = plan_run_length(
-            step, planned, max_steps, config.cooldown_fraction, config.eval_every, per_step, per_evaluation, remaining
+            step, planned, cooldown, max_steps, config.cooldown_fraction, config.eval_every,
+            per_step, per_evaluation, remaining,
         )
         if new != planned:
-            progress.set_plan(new, config.resolved_cooldown(new))
+            progress.set_plan(new, cooldown_for_new_end(step, planned, cooldown, new, config.cooldown_fraction))
             if progbar:
                 progbar.target = new
         # The pace wavers by a few percent from record to record, and the end with it:
@@ -661,18 +663,16 @@ def _total_steps(config, steps_per_epoch):
     return min(limits)
 
 
-def _resumed_run_length(config, progress, max_steps):
-    """The run's length on (re)starting: `max_steps`, unless a time budget had already
-    shortened it and the cooldown of that shorter run has begun, which fixes its end."""
-    planned = int(progress.planned_steps)
+def _resumed_plan(config, progress, max_steps):
+    """The run's length and cooldown on (re)starting: `max_steps` and its cooldown, unless a
+    time budget had already moved the end and the cooldown of that run has begun, which
+    keeps both as the checkpoint has them (the cooldown possibly re-sloped,
+    `app.time_budget.cooldown_for_new_end`)."""
+    planned, cooldown = int(progress.planned_steps), int(progress.cooldown_steps)
     step = int(progress.step)
-    if (
-        config.time_budget_minutes
-        and 0 < planned <= max_steps
-        and cooldown_has_begun(step, planned, config.cooldown_fraction)
-    ):
-        return planned
-    return max_steps
+    if config.time_budget_minutes and 0 < planned <= max_steps and cooldown_has_begun(step, planned, cooldown):
+        return planned, cooldown
+    return max_steps, config.resolved_cooldown(max_steps)
 
 
 def _drop_records_after(path, step):
