@@ -276,13 +276,13 @@ def test_a_cooldown_under_way_is_re_sloped_to_end_in_time(small_data, tmp_path):
     # it, so the plan holds the earliest end that has not (48, cooldown 24). At step 30
     # the cooldown has begun (updates past 25 annealed) and 12 s are left: 6 s of steps
     # to 42 with the evaluations at 40 and the end. The end moves to 42, and the cooldown
-    # from update 30's factor, 19 / 24, to 13 / ceil(13 * 24 / 19) = 13 / 17. Kept at 48,
-    # the run would have spent 33 s.
+    # is re-sloped: update 30's factor, 19 / 24, becomes 13 / ceil(13 * 24 / 19) = 13 / 17,
+    # falling from there to 1 / 17 at step 42. Kept at 48, the run would have spent 33 s.
     steady = budgeted_run(small_data, tmp_path / "steady", cooldown_fraction=0.5)
     assert (steady["step"], steady["seconds"]) == (42, 30.0)
     # The machine slows to 1 s a batch after the 30th. At step 35 the pace over steps 5
-    # to 35 is 17.5 / 30 s and 7 s are left: the end moves to 40, the cooldown from 8 / 17
-    # to 6 / ceil(6 * 17 / 8) = 6 / 13. With the end fixed once the cooldown began, the
+    # to 35 is 17.5 / 30 s and 7 s are left: the end moves to 40, and update 35's factor,
+    # 8 / 17, becomes 6 / ceil(6 * 17 / 8) = 6 / 13. With the end fixed once the cooldown began, the
     # deadline would have stopped it at step 45, 9 s late, at 4 / 24 of the rate.
     slowed = budgeted_run(small_data, tmp_path / "slowed", cooldown_fraction=0.5,
                           seconds_per_batch=lambda number: 0.5 if number <= 30 else 1.0)
