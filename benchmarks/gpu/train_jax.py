@@ -238,7 +238,14 @@ def make_greedy(model):
 
 
 def validation_bleu(greedy, variables, source, references, sentencepiece_model):
-    """(cased BLEU, lowercased BLEU) of greedy translations of every validation sentence."""
+    """(cased BLEU, lowercased BLEU, length ratio, hypotheses) of greedy translations of
+    every validation sentence.
+
+    The length ratio is the translations' 13a tokens over the references' (sacreBLEU's
+    sys_len / ref_len, lowercased): on test the whole gap to the published figure is
+    length (docs/results.md, "Where a point of the gap goes"), so a recipe's effect on it
+    is worth seeing beside its BLEU.
+    """
     import sacrebleu
 
     batch = padded(source)
@@ -250,8 +257,8 @@ def validation_bleu(greedy, variables, source, references, sentencepiece_model):
         row = row[: row.index(END_ID)] if END_ID in row else row
         hypotheses.append(sentencepiece_model.decode([int(i) for i in row if i >= 3]))
     cased = sacrebleu.corpus_bleu(hypotheses, [references]).score
-    lowercased = sacrebleu.corpus_bleu(hypotheses, [references], lowercase=True).score
-    return cased, lowercased, hypotheses
+    lowercased = sacrebleu.corpus_bleu(hypotheses, [references], lowercase=True)
+    return cased, lowercased.score, lowercased.sys_len / lowercased.ref_len, hypotheses
 
 
 # ---------------------------------------------------------------------------------------
@@ -296,8 +303,9 @@ def run_recipe(recipe: Recipe, data_folder: str, log, on_evaluation=None):
     Every seed starts from its own initial weights (Keras's global seed set to it before
     the model is built) and trains on `train.py`'s batches for that seed, the first seed
     in their order (`batches.LockstepBatches`). Figures at each evaluation: training
-    loss since the last one, validation loss (label-smoothed, teacher-forced) and greedy
-    validation BLEU, per seed; at the end the same for the average of the last K weight
+    loss since the last one, validation loss (label-smoothed, teacher-forced), greedy
+    validation BLEU and the greedy translations' length against the references', per
+    seed; at the end the same for the average of the last K weight
     snapshots, for each K in `recipe.average`.
     """
     import sentencepiece
@@ -350,14 +358,17 @@ def run_recipe(recipe: Recipe, data_folder: str, log, on_evaluation=None):
     validation_batch = (padded(validation_source), padded(validation_target))
 
     def evaluate(trainable, non_trainable):
-        """`{valid_loss, bleu, lc_bleu}`, each `mean_and_spread` over the seeds."""
+        """`{valid_loss, bleu, lc_bleu, length}`, each `mean_and_spread` over the seeds."""
         figures = []
         for index in range(len(seeds)):
             weights = (member(trainable, index), member(non_trainable, index))
             loss_sum, tokens = validation_loss(*weights, *validation_batch)
-            cased, lower, _ = validation_bleu(greedy, weights, validation_source, references, sentencepiece_model)
-            figures.append((float(loss_sum / tokens), cased, lower))
-        return {name: mean_and_spread(column) for name, column in zip(("valid_loss", "bleu", "lc_bleu"), zip(*figures))}
+            cased, lower, length, _ = validation_bleu(
+                greedy, weights, validation_source, references, sentencepiece_model
+            )
+            figures.append((float(loss_sum / tokens), cased, lower, length))
+        names = ("valid_loss", "bleu", "lc_bleu", "length")
+        return {name: mean_and_spread(column) for name, column in zip(names, zip(*figures))}
 
     snapshots, curve = [], []
     step, epoch, loss_window = 0, 0, []
@@ -388,7 +399,8 @@ def run_recipe(recipe: Recipe, data_folder: str, log, on_evaluation=None):
                     on_evaluation(dict(recipe=dataclasses.asdict(recipe), seeds=seeds, curve=curve, finished=False))
                 log(f"  {recipe.name} step {step} epoch {epoch} loss {point['train_loss']['mean']:.3f} "
                     f"valid {point['valid_loss']['mean']:.3f} greedy BLEU {point['bleu']['mean']:.2f} "
-                    f"lc {point['lc_bleu']['mean']:.2f} (sd {point['lc_bleu']['sd']:.2f} over {len(seeds)} seeds; "
+                    f"lc {point['lc_bleu']['mean']:.2f} length {point['length']['mean']:.3f} "
+                    f"(sd {point['lc_bleu']['sd']:.2f} over {len(seeds)} seeds; "
                     f"{time.perf_counter() - started:.0f}s; {steps_per_second:.1f} steps/s since the last; "
                     f"lc per seed {point['lc_bleu']['values']})")
                 span_started, span_first_step = time.perf_counter(), step
@@ -407,7 +419,8 @@ def run_recipe(recipe: Recipe, data_folder: str, log, on_evaluation=None):
         result[f"avg{k}"] = evaluate(averaged, state[1])
         log(f"  {recipe.name} average of last {k} snapshots ({recipe.snapshot_every} apart): "
             f"valid {result[f'avg{k}']['valid_loss']['mean']:.3f} BLEU {result[f'avg{k}']['bleu']['mean']:.2f} "
-            f"lc {result[f'avg{k}']['lc_bleu']['mean']:.2f} (per seed {result[f'avg{k}']['lc_bleu']['values']})")
+            f"lc {result[f'avg{k}']['lc_bleu']['mean']:.2f} length {result[f'avg{k}']['length']['mean']:.3f} "
+            f"(per seed {result[f'avg{k}']['lc_bleu']['values']})")
     return result
 
 
