@@ -1,9 +1,14 @@
-"""benchmarks/gpu/train_jax.py's validation scores: BLEU and the length of what it scored.
+"""What benchmarks/gpu/train_jax.py's sweep reports: its pace, and the scores and length of
+what it decoded.
 
-The sweep decodes greedily and scores with sacreBLEU; the length ratio beside BLEU is
-what docs/results.md found the gap to the published figure to be made of. A fake greedy
-decoder and tokenizer give outputs known by hand. Runs where JAX is installed; skipped
-elsewhere, as CI is.
+- Pace: a session's device time once ended a sweep a few seconds before its only
+  evaluation, at step 16,000, when the sweep logged nothing after step 1,000: the call
+  came back with no figure at all.
+- Scores: the sweep decodes greedily and scores with sacreBLEU; the length ratio beside
+  BLEU is what docs/results.md found the gap to the published figure to be made of. A
+  fake greedy decoder and tokenizer give outputs known by hand.
+
+Runs where JAX is installed; skipped elsewhere, as CI is.
 """
 
 import sys
@@ -18,6 +23,23 @@ WORDS = {3: "ein", 4: "hund", 5: "zwei", 6: "katzen", 7: "laufen", 8: "schnell"}
 END_ID = 2
 
 
+@pytest.fixture
+def train_jax(monkeypatch):
+    """The sweep's module, imported under the JAX backend."""
+    pytest.importorskip("jax")
+    monkeypatch.setenv("KERAS_BACKEND", "jax")
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks" / "gpu"))
+    monkeypatch.delitem(sys.modules, "train_jax", raising=False)
+    import train_jax
+
+    return train_jax
+
+
+def test_the_sweep_logs_its_pace_early_and_then_every_2000_steps(train_jax):
+    logged = [step for step in range(1, 9001) if train_jax.reports_pace(step)]
+    assert logged == [100, 1000, 2000, 4000, 6000, 8000]
+
+
 class WordsTokenizer:
     """Decodes ids to the words of WORDS, one word an id."""
 
@@ -25,14 +47,8 @@ class WordsTokenizer:
         return " ".join(WORDS[i] for i in ids)
 
 
-def test_validation_bleu_scores_the_text_before_the_end_token_and_its_length(monkeypatch):
-    pytest.importorskip("jax")
+def test_validation_bleu_scores_the_text_before_the_end_token_and_its_length(train_jax):
     sacrebleu = pytest.importorskip("sacrebleu")
-    monkeypatch.setenv("KERAS_BACKEND", "jax")
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks" / "gpu"))
-    monkeypatch.delitem(sys.modules, "train_jax", raising=False)
-    import train_jax
-
     # Row 0 says "ein hund" and ends; what follows its end token must not count. Row 1
     # never ends: all of it counts (padding, id 0, is not text).
     decoded = np.array([[3, 4, END_ID, 8, 8], [5, 6, 7, 8, 0]], np.int32)
