@@ -9,7 +9,7 @@ With neither --checkpoint nor --average-last, the run's settings.json says which
 tiny averages its newest 10 checkpoints, base and big their newest 5 and 20, as the paper
 did; small takes the best by validation BLEU (`train.py --average-last`).
 
-See app/export.py for the signatures and guarantees.
+See app/export/saved_model.py for the signatures and guarantees.
 """
 
 import argparse
@@ -18,7 +18,7 @@ import sys
 
 
 def parse_args(argv=None):
-    from app.cli import add_decoding_arguments, add_weights_arguments
+    from app.cli.flags import add_decoding_arguments, add_weights_arguments
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
@@ -38,11 +38,11 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    from app.quiet_tensorflow import import_tensorflow
+    from app.cli.quiet_tensorflow import import_tensorflow
 
     import_tensorflow()
-    from app.decoding import DecodingConfig
-    from app.export import ExportError, check_export_base, export, export_metadata, load_translator
+    from app.decoding.translate import DecodingConfig
+    from app.export.saved_model import ExportError, check_export_base, export, export_metadata, load_translator
     from app.serving.rest_api import MODEL_NAME
 
     try:

@@ -19,9 +19,9 @@ import sys  # noqa: E402
 
 
 def parse_args(argv=None):
-    from app.cli import add_model_arguments
-    from app.train_command import add_training_arguments
-    from data.cli import add_data_arguments
+    from app.cli.flags import add_model_arguments
+    from app.training.command import add_training_arguments
+    from data.flags import add_data_arguments
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_arguments(parser)
@@ -32,11 +32,11 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
-    from app.quiet_tensorflow import import_tensorflow
+    from app.cli.quiet_tensorflow import import_tensorflow
 
     import_tensorflow()  # first: parsing the flags imports TensorFlow
     args = parse_args(argv)
-    from app.train_command import run
+    from app.training.command import run
 
     return run(args, started=STARTED)
 

@@ -18,9 +18,9 @@ import re
 import sys
 import time
 
-from app.cli import DEFAULT_BEAM_SIZE, add_decoding_arguments, add_weights_arguments
-from app.flag_types import positive_int
-from app.quiet_tensorflow import import_tensorflow
+from app.cli.flags import DEFAULT_BEAM_SIZE, add_decoding_arguments, add_weights_arguments
+from app.cli.flag_types import positive_int
+from app.cli.quiet_tensorflow import import_tensorflow
 
 # What a JSON value is, by the Python type json.load gives it, for messages.
 JSON_KINDS = {
@@ -171,7 +171,7 @@ def saved_model_data_config(args):
     Exports made before export_info.json recorded the data name none of it; then
     `--dataset`, `--source-lang` and `--target-lang` must all be given.
     """
-    from app.export import EXPORT_INFO
+    from app.export.saved_model import EXPORT_INFO
     from data.config import DataConfig
     from data.errors import DataError
 
@@ -193,7 +193,7 @@ def saved_model_data_config(args):
 
 def read_export_info(saved_model):
     """A SavedModel's export_info.json as a dict; {} for exports made before it existed."""
-    from app.export import EXPORT_INFO
+    from app.export.saved_model import EXPORT_INFO
     from data.errors import DataError
 
     path = os.path.join(saved_model, EXPORT_INFO)
@@ -263,7 +263,7 @@ def read_data_config(args):
     export_info.json only: nothing heavy loads."""
     if args.saved_model:
         return None if (args.source or args.reference) else saved_model_data_config(args)
-    from app.train_command import load_settings
+    from app.model_dir.settings import load_settings
 
     _, data_config, _ = load_settings(args.model_dir)
     return data_config
@@ -288,7 +288,7 @@ def make_translate_fn(args, decoding):
         if source_lengths is not None:
             # The signature would refuse a too large alpha only once it runs, with a graph
             # assertion; the limit the SavedModel reports is the model's positions.
-            from app.decoding import checked_alpha
+            from app.decoding.translate import checked_alpha
 
             checked_alpha(args.alpha, int(source_lengths(tf.constant([], tf.string))["limit"]))
 
@@ -303,7 +303,7 @@ def make_translate_fn(args, decoding):
 
         return translate, _measure_fn(source_lengths), args.saved_model
 
-    from app.export import load_translator
+    from app.export.saved_model import load_translator
 
     translator, weights = load_translator(args.model_dir, args.checkpoint, args.average_last, decoding)
 
@@ -422,8 +422,8 @@ def moses_lowercase_bleu(hypotheses, references, target_lang=None):
 def main(argv=None):
     args = parse_args(argv)
     import_tensorflow()
-    from app.decoding import DecodingConfig
-    from app.export import ExportError
+    from app.decoding.translate import DecodingConfig
+    from app.export.saved_model import ExportError
     from data.errors import DataError
 
     try:

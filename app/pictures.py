@@ -42,8 +42,8 @@ import sys
 
 import numpy as np
 
-from app.cli import add_decoding_arguments, add_weights_arguments
-from app.quiet_tensorflow import import_tensorflow
+from app.cli.flags import add_decoding_arguments, add_weights_arguments
+from app.cli.quiet_tensorflow import import_tensorflow
 
 # The three kinds of attention: file name, title, and which pieces label rows and columns.
 ATTENTION_KINDS = {
@@ -56,7 +56,7 @@ AXIS_NAMES = {
     "target_pieces": "decoder input",
     "predicted_pieces": "predicted piece",
 }
-# The curves, by metrics.jsonl key (see app/training.py): (panel, legend label). Panels
+# The curves, by metrics.jsonl key (see app/training/loop.py): (panel, legend label). Panels
 # appear in this order. Both losses are label-smoothed, so they compare.
 CURVES = {
     "loss": ("loss per target token (label-smoothed cross-entropy)", "training"),
@@ -97,7 +97,7 @@ def collect_attention(transformer, source_ids, target_ids):
     so the logits are the model's own.
 
     Args:
-        transformer: an `app.model.Transformer`.
+        transformer: an `app.model.transformer.Transformer`.
         source_ids: int32 `[B, S]`, 0 = padding, the end token last.
         target_ids: int32 `[B, T]`, the decoder input: the start token, then the target.
 
@@ -139,11 +139,11 @@ def sentence_attention(translator, sentence, target=None, decoding=None):
     """Translates `sentence` and collects the attention over it and its translation.
 
     Args:
-        translator: an `app.export.Translator` (tokenizer and model).
+        translator: an `app.export.saved_model.Translator` (tokenizer and model).
         sentence: raw source text.
         target: raw target text to show instead of the model's translation (e.g. the
             reference); None translates.
-        decoding: an `app.decoding.DecodingConfig`; None is the paper's beam 4, alpha 0.6.
+        decoding: an `app.decoding.translate.DecodingConfig`; None is the paper's beam 4, alpha 0.6.
 
     Returns:
         A `SentenceAttention`.
@@ -151,7 +151,7 @@ def sentence_attention(translator, sentence, target=None, decoding=None):
     import sentencepiece
     import tensorflow as tf
 
-    from app.decoding import DecodingConfig, translate_ids
+    from app.decoding.translate import DecodingConfig, translate_ids
     from data.tokenizer import END_ID, PAD_ID, START_ID
 
     decoding = decoding or DecodingConfig()
@@ -273,7 +273,7 @@ def write_attention_pictures(attention: SentenceAttention, output_dir, per_layer
 
 
 def read_metrics(path):
-    """The records of a `metrics.jsonl` written by `app.training`, in file order.
+    """The records of a `metrics.jsonl` written by `app.training.loop`, in file order.
 
     A last line without its newline is skipped if it does not parse: training is
     writing it right now (the file is read while a run goes on).
@@ -400,8 +400,8 @@ def parse_args(argv=None):
 
 
 def run_attention(args):
-    from app.decoding import DecodingConfig
-    from app.export import ExportError, load_translator
+    from app.decoding.translate import DecodingConfig
+    from app.export.saved_model import ExportError, load_translator
 
     # Nothing to attend over but the end token: no picture worth drawing.
     for flag, text in (("--sentence", args.sentence), ("--target", args.target)):

@@ -10,7 +10,7 @@ against either server. Endpoints (TF Serving's, plus the page and the batch metr
     GET  /v1/models/{name}[/versions/{v}]              version status
     GET  /v1/models/{name}[/versions/{v}]/metadata     signature definitions
     POST /v1/models/{name}[/versions/{v}]:predict      row ("instances") or columnar ("inputs")
-    GET  /                                             the translation page (app/static/)
+    GET  /                                             the translation page (app/serving/static/)
     GET  /monitoring/prometheus/metrics                requests and batch sizes, Prometheus text
 
 As in TF Serving, "/v1/models" matches in any case, and a version label
@@ -37,7 +37,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from app.quiet_tensorflow import import_tensorflow
+from app.cli.quiet_tensorflow import import_tensorflow
 from app.serving.batching import Batcher, BatchingParameters, client_connected
 from app.serving.models import LoadedVersion, ModelManager
 from app.serving.rest_api import (
@@ -52,7 +52,7 @@ from app.serving.rest_api import (
 )
 
 log = logging.getLogger("app.serve")
-PAGE = Path(__file__).resolve().parent / "static" / "index.html"
+PAGE = Path(__file__).resolve().parent / "serving" / "static" / "index.html"
 # tensorflow_serving/model_servers/http_rest_api_util.cc:
 # /v1/models[/NAME][/versions/N | /labels/LABEL][:METHOD][/metadata], case-insensitive.
 MODEL_PATH = re.compile(

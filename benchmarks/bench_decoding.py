@@ -28,11 +28,11 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from app.beam_search import END_ID, PAD_ID, START_ID, beam_search  # noqa: E402
-from app.config import SIZES, ModelConfig  # noqa: E402
-from app.decoding import translate_ids  # noqa: E402
-from app.flag_types import float_at_least, int_at_least, int_list, name_list, positive_int  # noqa: E402
-from app.model import Transformer, build_transformer  # noqa: E402
+from app.decoding.beam_search import END_ID, PAD_ID, START_ID, beam_search  # noqa: E402
+from app.model.config import SIZES, ModelConfig  # noqa: E402
+from app.decoding.translate import translate_ids  # noqa: E402
+from app.cli.flag_types import float_at_least, int_at_least, int_list, name_list, positive_int  # noqa: E402
+from app.model.transformer import Transformer, build_transformer  # noqa: E402
 from data.config import DEFAULT_VOCAB_SIZE  # noqa: E402
 
 

@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.flag_types import int_list, name_list, positive_int  # noqa: E402
+from app.cli.flag_types import int_list, name_list, positive_int  # noqa: E402
 from app.serving.models import list_versions  # noqa: E402
 
 # --modes: the local server with dynamic batching (--enable_batching true) and without.
@@ -49,7 +49,7 @@ class ServerFailed(Exception):
 def export_tiny(directory):
     """Trains the tests' small model for four steps and exports it; returns the base path."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    from app.export import export, load_translator
+    from app.export.saved_model import export, load_translator
     from tests.tiny_run import train_tiny_run
 
     run = Path(directory) / "run"

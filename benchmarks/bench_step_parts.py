@@ -4,11 +4,11 @@
     python benchmarks/bench_step_parts.py --tokens 6144 --d-model 256 --d-ff 1024   # small's
 
 - loss: the label-smoothed cross-entropy's forward and backward over `[tokens, vocab]`
-  logits, as `app.losses` computes it (gradient written out, p - t) against TensorFlow's
+  logits, as `app.training.losses` computes it (gradient written out, p - t) against TensorFlow's
   autodiff of the same loss (one-hot target, product, log-softmax).
 - output: the pre-softmax projection of `[tokens, d_model]` decoder states onto the
   vocabulary followed by that loss, forward and backward: the whole `[tokens, vocab]`
-  logits (the plain path) against `app.output_loss`, which projects, scores and
+  logits (the plain path) against `app.training.output_loss`, which projects, scores and
   back-projects 512 rows at a time.
 - projections: the query, key and value projections of one self-attention layer,
   forward and backward, as three `[d_model, d_model]` matmuls (what
@@ -41,9 +41,9 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from app.flag_types import int_at_least, positive_int  # noqa: E402
-from app.losses import smoothed_cross_entropy  # noqa: E402
-from app.output_loss import projected_loss_sum  # noqa: E402
+from app.cli.flag_types import int_at_least, positive_int  # noqa: E402
+from app.training.losses import smoothed_cross_entropy  # noqa: E402
+from app.training.output_loss import projected_loss_sum  # noqa: E402
 from layers.dense import Dense  # noqa: E402
 from layers.dropout import Dropout  # noqa: E402
 

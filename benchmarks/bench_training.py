@@ -25,10 +25,10 @@ biases (`--attention-bias`), which the paper's sizes, small among them, leave ou
 has them by default, so for tiny the setting changes nothing).
 The "scale-norm" ones normalize with ScaleNorm (`--normalization scale`) instead of layer
 norm.
-The "keras-adam" ones update with Keras's `Adam` instead of `app.fused_adam.FusedAdam`.
+The "keras-adam" ones update with Keras's `Adam` instead of `app.training.fused_adam.FusedAdam`.
 The "1-thread-per-op" ones give each op one CPU thread (`train.py --intra-op-threads 1`)
 where TensorFlow gives it every core; TensorFlow still runs one op at a time per core
-(`app.threads`).
+(`app.training.threads`).
 """
 
 import argparse
@@ -42,11 +42,11 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from app.config import SIZES  # noqa: E402
-from app.flag_types import int_at_least, name_list, positive_int  # noqa: E402
+from app.model.config import SIZES  # noqa: E402
+from app.cli.flag_types import int_at_least, name_list, positive_int  # noqa: E402
 
 # Every setting but the "plain loss" ones projects onto the vocabulary inside the loss,
-# a slice of rows at a time (`app.output_loss`); XLA always takes the plain path.
+# a slice of rows at a time (`app.training.output_loss`); XLA always takes the plain path.
 SETTINGS = {
     "float32": dict(precision="float32", jit=False, fused_loss=True),
     "float32+plain-loss": dict(precision="float32", jit=False, fused_loss=False),
@@ -100,14 +100,14 @@ def run_one(args):
     import keras
     import tensorflow as tf
 
-    from app.threads import set_cpu_threads
+    from app.training.threads import set_cpu_threads
 
     # Before any op: TensorFlow makes its thread pools once, at its first.
     set_cpu_threads(intra_op=SETTINGS[args.setting].get("intra_op_threads"))
 
-    from app.config import ModelConfig
-    from app.model import build_transformer
-    from app.training import TrainConfig, make_optimizer, make_train_step
+    from app.model.config import ModelConfig
+    from app.model.transformer import build_transformer
+    from app.training.loop import TrainConfig, make_optimizer, make_train_step
     from data.config import DataConfig
     from data.dataset import prepare_data
     from layers.dropout import Dropout
@@ -126,9 +126,9 @@ def run_one(args):
     if setting.get("optimizer") == "keras":
         # This process only: Keras's own Adam, a dozen ops per variable, in place of the
         # fused one.
-        import app.training
+        import app.training.loop
 
-        app.training.FusedAdam = keras.optimizers.Adam
+        app.training.loop.FusedAdam = keras.optimizers.Adam
     if setting.get("attention_bias"):
         overrides["attention_bias"] = True
     if setting.get("normalization"):
@@ -177,7 +177,7 @@ def run_one(args):
 
 def _batch_tokens(text):
     # Imported here: the data package loads TensorFlow, which only the settings' processes use.
-    from data.cli import batch_tokens
+    from data.flags import batch_tokens
 
     return batch_tokens(text)
 

@@ -7,7 +7,7 @@
 Beam 4, the first `--batch-sizes` sentences of Multi30k validation (en->de, the
 project's subword ids, sources of at most 40 ids), decoded three ways:
 
-- project: `translate_ids` (app/decoding.py), the path export.py serves: the encoder
+- project: `translate_ids` (app/decoding/translate.py), the path export.py serves: the encoder
   runs once, the decoder one position per step with its key/value cache, inside a
   `tf.function`; length penalty alpha 0.6.
 - keras-hub, tf.function: the example's `decode_sequences` with
@@ -52,11 +52,11 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from keras import ops  # noqa: E402
 
-from app.beam_search import END_ID, PAD_ID, START_ID  # noqa: E402
-from app.config import SIZES, ModelConfig  # noqa: E402
-from app.decoding import translate_ids  # noqa: E402
-from app.flag_types import float_at_least, int_list, name_list, positive_int  # noqa: E402
-from app.model import Transformer, build_transformer  # noqa: E402
+from app.decoding.beam_search import END_ID, PAD_ID, START_ID  # noqa: E402
+from app.model.config import SIZES, ModelConfig  # noqa: E402
+from app.decoding.translate import translate_ids  # noqa: E402
+from app.cli.flag_types import float_at_least, int_list, name_list, positive_int  # noqa: E402
+from app.model.transformer import Transformer, build_transformer  # noqa: E402
 from benchmarks.keras_hub_peer import (  # noqa: E402
     MAX_SEQUENCE_LENGTH,
     build_keras_hub_transformer,

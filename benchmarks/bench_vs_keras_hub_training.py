@@ -7,7 +7,7 @@
 Two ways to train the same-size model on the bundled Multi30k en->de, with the same
 subword ids (the project's vocabulary), in one process, side by side:
 
-- project: `build_transformer` and `make_train_step` (app/training.py: label-smoothed
+- project: `build_transformer` and `make_train_step` (app/training/loop.py: label-smoothed
   loss over non-padding tokens, Adam on the paper's schedule, the size's dropout), on
   `prepare_data`'s token-budget batches bucketed by length (train.py's defaults: 2,048
   tokens for tiny, 4,096 until 2026-11-24, and 6,144 for small; `--batch-tokens`).
@@ -46,12 +46,12 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from app.config import ModelConfig  # noqa: E402
-from app.flag_types import int_at_least, name_list, positive_int  # noqa: E402
-from app.model import build_transformer  # noqa: E402
-from app.precision import matmul_peak  # noqa: E402
-from app.train_command import SIZE_DEFAULTS  # noqa: E402
-from app.training import TrainConfig, make_optimizer, make_train_step  # noqa: E402
+from app.model.config import ModelConfig  # noqa: E402
+from app.cli.flag_types import int_at_least, name_list, positive_int  # noqa: E402
+from app.model.transformer import build_transformer  # noqa: E402
+from app.training.precision import matmul_peak  # noqa: E402
+from app.training.command import SIZE_DEFAULTS  # noqa: E402
+from app.training.loop import TrainConfig, make_optimizer, make_train_step  # noqa: E402
 from benchmarks.keras_hub_peer import (  # noqa: E402
     BATCH_SIZE,
     MAX_SEQUENCE_LENGTH,
@@ -62,7 +62,7 @@ from benchmarks.keras_hub_peer import (  # noqa: E402
     training_flops,
     useful_fraction,
 )
-from data.cli import batch_tokens as batch_tokens_flag  # noqa: E402
+from data.flags import batch_tokens as batch_tokens_flag  # noqa: E402
 from data.config import DataConfig  # noqa: E402
 from data.dataset import prepare_data  # noqa: E402
 

@@ -13,7 +13,7 @@ them, no `mask_zero`, as in the example's code), `num_layers` `TransformerEncode
 layer, as in the example; the project shares all three matrices.
 
 Used by bench_vs_keras_hub_training.py and bench_vs_keras_hub_decoding.py, and pinned by
-tests/test_bench_vs_keras_hub.py.
+tests/benchmarks/test_bench_vs_keras_hub.py.
 
 Dimension names: N layers, D d_model, F d_ff, H heads, V vocabulary, s / t the
 non-padding source / decoder positions of one sentence.

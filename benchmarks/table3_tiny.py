@@ -34,9 +34,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from app.flag_types import int_at_least, positive_int  # noqa: E402
+from app.cli.flag_types import int_at_least, positive_int  # noqa: E402
 
-# Tiny is h = 4 heads of d_k = d_v = 32 over d_model = 128 (see app/config.py). Rows
+# Tiny is h = 4 heads of d_k = d_v = 32 over d_model = 128 (see app/model/config.py). Rows
 # change what the paper's rows change, scaled to that width.
 ROWS = {
     "base": ("tiny, the recipe pinned below (P_drop 0.3, Adam, 4,096-token batches)", []),
@@ -151,8 +151,8 @@ def final_evaluation(model_dir, steps):
 
 def parameter_count(model_dir):
     """Trainable parameters of a run's model, rebuilt from its settings.json."""
-    from app.config import ModelConfig
-    from app.model import build_transformer
+    from app.model.config import ModelConfig
+    from app.model.transformer import build_transformer
 
     with open(os.path.join(model_dir, "settings.json")) as f:
         config = ModelConfig.from_dict(json.load(f)["model"])

@@ -5,7 +5,7 @@ learned scale and shift per feature (2 D weights). ScaleNorm only projects the v
 onto the sphere of radius `g`, with a single learned scalar `g` initialized to sqrt(D),
 the length of a unit-variance vector: no mean, no per-feature weights. Its authors found
 it trained small translation pairs better than layer norm; here it is the model option
-`normalization="scale"` (`app/config.py`), in place of every layer norm.
+`normalization="scale"` (`app/model/config.py`), in place of every layer norm.
 
     n = max(||x||, epsilon)         x_hat = x / n           y = g * x_hat
 
@@ -66,7 +66,7 @@ class ScaleNormalization(keras.layers.Layer):
         epsilon: the least length divided by, so that a zero vector stays zero.
 
     Weights: `gamma`, a scalar initialized to sqrt(D). It is named as a layer norm's
-    scale is, so that the optimizer leaves it out of weight decay (`app/fused_adam.py`).
+    scale is, so that the optimizer leaves it out of weight decay (`app/training/fused_adam.py`).
     """
 
     def __init__(self, epsilon=1e-6, **kwargs):

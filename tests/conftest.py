@@ -9,7 +9,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 # TensorFlow's start-up lines ignore TF_CPP_MIN_LOG_LEVEL. One pytest process hides them in
 # its capture of collection, but pytest-xdist's workers would print them after the summary.
-from app.quiet_tensorflow import import_tensorflow  # noqa: E402
+from app.cli.quiet_tensorflow import import_tensorflow  # noqa: E402
 
 import_tensorflow()
 
@@ -73,7 +73,7 @@ def exported(model_dir, tmp_path_factory):
     """
     import tensorflow as tf
 
-    from app.export import export, load_translator
+    from app.export.saved_model import export, load_translator
 
     base = str(tmp_path_factory.mktemp("exports") / "translator")
     translator, _ = load_translator(model_dir)

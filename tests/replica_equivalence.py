@@ -11,7 +11,7 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from app.strategy import make_strategy  # noqa: E402  (before TensorFlow starts)
+from app.training.strategy import make_strategy  # noqa: E402  (before TensorFlow starts)
 
 REPLICAS = 8
 
@@ -22,9 +22,9 @@ def main(optimizer_name):
     import numpy as np
     import tensorflow as tf
 
-    from app.config import ModelConfig
-    from app.model import build_transformer
-    from app.training import TrainConfig, make_optimizer, make_train_step
+    from app.model.config import ModelConfig
+    from app.model.transformer import build_transformer
+    from app.training.loop import TrainConfig, make_optimizer, make_train_step
 
     config = ModelConfig.from_size(
         "tiny", vocab_size=50, num_layers=1, d_model=16, d_ff=32, num_heads=2, dropout=0.0

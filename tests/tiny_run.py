@@ -36,9 +36,9 @@ def train_tiny_run(directory, lowercase=False):
     """
     import tensorflow as tf
 
-    from app.config import ModelConfig
-    from app.train_command import save_settings
-    from app.training import TrainConfig, train
+    from app.model.config import ModelConfig
+    from app.model_dir.settings import save_settings
+    from app.training.loop import TrainConfig, train
     from data.config import DataConfig
     from data.dataset import prepare_data
 

@@ -1,7 +1,7 @@
 """The versions of one model under its base path, loaded and hot-reloaded as TF Serving does.
 
     base_path/1/, base_path/2/, ...     numeric directories are versions
-    base_path/.tmp-2-1234/              anything else is ignored (app/export.py writes there)
+    base_path/.tmp-2-1234/              anything else is ignored (app/export/saved_model.py writes there)
 
 Every --file_system_poll_wait_seconds the server loads what `ModelManager.to_load()` names:
 the newest `num_versions` versions. A new version is loaded and warmed up beside the ones being

@@ -1,7 +1,7 @@
 """The project's Keras model trained under the JAX backend: recipe sweeps and base-size timing.
 
 For a machine with a GPU and JAX but no TensorFlow. The model, loss and schedule are the
-project's own (`app.model`, `app.losses`, `app.schedule` use `keras.ops` only); the input
+project's own (`app.model.transformer`, `app.training.losses`, `app.training.schedule` use `keras.ops` only); the input
 pipeline is train.py's own bucketing (`data.buckets`, numpy only) over ids written by
 `export_token_ids.py`, so a seed trains on train.py's batches (`batches.py`); validation
 is greedy decoding (full forward pass per step, no cache) scored by sacreBLEU, and the
@@ -44,12 +44,12 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from app.config import ModelConfig  # noqa: E402
-from app.flag_types import int_at_least, positive_int  # noqa: E402  (TensorFlow-free)
-from app.fused_adam import NOT_DECAYED  # noqa: E402  (TensorFlow-free at import)
-from app.losses import summed_loss  # noqa: E402
-from app.model import build_transformer  # noqa: E402
-from app.schedule import WarmupInverseSqrt, cooldown_steps, resolve_warmup_steps  # noqa: E402
+from app.model.config import ModelConfig  # noqa: E402
+from app.cli.flag_types import int_at_least, positive_int  # noqa: E402  (TensorFlow-free)
+from app.training.fused_adam import NOT_DECAYED  # noqa: E402  (TensorFlow-free at import)
+from app.training.losses import summed_loss  # noqa: E402
+from app.model.transformer import build_transformer  # noqa: E402
+from app.training.schedule import WarmupInverseSqrt, cooldown_steps, resolve_warmup_steps  # noqa: E402
 from keras_hub_peer import training_flops  # noqa: E402  (TensorFlow-free)
 
 from batches import LockstepBatches, load_ids, padded  # noqa: E402  (numpy only)
@@ -78,7 +78,7 @@ class Recipe:
     key_dim: Optional[int] = None
     num_layers: Optional[int] = None
     positional: Optional[str] = None
-    # The defaults are tiny's as `python train.py` trains it (app/train_command.py).
+    # The defaults are tiny's as `python train.py` trains it (app/training/command.py).
     batch_tokens: int = 2048
     train_steps: int = 16000
     warmup_steps: Optional[int] = None  # None: as train.py, 8% of the run up to 4,000

@@ -1,0 +1,154 @@
+"""Command-line flags shared by the entry points: the model's configuration (train.py), which
+of a run's weights to load and how to decode them (export.py, app.evaluate, app.pictures)."""
+
+import argparse
+
+from app.model.config import NORMALIZATION_KINDS, POSITIONAL_KINDS, SHARING_MODES, SIZES, TABLE3_VARIANTS, ModelConfig
+
+# Flag name -> ModelConfig field, for the Table 3 knobs a user may override.
+_OVERRIDES = {
+    "num_layers": (int, "N, layers in the encoder and in the decoder"),
+    "d_model": (int, "model width"),
+    "d_ff": (int, "feed-forward inner width"),
+    "num_heads": (int, "attention heads h"),
+    "key_dim": (int, "d_k per head (default d_model / h)"),
+    "value_dim": (int, "d_v per head (default d_k)"),
+    "dropout": (float, "P_drop on sub-layer outputs and embeddings"),
+    "attention_dropout": (float, "dropout on attention weights"),
+    "inner_dropout": (float, "dropout after the feed-forward ReLU"),
+    "label_smoothing": (float, "epsilon_ls of the loss"),
+}
+
+
+def add_model_arguments(parser: argparse.ArgumentParser):
+    group = parser.add_argument_group("model")
+    group.add_argument("--size", default="tiny", choices=sorted(SIZES), help="named model size (default tiny)")
+    group.add_argument(
+        "--variant",
+        choices=sorted(TABLE3_VARIANTS),
+        help="a row of the paper's Table 3, which varies the base model: with --size base only",
+    )
+    for field, (kind, text) in _OVERRIDES.items():
+        group.add_argument("--" + field.replace("_", "-"), type=kind, help=text)
+    group.add_argument("--positional", choices=POSITIONAL_KINDS, help="positional encoding")
+    group.add_argument("--share-embeddings", choices=SHARING_MODES, help="which embedding matrices are shared")
+    group.add_argument(
+        "--normalization",
+        choices=NORMALIZATION_KINDS,
+        help="of every residual block: layer (the paper's layer norm, the default) or scale (ScaleNorm, "
+        "g x / ||x|| with one learned scalar g)",
+    )
+    # Both ways: tiny is pre-norm by default, so the paper's post-norm needs a flag too.
+    group.add_argument(
+        "--norm-first",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="pre-norm residual blocks (--norm-first) or the paper's post-norm (--no-norm-first); "
+        "default per size: pre-norm for tiny, post-norm otherwise",
+    )
+    group.add_argument(
+        "--attention-bias",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="biases in the attention projections (--attention-bias) or none, as in the paper "
+        "(--no-attention-bias); default per size: biases for tiny, none otherwise",
+    )
+    group.add_argument("--max-positions", type=int, help="most positions the positional encoding covers")
+    return group
+
+
+def model_config_from_args(args, vocab_size):
+    """The ModelConfig the flags describe: --size, then --variant, then single overrides.
+
+    Raises:
+        ValueError: a --variant on another size than base (its rows are the base model's
+            widths: C4's d_model 256 would double tiny), or a flag that contradicts the row.
+    """
+    overrides = {field: getattr(args, field) for field in _OVERRIDES if getattr(args, field) is not None}
+    overrides.update(
+        {
+            field: value
+            for field, value in dict(
+                positional=args.positional,
+                share_embeddings=args.share_embeddings,
+                normalization=args.normalization,
+                norm_first=args.norm_first,
+                attention_bias=args.attention_bias,
+                max_length=args.max_positions,
+            ).items()
+            if value is not None
+        }
+    )
+    if args.variant:
+        row = TABLE3_VARIANTS[args.variant]
+        if args.size != "base":
+            raise ValueError(
+                f"--variant {args.variant} is a row of the paper's Table 3, which varies the base model "
+                f"({' '.join(_flag(field, value) for field, value in row.items())} on base); give --size base, "
+                f"or set the knobs for {args.size} with their own flags"
+            )
+        for field, value in row.items():
+            if field in overrides and overrides[field] != value:
+                raise ValueError(
+                    f"{_flag(field, overrides[field])} contradicts --variant {args.variant} "
+                    f"({_flag(field, value)}); leave it out, or give the knobs without --variant"
+                )
+        overrides = {**row, **overrides}
+    return ModelConfig.from_size(args.size, vocab_size=vocab_size, **overrides)
+
+
+def _flag(field, value):
+    name = "max-positions" if field == "max_length" else field.replace("_", "-")
+    return f"--{name} {value}"
+
+
+def add_weights_arguments(parser: argparse.ArgumentParser, applies_to: str = ""):
+    """--checkpoint and --average-last: which of a training run's weights to load.
+
+    With neither, `app.export.saved_model.load_translator` takes the run's own choice, written in its
+    settings.json. `applies_to` prefixes the help, e.g. "with --model-dir: ".
+    """
+    parser.add_argument(
+        "--checkpoint",
+        help=f"{applies_to}'best' (by validation BLEU), 'latest', a checkpoint path, or the "
+        "name of a kept one such as ckpt-16000 (default: as the run's settings.json says)",
+    )
+    parser.add_argument(
+        "--average-last",
+        type=int,
+        metavar="K",
+        help=f"{applies_to}average the newest K kept checkpoints; 0: do not "
+        "(default: as the run's settings.json says)",
+    )
+
+
+# The paper's decoding (section 6.1). The same values as app.decoding.translate.DecodingConfig's
+# defaults, written out so that --help need not import TensorFlow; a test pins them equal.
+DEFAULT_BEAM_SIZE = 4
+DEFAULT_ALPHA = 0.6
+DEFAULT_MAX_EXTRA_LENGTH = 50
+
+
+def add_decoding_arguments(parser: argparse.ArgumentParser, beam_size_help: str = "beams; 1 is greedy"):
+    """--beam-size, --alpha and --max-extra-length, with the paper's values as defaults.
+
+    `beam_size_help` says what --beam-size means to this command; the default is appended.
+    """
+    parser.add_argument(
+        "--beam-size",
+        type=int,
+        default=DEFAULT_BEAM_SIZE,
+        help=f"{beam_size_help} (default {DEFAULT_BEAM_SIZE})",
+    )
+    parser.add_argument(
+        "--alpha",
+        type=float,
+        default=DEFAULT_ALPHA,
+        help=f"length penalty exponent, GNMT's ((5 + length) / 6) ** alpha (default {DEFAULT_ALPHA})",
+    )
+    parser.add_argument(
+        "--max-extra-length",
+        type=int,
+        default=DEFAULT_MAX_EXTRA_LENGTH,
+        help=f"output length limit beyond the input's (default {DEFAULT_MAX_EXTRA_LENGTH})",
+    )

@@ -1,0 +1,160 @@
+"""From the model to beam search: translate a batch of source ids with the KV cache.
+
+    transformer = Transformer(model, config)
+    ids, scores = translate_ids(transformer, source_ids, beam_size=4, alpha=0.6)
+    # ids int32 [B, K, L] (n-best, best first, no start token, end token then 0s)
+    # scores float32 [B, K]
+
+Runs eagerly or inside a `tf.function`, e.g. the serving signature
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32),
+                                  tf.TensorSpec([], tf.float32),
+                                  tf.TensorSpec([], tf.int32)])
+    def translate(source_ids, alpha, max_extra_length):
+        return translate_ids(transformer, source_ids, 4, alpha, max_extra_length)
+
+`alpha` and `max_extra_length` may be tensors chosen per request, even per sentence;
+`beam_size` fixes the shapes of every loop tensor, so it is a Python int, one traced
+function per beam size.
+
+Dimension names: B batch, S source length, K beam size, L the most output tokens.
+"""
+
+import dataclasses
+import math
+
+import numpy as np
+import tensorflow as tf
+
+from app.decoding.beam_search import END_ID, PAD_ID, START_ID, beam_search, largest_alpha, longest_output
+from app.model.transformer import Transformer
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodingConfig:
+    """How to decode; the defaults are the paper's (section 6.1)."""
+
+    # K, the number of beams (1 = greedy). A Python int: it fixes the loop's shapes.
+    beam_size: int = 4
+    # The GNMT length-penalty exponent; 0 ranks hypotheses by plain log-probability.
+    alpha: float = 0.6
+    # Each sentence may have at most (its source length + this) output tokens.
+    max_extra_length: int = 50
+
+    def __post_init__(self):
+        if not isinstance(self.beam_size, int) or self.beam_size < 1:
+            raise ValueError(f"beam_size must be a positive int, got {self.beam_size!r}")
+        if self.max_extra_length < 1:
+            raise ValueError(f"max_extra_length must be >= 1, got {self.max_extra_length!r}")
+        # A negative exponent would rank short hypotheses above long ones; the serving
+        # signature refuses one per request too.
+        if not (math.isfinite(self.alpha) and self.alpha >= 0):
+            raise ValueError(f"alpha must be a number >= 0, got {self.alpha!r}")
+
+
+def make_symbols_to_logits(transformer: Transformer):
+    """The `symbols_to_logits_fn` of `beam_search` for a model with a KV cache.
+
+    The cache holds every earlier position, so only the newest token `ids[:, step]` is
+    fed to the decoder.
+    """
+
+    def symbols_to_logits(ids, step, cache):
+        return transformer.decode_step(ids[:, step], step, cache)  # [B * K, V], cache
+
+    return symbols_to_logits
+
+
+def output_lengths(transformer: Transformer, source_ids, max_extra_length):
+    """The most output tokens of each sentence, end token included: int32 `[B]`.
+
+    Its source length + `max_extra_length`, and never more than the model's `max_length`
+    positions: decoding position t reads positional encoding t, and a learned table has
+    no row past its end (on a GPU, reading one gives zeros rather than an error).
+
+    Args:
+        source_ids: int32 `[B, S]`, 0 = padding.
+        max_extra_length: an int, or int32 of shape [] or `[B]`.
+    """
+    source_lengths = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.int32), axis=1)  # [B]
+    # The extra length is capped first, so that a huge one cannot overflow int32.
+    model_max_length = transformer.config.max_length
+    max_extra_length = tf.minimum(tf.cast(max_extra_length, tf.int32), model_max_length)
+    return tf.minimum(source_lengths + max_extra_length, model_max_length)  # [B]
+
+
+def checked_alpha(alpha, max_length):
+    """`alpha`, refused if it is larger than `largest_alpha(max_length)`.
+
+    Past that limit the length penalty of the longest outputs the model can write
+    overflows float32 and beam search ranks them by their order. A value known when the
+    graph is built (a Python or NumPy number, a constant) is refused at once with a
+    ValueError; one fed at run time (a serving request's alpha) by an assertion when the
+    graph runs (InvalidArgumentError), which both messages name.
+
+    Args:
+        alpha: a float, or float32 of shape [] or `[B]`.
+        max_length: the model's positions, which bound every output's length.
+    """
+    limit = largest_alpha(max_length)
+    message = (
+        f"alpha must be at most {limit} for a model of {max_length} positions: beyond it the length penalty "
+        f"((5 + length) / 6) ** alpha of its longest outputs overflows float32"
+    )
+    known = tf.get_static_value(alpha) if tf.is_tensor(alpha) else alpha
+    if known is not None:
+        largest = float(np.max(np.asarray(known, np.float64), initial=-np.inf))  # -inf: no sentence
+        if largest > limit:
+            raise ValueError(f"{message}; got {largest:g}")
+        return alpha
+    check = tf.debugging.assert_less_equal(tf.cast(alpha, tf.float32), limit, message=message)
+    with tf.control_dependencies([check]):
+        return tf.identity(alpha)
+
+
+def translate_ids(
+    transformer: Transformer,
+    source_ids,
+    beam_size=DecodingConfig.beam_size,
+    alpha=DecodingConfig.alpha,
+    max_extra_length=DecodingConfig.max_extra_length,
+):
+    """Translates a batch of token ids with beam search.
+
+    The source is encoded once and the memory's cross-attention keys and values are
+    projected once per sentence (`init_cache`), then the cache is tiled over the beams.
+
+    Args:
+        transformer: the model's decoding view.
+        source_ids: int32 `[B, S]`, 0 = padding.
+        beam_size: K, a Python int.
+        alpha: length-penalty exponent: a float, or float32 of shape [] or `[B]` (one
+            per sentence).
+        max_extra_length: a sentence may have at most (source length + this) output
+            tokens, end token included, and never more than the model's `max_length`
+            positions: an int, or int32 of shape [] or `[B]`.
+
+    Returns:
+        `(ids int32 [B, K, L], scores float32 [B, K])`, as `beam_search` returns them:
+        n-best, best first, each row its tokens, the end token, then 0. The score is the
+        sum of log-probs / ((5 + length) / 6) ** alpha, length counting the end token.
+    """
+    source_ids = tf.convert_to_tensor(source_ids, tf.int32)  # [B, S]
+    alpha = checked_alpha(alpha, transformer.config.max_length)
+    max_lengths = output_lengths(transformer, source_ids, max_extra_length)  # [B]
+
+    memory, memory_mask = transformer.encode(source_ids, training=False)  # [B, S, D], [B, 1, S]
+    cache = transformer.init_cache(memory, memory_mask, longest_output(max_lengths))
+    initial_ids = tf.fill(tf.shape(source_ids)[:1], START_ID)  # [B]
+    return beam_search(
+        make_symbols_to_logits(transformer),
+        initial_ids,
+        cache,
+        transformer.config.vocab_size,
+        max_lengths=max_lengths,
+        beam_size=beam_size,
+        alpha=alpha,
+        end_id=END_ID,
+        pad_id=PAD_ID,
+        start_id=START_ID,
+    )

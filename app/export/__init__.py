@@ -1,0 +1,1 @@
+"""The export: a versioned SavedModel whose signatures turn raw strings into raw strings."""

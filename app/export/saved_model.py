@@ -1,0 +1,338 @@
+"""Export a trained model as a TensorFlow Serving SavedModel that translates raw strings.
+
+    python export.py --model-dir runs/tiny-multi30k-en-de       # -> saved_models/translator/1/
+    python export.py --model-dir DIR --average-last 5           # average the newest 5 checkpoints
+
+The SavedModel holds the tokenizer, the model, beam search and the detokenizer; every
+signature takes raw strings. Signatures (batch B, beam K):
+
+    serving_default         inputs string [B] -> translations string [B], scores float32 [B]
+    nbest                   inputs string [B] -> translations string [B, K], scores float32 [B, K]
+    greedy                  inputs string [B] -> translations string [B], scores float32 [B]
+    translate_with_options  inputs string [B], alpha float32 [B], max_extra_length int32 [B]
+                            -> translations string [B], scores float32 [B]
+
+Every input is a vector `[B]`, checked when the graph runs (TF Serving does not check a
+request's shapes): a scalar or a `[B, N]` tensor is refused, naming its shape.
+
+`translate_with_options` takes the decoding settings per instance, so TF Serving's row
+format ({"instances": [{"inputs": ..., "alpha": ...}]}) can carry them, and requests with
+different settings may share one batch (server-side batching merges them freely).
+
+Input longer than the model's position table is truncated to fit (its first
+`max_length - 1` subwords, then the end token); outputs stop at source length + the
+extra length, within the table. TF Serving cannot warn a client per sentence, so the
+SavedModel also holds `source_lengths` (not a signature), with which `app.evaluate`
+names the sentences of a test set that were cut. Empty and whitespace-only strings
+decode from the end token alone, like any other input. Scores are length-normalized
+log-probabilities (see app/decoding/beam_search.py).
+
+Atomic: the export is written to a hidden temporary directory beside the versions, its
+ops are checked against those TensorFlow Serving registers, and only then is it renamed
+to its version number. TF Serving ignores non-numeric directories, so it never sees a
+half-written version; an existing version is never overwritten.
+"""
+
+import json
+import os
+import re
+import shutil
+
+import tensorflow as tf
+
+from app.model_dir import checkpoints
+from app.decoding.translate import DecodingConfig, checked_alpha, translate_ids
+from app.model.transformer import Transformer, build_transformer
+from app.model_dir.settings import load_settings
+from data.tokenizer import MODEL_FILENAME, SubwordTokenizer
+
+DEFAULT_BASE = os.path.join("saved_models", "translator")
+# Written beside saved_model.pb: the weights, decoding and data of the export (export_metadata).
+EXPORT_INFO = "export_info.json"
+# Ops that are registered in stock TensorFlow but call back into Python, which a
+# TensorFlow Serving process does not have.
+PYTHON_OPS = {"PyFunc", "PyFuncStateless", "EagerPyFunc"}
+# XLA's ops (XlaDynamicUpdateSlice, ...) run outside a compiled cluster only through
+# XLA's on-demand compiler, which TF Serving builds may lack ("Could not find compiler
+# for platform", tensorflow/serving#2217): an export must not contain them.
+XLA_OP_PREFIX = "Xla"
+
+
+class ExportError(RuntimeError):
+    pass
+
+
+def one_per_sentence(tensor):
+    """`tensor`, checked when the graph runs to be a vector `[B]`.
+
+    TF Serving does not check a request's shapes against the signature
+    (tensorflow/serving#1436): unchecked, a string `[B, N]` came back flattened to
+    `[B * N]` translations, and a scalar alpha failed deep in the graph. Now either is
+    refused: "Shape of tensor alpha [] is not compatible with expected shape [?]".
+    """
+    return tf.ensure_shape(tensor, [None])
+
+
+class Translator(tf.Module):
+    """Raw strings to raw strings: tokenize, encode, beam search, detokenize.
+
+    Args:
+        model: a model built by `build_transformer`, with its trained weights.
+        model_config: its `ModelConfig`.
+        tokenizer: the run's `SubwordTokenizer`.
+        decoding: the settings of `serving_default` and `nbest`.
+    """
+
+    def __init__(self, model, model_config, tokenizer, decoding=DecodingConfig()):
+        super().__init__(name="translator")
+        self.tokenizer = tokenizer
+        # The variables the traced functions read, tracked so the SavedModel stores them.
+        # (The Keras model itself is not attached: only its variables need saving.)
+        self.model_variables = [weight.value for weight in model.weights]
+        self._transformer = Transformer(model, model_config)
+        # Refused here rather than when `serve` is first traced, mid-export.
+        checked_alpha(decoding.alpha, model_config.max_length)
+        self._decoding = decoding
+        self._max_source_length = model_config.max_length
+
+    @property
+    def transformer(self):
+        """The model's decoding view (`app.model.transformer.Transformer`), for tools that need more
+        than strings (`app.pictures` reads its attention weights)."""
+        return self._transformer
+
+    def source_ids(self, inputs):
+        """string `[B]` -> int32 `[B, S]`: subwords, truncated to fit, then the end token."""
+        tokens = self.tokenizer.tokenize(inputs)[:, : self._max_source_length - 1]
+        end = tf.fill([tokens.nrows(), 1], self.tokenizer.end_id)
+        return tf.concat([tokens, tf.RaggedTensor.from_tensor(end)], axis=1).to_tensor()
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    def source_lengths(self, inputs):
+        """string `[B]` -> `{"lengths": int32 [B], "limit": int32 []}`: each input's subwords
+        with the end token, before truncation, and the most the model reads. An input
+        whose length exceeds the limit is translated from its first `limit - 1` subwords."""
+        lengths = tf.cast(self.tokenizer.tokenize(inputs).row_lengths(), tf.int32) + 1
+        return {"lengths": lengths, "limit": tf.constant(self._max_source_length, tf.int32)}
+
+    def translate(self, inputs, beam_size, alpha, max_extra_length):
+        """`(translations string [B, K], scores float32 [B, K])`, best first."""
+        inputs = one_per_sentence(inputs)
+        ids, scores = translate_ids(
+            self._transformer, self.source_ids(inputs), beam_size, alpha, max_extra_length
+        )  # [B, K, L], [B, K]
+        batch_size = tf.shape(ids)[0]
+        texts = self.tokenizer.detokenize(tf.reshape(ids, [batch_size * beam_size, -1]))  # [B * K]
+        return tf.reshape(texts, [batch_size, beam_size]), scores
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    def serve(self, inputs):
+        d = self._decoding
+        texts, scores = self.translate(inputs, d.beam_size, d.alpha, d.max_extra_length)
+        return {"translations": texts[:, 0], "scores": scores[:, 0]}
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    def serve_nbest(self, inputs):
+        d = self._decoding
+        texts, scores = self.translate(inputs, d.beam_size, d.alpha, d.max_extra_length)
+        return {"translations": texts, "scores": scores}
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    def serve_greedy(self, inputs):
+        texts, scores = self.translate(inputs, 1, self._decoding.alpha, self._decoding.max_extra_length)
+        return {"translations": texts[:, 0], "scores": scores[:, 0]}
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None], tf.string, name="inputs"),
+            tf.TensorSpec([None], tf.float32, name="alpha"),
+            tf.TensorSpec([None], tf.int32, name="max_extra_length"),
+        ]
+    )
+    def serve_with_options(self, inputs, alpha, max_extra_length):
+        alpha, max_extra_length = one_per_sentence(alpha), one_per_sentence(max_extra_length)
+        checks = [
+            tf.debugging.assert_equal(tf.size(alpha), tf.size(inputs), message="one alpha per input"),
+            tf.debugging.assert_equal(
+                tf.size(max_extra_length), tf.size(inputs), message="one max_extra_length per input"
+            ),
+            # First, so that NaN is named as not finite rather than as negative. (+inf
+            # passes the check below, and would score every hypothesis -0.0.)
+            tf.debugging.Assert(tf.reduce_all(tf.math.is_finite(alpha)), ["alpha must be finite, got", alpha]),
+            tf.debugging.assert_non_negative(alpha, message="alpha must not be negative"),
+            tf.debugging.assert_positive(max_extra_length, message="max_extra_length must be positive"),
+        ]
+        with tf.control_dependencies(checks):
+            # Per sentence: a batch may mix settings, so TF Serving may batch any requests.
+            alpha, extra = tf.identity(alpha), tf.identity(max_extra_length)
+        texts, scores = self.translate(inputs, self._decoding.beam_size, alpha, extra)
+        return {"translations": texts[:, 0], "scores": scores[:, 0]}
+
+    def signatures(self):
+        return {
+            "serving_default": self.serve.get_concrete_function(),
+            "nbest": self.serve_nbest.get_concrete_function(),
+            "greedy": self.serve_greedy.get_concrete_function(),
+            "translate_with_options": self.serve_with_options.get_concrete_function(),
+        }
+
+
+def _checkpoint_path(model_dir, checkpoint, kept):
+    """The checkpoint `--checkpoint` names: a path (the prefix before `.index`), or the bare
+    name of one the run keeps, such as `ckpt-16000`, as the export's own log writes it."""
+    if tf.io.gfile.exists(checkpoint + ".index"):
+        return checkpoint
+    by_name = {os.path.basename(path): path for path in kept}
+    if checkpoint in by_name:
+        return by_name[checkpoint]
+    names = ", ".join(by_name) or "none"
+    raise ExportError(
+        f"no checkpoint {checkpoint!r}: give 'best', 'latest', a checkpoint path (without .index) "
+        f"or the name of one {model_dir} keeps ({names})"
+    )
+
+
+def load_translator(model_dir, checkpoint=None, average_last=None, decoding=DecodingConfig()):
+    """A `Translator` for a model directory, and a description of the weights it holds.
+
+    Args:
+        checkpoint: "best" (the best validation BLEU; the newest if none was kept),
+            "latest", a checkpoint path, or the name of a kept checkpoint ("ckpt-16000").
+        average_last: average the newest K kept checkpoints instead; 0: do not.
+        With neither, the run's own choice (`TrainConfig.average_last` in its
+        settings.json): the average of its newest K checkpoints, as many as were kept if
+        fewer, or "best" where the run names no K.
+    """
+    if average_last is not None and average_last < 0:
+        raise ExportError(f"--average-last must be a number of checkpoints, 0 for none; got {average_last}")
+    if checkpoint is not None and average_last:
+        raise ExportError(f"give --checkpoint ({checkpoint}) or --average-last ({average_last}), not both")
+    model_config, data_config, train_settings = load_settings(model_dir)
+    vocabulary = os.path.join(model_dir, MODEL_FILENAME)
+    if not os.path.exists(vocabulary):
+        raise ExportError(f"{model_dir} has no vocabulary file {MODEL_FILENAME}")
+    tokenizer = SubwordTokenizer.load(vocabulary, lowercase=data_config.lowercase)
+    model = build_transformer(model_config)
+    kept = checkpoints.checkpoint_paths(model_dir)
+    if checkpoint is None and average_last is None:
+        # A run its time budget ended early may have kept fewer than the K it names.
+        average_last = min(train_settings.get("average_last") or 0, len(kept))
+    if average_last:
+        if average_last > len(kept):
+            raise ExportError(
+                f"--average-last {average_last} asks for more checkpoints than {model_dir} keeps ({len(kept)})"
+            )
+        paths = kept[-average_last:]
+        checkpoints.average_checkpoints(model, paths)
+        # The average of one checkpoint is that checkpoint: named by its path, as below.
+        weights = paths[0] if len(paths) == 1 else f"average of {', '.join(os.path.basename(p) for p in paths)}"
+    else:
+        if checkpoint in (None, "best"):
+            path = checkpoints.best_checkpoint(model_dir) or (kept[-1] if kept else None)
+        elif checkpoint == "latest":
+            path = kept[-1] if kept else None
+        else:
+            path = _checkpoint_path(model_dir, checkpoint, kept)
+        if not path:
+            raise ExportError(f"{model_dir} has no checkpoint yet; train first")
+        checkpoints.restore_weights(model, path)
+        weights = path
+    return Translator(model, model_config, tokenizer, decoding), weights
+
+
+def export_metadata(model_dir, weights, decoding):
+    """What `export_info.json` records beside a SavedModel: where its weights came from,
+    how it decodes, and the data it was trained on, so `python -m app.evaluate
+    --saved-model DIR --split NAME` knows the dataset and the language pair."""
+    _, data_config, _ = load_settings(model_dir)
+    return {
+        "model_dir": os.path.abspath(model_dir),
+        "weights": weights,
+        "beam_size": decoding.beam_size,
+        "alpha": decoding.alpha,
+        "max_extra_length": decoding.max_extra_length,
+        "dataset": data_config.dataset,
+        "source_lang": data_config.source_lang,
+        "target_lang": data_config.target_lang,
+        # Whether the model reads and writes lowercased text (trained with --lowercase).
+        "lowercase": data_config.lowercase,
+    }
+
+
+def next_version(base):
+    """One more than the largest integer version under `base` (1 if there is none)."""
+    if not os.path.isdir(base):
+        return 1
+    versions = [int(name) for name in os.listdir(base) if re.fullmatch(r"\d+", name)]
+    return max(versions, default=0) + 1
+
+
+def check_export_base(base):
+    """ExportError unless `base` is a directory of versions or can become one."""
+    if os.path.exists(base) and not os.path.isdir(base):
+        raise ExportError(f"{base} is a file, not a directory of versions; give another --output")
+
+
+def export(translator, base=DEFAULT_BASE, version=None, metadata=None):
+    """Writes `translator` to `base/<version>/` atomically; returns that path."""
+    version = next_version(base) if version is None else version
+    if not isinstance(version, int) or version < 1:
+        raise ExportError(f"a version must be a positive integer, got {version!r}")
+    final = os.path.join(base, str(version))
+    check_export_base(base)
+    if os.path.exists(final):
+        raise ExportError(f"{final} exists; versions are never overwritten (choose another --version)")
+    os.makedirs(base, exist_ok=True)
+    temporary = os.path.join(base, f".tmp-{version}-{os.getpid()}")
+    try:
+        tf.saved_model.save(translator, temporary, signatures=translator.signatures())
+        with open(os.path.join(temporary, EXPORT_INFO), "w") as f:
+            json.dump(metadata or {}, f, indent=2)
+        unsupported = unsupported_serving_ops(temporary)
+        if unsupported:
+            raise ExportError(
+                "the exported graph uses ops that TensorFlow Serving does not register: "
+                + ", ".join(sorted(unsupported))
+            )
+        os.rename(temporary, final)
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
+    return final
+
+
+def _read_saved_model(export_dir):
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved_model = saved_model_pb2.SavedModel()
+    with open(os.path.join(export_dir, "saved_model.pb"), "rb") as f:
+        saved_model.ParseFromString(f.read())
+    return saved_model
+
+
+def graph_ops(export_dir):
+    """`(op types, library function names)` over a SavedModel's graphs and functions."""
+    ops, functions = set(), set()
+    for meta_graph in _read_saved_model(export_dir).meta_graphs:
+        ops.update(node.op for node in meta_graph.graph_def.node)
+        for function in meta_graph.graph_def.library.function:
+            functions.add(function.signature.name)
+            ops.update(node.op for node in function.node_def)
+    return ops, functions
+
+
+def unsupported_serving_ops(export_dir):
+    """Ops of the export that stock TF Serving (TensorFlow core + TF-Text) lacks.
+
+    This process has imported TensorFlow and TF-Text and nothing else that registers ops,
+    so "registered here" is what TF Serving of the same version registers, less the ops
+    that call into Python and XLA's ops. Calls of the library's own functions are not ops.
+    """
+    import tensorflow_text  # noqa: F401  (registers TF-Text's ops, as TF Serving does)
+    from tensorflow.python.framework import op_def_registry
+
+    ops, functions = graph_ops(export_dir)
+    return {
+        op
+        for op in ops - functions
+        if op in PYTHON_OPS or op.startswith(XLA_OP_PREFIX) or op_def_registry.get(op) is None
+    }

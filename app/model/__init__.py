@@ -1,0 +1,1 @@
+"""The model: its configuration (`config`) and its assembly from `layers/` (`transformer`)."""

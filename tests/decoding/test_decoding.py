@@ -1,0 +1,244 @@
+"""Beam search on a tiny random Transformer: greedy agreement, cached scores equal a full
+forward pass, batching changes nothing, tf.function and SavedModel."""
+
+import importlib
+import math
+import re
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from app.decoding.beam_search import largest_alpha, length_penalty
+from app.model.config import ModelConfig
+from app.decoding.translate import DecodingConfig, make_symbols_to_logits, translate_ids
+from app.decoding.greedy import greedy_decode
+from app.model.transformer import Transformer, build_transformer
+
+END = 2
+# Three sentences of different lengths (0 = padding).
+SOURCE_IDS = np.array(
+    [[5, 6, 7, 8, 9, 10, 2], [11, 12, 2, 0, 0, 0, 0], [13, 14, 15, 16, 2, 0, 0]], np.int32
+)
+EXTRA = 8  # max_extra_length: short outputs keep the tests fast
+
+
+@pytest.fixture(scope="module")
+def transformer():
+    keras.utils.set_random_seed(1234)
+    config = ModelConfig.from_size(
+        "tiny", vocab_size=40, num_layers=2, d_model=16, d_ff=32, num_heads=2, max_length=64
+    )
+    model = build_transformer(config)
+    return Transformer(model, config), model
+
+
+def output_length(row):
+    """Tokens up to and including the end token."""
+    return list(row).index(END) + 1
+
+
+def test_beam_size_one_equals_greedy_decode(transformer):
+    transformer, _ = transformer
+    # alpha = 0: with a length penalty, a beam of 1 may keep looking for a longer
+    # hypothesis that scores better than the greedy one.
+    ids, _ = translate_ids(transformer, SOURCE_IDS, beam_size=1, alpha=0.0, max_extra_length=EXTRA)
+    greedy = greedy_decode(transformer, SOURCE_IDS, max_extra_length=EXTRA)
+    assert ids.shape == (3, 1, 7 + EXTRA)
+    np.testing.assert_array_equal(ids[:, 0], greedy)
+
+
+def test_scores_equal_a_full_forward_pass(transformer):
+    transformer, model = transformer
+    ids, scores = translate_ids(transformer, SOURCE_IDS, beam_size=3, alpha=0.6, max_extra_length=EXTRA)
+    assert ids.shape == (3, 3, 7 + EXTRA) and scores.shape == (3, 3)
+    for sentence in range(3):
+        for beam in range(3):
+            tokens = ids[sentence, beam].numpy()
+            length = output_length(tokens)
+            hypothesis = tokens[:length]
+            decoder_input = np.concatenate([[1], hypothesis[:-1]])[None, :]  # [1, T]
+            logits = model([SOURCE_IDS[sentence : sentence + 1], decoder_input])  # [1, T, V]
+            log_probs = tf.nn.log_softmax(logits[0]).numpy()  # [T, V]
+            total = log_probs[np.arange(length), hypothesis].sum()
+            expected = total / length_penalty(length, 0.6).numpy()
+            np.testing.assert_allclose(scores[sentence, beam], expected, rtol=1e-4, atol=1e-4)
+        assert np.all(np.diff(scores[sentence]) <= 0)
+
+
+def test_batching_does_not_change_results(transformer):
+    transformer, _ = transformer
+    ids, scores = translate_ids(transformer, SOURCE_IDS, beam_size=2, max_extra_length=EXTRA)
+    for sentence, source in enumerate(SOURCE_IDS):
+        source = source[source != 0][None, :]  # [1, S], no padding
+        alone_ids, alone_scores = translate_ids(transformer, source, beam_size=2, max_extra_length=EXTRA)
+        width = source.shape[1] + EXTRA
+        np.testing.assert_array_equal(alone_ids[0], ids[sentence, :, :width])
+        assert np.all(ids[sentence, :, width:] == 0)
+        np.testing.assert_allclose(alone_scores[0], scores[sentence], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow  # traces the decoder twice and saves it: about half of this file's time
+def test_runs_under_tf_function_and_from_a_saved_model(transformer, tmp_path):
+    transformer, model = transformer
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    def translate(source_ids):
+        return translate_ids(transformer, source_ids, beam_size=2, max_extra_length=EXTRA)
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None, None], tf.int32),
+            tf.TensorSpec([], tf.float32),
+            tf.TensorSpec([], tf.int32),
+        ]
+    )
+    def translate_with_options(source_ids, alpha, max_extra_length):
+        return translate_ids(transformer, source_ids, 2, alpha, max_extra_length)
+
+    # The serving path: the traced function saved to a SavedModel and loaded back.
+    module = tf.Module()
+    module.model, module.translate = model, translate
+    tf.saved_model.save(module, str(tmp_path))
+    loaded = tf.saved_model.load(str(tmp_path))
+
+    eager_ids, eager_scores = translate_ids(transformer, SOURCE_IDS, beam_size=2, max_extra_length=EXTRA)
+    for ids, scores in (
+        translate(SOURCE_IDS),
+        translate_with_options(SOURCE_IDS, tf.constant(0.6), tf.constant(EXTRA)),
+        loaded.translate(tf.constant(SOURCE_IDS)),
+    ):
+        np.testing.assert_array_equal(ids, eager_ids)
+        np.testing.assert_allclose(scores, eager_scores, rtol=1e-5, atol=1e-5)
+    # Another batch size and length with the same traced function.
+    ids, _ = translate(SOURCE_IDS[1:, :5])
+    assert ids.shape == (2, 2, 5 + EXTRA)
+    ids, _ = translate_with_options(SOURCE_IDS[1:, :5], tf.constant(0.0), tf.constant(3))
+    assert ids.shape == (2, 2, 5 + 3)
+
+
+def test_max_length_never_exceeds_the_models_positions():
+    config = ModelConfig.from_size(
+        "tiny", vocab_size=40, num_layers=1, d_model=8, d_ff=8, num_heads=2, max_length=10
+    )
+    transformer = Transformer(build_transformer(config), config)
+    ids, _ = translate_ids(transformer, SOURCE_IDS[:1], beam_size=1, max_extra_length=100)
+    assert ids.shape == (1, 1, 10)
+
+
+def test_greedy_decoding_stays_within_a_learned_position_table():
+    # A learned table has no row past max_length: greedy decoding (validation BLEU) read
+    # one, which failed on a CPU (GatherV2) and gave zeros on a GPU.
+    config = ModelConfig.from_size(
+        "tiny", vocab_size=40, num_layers=1, d_model=8, d_ff=8, num_heads=2, max_length=10, positional="learned"
+    )
+    transformer = Transformer(build_transformer(config), config)
+    greedy = greedy_decode(transformer, SOURCE_IDS, max_extra_length=100)
+    assert greedy.shape == (3, 10)
+    beam, _ = translate_ids(transformer, SOURCE_IDS, beam_size=1, alpha=0.0, max_extra_length=100)
+    np.testing.assert_array_equal(greedy, beam[:, 0])
+
+
+def test_a_huge_max_extra_length_is_capped_before_it_can_overflow():
+    config = ModelConfig.from_size(
+        "tiny", vocab_size=40, num_layers=1, d_model=8, d_ff=8, num_heads=2, max_length=10
+    )
+    transformer = Transformer(build_transformer(config), config)
+    huge, _ = translate_ids(transformer, SOURCE_IDS, beam_size=2, max_extra_length=np.iinfo(np.int32).max)
+    capped, _ = translate_ids(transformer, SOURCE_IDS, beam_size=2, max_extra_length=10)
+    assert huge.shape == (3, 2, 10)
+    np.testing.assert_array_equal(huge, capped)
+
+
+def test_an_empty_batch_decodes_to_empty_outputs(transformer):
+    transformer, _ = transformer
+    translate = tf.function(
+        lambda source_ids: translate_ids(transformer, source_ids, beam_size=3, max_extra_length=EXTRA),
+        input_signature=[tf.TensorSpec([None, None], tf.int32)],
+    )
+    greedy = tf.function(
+        lambda source_ids: greedy_decode(transformer, source_ids, max_extra_length=EXTRA),
+        input_signature=[tf.TensorSpec([None, None], tf.int32)],
+    )
+    for source_ids in (np.zeros([0, 7], np.int32), np.zeros([0, 0], np.int32)):
+        ids, scores = translate(source_ids)
+        assert ids.shape[:2] == (0, 3) and scores.shape == (0, 3)
+        assert greedy(source_ids).shape == (0, 1)
+
+
+def test_symbols_to_logits_feeds_only_the_newest_token(transformer):
+    transformer, _ = transformer
+    memory, memory_mask = transformer.encode(SOURCE_IDS[:1], training=False)
+    cache = transformer.init_cache(memory, memory_mask, 4)
+    ids = tf.constant([[1, 7, 0, 0, 0]])
+    fn = make_symbols_to_logits(transformer)
+    logits, _ = fn(ids, tf.constant(0), cache)
+    expected, _ = transformer.decode_step(tf.constant([1]), tf.constant(0), cache)
+    np.testing.assert_array_equal(logits, expected)
+
+
+@pytest.mark.parametrize(
+    "max_length, limit",
+    [(2, 575.55), (10, 96.82), (64, 36.32), (256, 23.51), (1000, 17.32), (100_000, 9.12), (1, math.inf)],
+)
+def test_largest_alpha_is_the_last_hundredth_whose_longest_penalty_is_finite(max_length, limit):
+    assert largest_alpha(max_length) == limit
+    if max_length > 1:
+        # Rounded down far enough that float32's power stays finite at the limit itself.
+        assert np.isfinite(float(length_penalty(max_length, limit)))
+        assert np.isinf(float(length_penalty(max_length, limit + 0.01)))
+
+
+def test_an_alpha_past_the_models_limit_is_refused_and_one_at_it_still_ranks(transformer):
+    transformer, _ = transformer  # 64 positions: alpha at most 36.32
+    message = (
+        "alpha must be at most 36.32 for a model of 64 positions: beyond it the length penalty "
+        "((5 + length) / 6) ** alpha of its longest outputs overflows float32"
+    )
+    # Known when the graph is built: a ValueError at once. Before, every hypothesis that
+    # could reach 64 tokens scored -0.0, and the first of them won.
+    with pytest.raises(ValueError, match=re.escape(f"{message}; got 36.33")):
+        translate_ids(transformer, SOURCE_IDS, beam_size=3, alpha=36.33, max_extra_length=100)
+    with pytest.raises(ValueError, match=re.escape(f"{message}; got 40")):
+        translate_ids(transformer, SOURCE_IDS, beam_size=3, alpha=np.array([0.6, 40.0, 1.0]), max_extra_length=100)
+    # Fed at run time, as a serving request's alpha is: the graph's assertion names both.
+    traced = tf.function(
+        lambda alpha: translate_ids(transformer, SOURCE_IDS, beam_size=3, alpha=alpha, max_extra_length=100),
+        input_signature=[tf.TensorSpec([None], tf.float32)],
+    )
+    with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(message) + r".*\[0.6 36.33 1\]"):
+        traced(tf.constant([0.6, 36.33, 1.0]))
+    # At the limit every score is still a number below zero, best first.
+    _, eager_scores = translate_ids(transformer, SOURCE_IDS, beam_size=3, alpha=36.32, max_extra_length=100)
+    _, traced_scores = traced(tf.constant([36.32] * 3))
+    for scores in (eager_scores.numpy(), traced_scores.numpy()):
+        assert np.all(scores < 0) and np.all(scores[:, :-1] >= scores[:, 1:])
+
+
+def test_decoding_config_checks_its_fields():
+    assert DecodingConfig() == DecodingConfig(beam_size=4, alpha=0.6, max_extra_length=50)
+    with pytest.raises(ValueError, match="beam_size"):
+        DecodingConfig(beam_size=0)
+    with pytest.raises(ValueError, match="max_extra_length must be >= 1, got 0"):
+        DecodingConfig(max_extra_length=0)
+    for alpha in (-1.0, float("nan")):
+        with pytest.raises(ValueError, match=f"alpha must be a number >= 0, got {alpha}"):
+            DecodingConfig(alpha=alpha)
+    assert DecodingConfig(alpha=0.0).alpha == 0.0  # plain log-probability is allowed
+
+
+@pytest.mark.parametrize(
+    "module_name, argv",
+    [
+        ("export", []),
+        ("app.evaluate", ["--model-dir", "run"]),
+        ("app.pictures", ["attention", "--model-dir", "run", "--sentence", "A dog."]),
+    ],
+)
+def test_every_command_line_decodes_by_default_as_decoding_config(module_name, argv):
+    # The flags' defaults are written out in app/cli/flags.py (so --help need not import
+    # TensorFlow); they must stay the paper's decoding that DecodingConfig holds.
+    args = importlib.import_module(module_name).parse_args(argv)
+    assert DecodingConfig(args.beam_size, args.alpha, args.max_extra_length) == DecodingConfig()
+    assert (args.checkpoint, args.average_last) == (None, None)
