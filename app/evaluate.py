@@ -363,7 +363,7 @@ def score(hypotheses, references, target_lang=None):
     the hypotheses are: BLEU's brevity penalty and the length ratio (hypothesis tokens /
     reference tokens, 13a tokens, the same cased or lowercased). A ratio below 1 costs
     BLEU through the penalty whatever the n-gram precisions; the tiny model's outputs
-    are short on Multi30k (docs/results.md, "Where a point of the gap goes").
+    are short on Multi30k (docs/lab-notebook.md, "Where a point of the gap goes").
 
     Args:
         hypotheses, references: detokenized strings, one per sentence.

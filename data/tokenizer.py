@@ -29,11 +29,11 @@ Choices, measured on Multi30k en-de (train: 29,000 pairs; val: 1,014):
   fewer sentences (197 batches an epoch instead of 141) and an hour's training sees
   30% fewer epochs. Drawing an epoch's segmentation takes about 0.9 s on Multi30k.
   It did not pay on Multi30k within the tiny model's hour: with dropout 0.1 instead of
-  0.3, 38.01 lowercased validation BLEU against the default's 39.70 (docs/results.md).
+  0.3, 38.01 lowercased validation BLEU against the default's 39.70 (docs/lab-notebook.md).
   BPE also gives slightly shorter sequences (8k pieces: 14.3 en / 14.8 de tokens per
   train sentence, against 14.7 / 15.3 for unigram). Unigram stays available
   (`--subword-model unigram`): trained the default way, it kept pace with BPE but
-  scored 39.76 lowercased validation BLEU against BPE's 40.19 and 40.69 (docs/results.md).
+  scored 39.76 lowercased validation BLEU against BPE's 40.19 and 40.69 (docs/lab-notebook.md).
 - 8,000 pieces by default (the paper's 37k is for 4.5M WMT pairs). Tokens per train
   sentence (en / de): 4k: 15.7 / 16.7; 8k: 14.3 / 14.8; 16k: 13.6 / 13.7. Going from 8k
   to 16k shortens sequences by only ~6% while doubling the embedding and softmax and
@@ -42,7 +42,7 @@ Choices, measured on Multi30k en-de (train: 29,000 pairs; val: 1,014):
   ~25% more target tokens a second (median 13,800 against 11,000); it learned as fast
   per step for 2,000 steps, then fell behind: greedy validation BLEU 37.0 after 12,000
   steps of the default recipe, against 38.6 with 8k after the default 9,500
-  (docs/results.md, "What was tried").
+  (docs/lab-notebook.md, "What was tried").
 - Byte fallback: a character outside the vocabulary becomes its UTF-8 bytes (pieces
   <0x00>..<0xFF>) instead of <unk>, so any Unicode text round-trips and the unknown id
   is never produced. Characters covering 99.95% of the text get their own piece.

@@ -141,14 +141,14 @@ class ModelConfig:
 SIZES = {
     # Transformer-Tiny: the text-only model that holds the Multi30k record (41.02 BLEU).
     # Dropout 0.2, not its published 0.3: chosen on validation over two CPU-hour runs each
-    # (lowercased beam BLEU 40.19 and 40.69 against 39.78 and 39.70; docs/results.md, "What
+    # (lowercased beam BLEU 40.19 and 40.69 against 39.78 and 39.70; docs/lab-notebook.md, "What
     # was tried"). Pre-norm, unlike the paper: on Multi30k the post-norm tiny model trained
     # well only at a quarter of the paper's learning rate and needed 7,000 steps for the
-    # validation BLEU pre-norm reaches in 2,000 at the full rate (docs/results.md, "What was
+    # validation BLEU pre-norm reaches in 2,000 at the full rate (docs/lab-notebook.md, "What was
     # tried"); a CPU hour is about 9,500 steps of 4,096 tokens. Biases in the attention
     # projections, like the published model (fairseq's) and unlike the paper: its recipe was
     # tuned with them, and a run without them scored at the low end of the default's runs
-    # (lowercased beam BLEU 39.19 on validation against 39.26-40.74; docs/results.md).
+    # (lowercased beam BLEU 39.19 on validation against 39.26-40.74; docs/lab-notebook.md).
     "tiny": dict(
         num_layers=4, d_model=128, d_ff=256, num_heads=4, max_length=256, dropout=0.2, norm_first=True,
         attention_bias=True,

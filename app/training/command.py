@@ -23,21 +23,21 @@ SIZE_DEFAULTS = {
     # learning rate, (d_model * warmup)^-0.5 = 0.0025 at the peak for a warmup of 1,280 (8%
     # of the run), and anneals it linearly to zero over the last 20% of the run: with a
     # fixed budget that lowers the validation loss more than the same steps on the paper's
-    # slow tail (docs/results.md, "What was tried"). 16,000 steps of 2,048 tokens (about 61
+    # slow tail (docs/lab-notebook.md, "What was tried"). 16,000 steps of 2,048 tokens (about 61
     # epochs) fit in an hour on a 2-core CPU, evaluations included, on a good day: the
     # default length comes with a 58-minute budget, so that a slower machine or day ends the
     # run, cooldown and all, a little sooner rather than over the hour (app/training/time_budget.py).
     # Half the paper's usual batch for twice the updates: in the same hour it reached a
     # lower validation loss and a higher BLEU than 9,500 steps of 4,096 tokens with seeds 1
-    # and 2, on fewer tokens (docs/results.md, "What was tried"). AdamW's decoupled weight
+    # and 2, on fewer tokens (docs/lab-notebook.md, "What was tried"). AdamW's decoupled weight
     # decay of 0.2 on the matrices and embeddings lowered the validation loss below every
     # run of the paper's Adam, with two seeds; re-checked at half the batch, 0.15 and 0.3
-    # scored below it on validation, seed 1 (docs/results.md). `python export.py` takes the
+    # scored below it on validation, seed 1 (docs/lab-notebook.md). `python export.py` takes the
     # average of the last 10 checkpoints, 250 steps apart: all of them inside the cooldown
     # (the last 3,200 steps), where the weights move little. On validation that beat the
     # checkpoint with the best greedy BLEU with both seeds (+0.13 and +0.60 lowercased),
     # where at the full batch, whose last 10 reached back before the cooldown, it had not
-    # (docs/results.md, "What was tried"). An evaluation every 2,000 steps, so that twice
+    # (docs/lab-notebook.md, "What was tried"). An evaluation every 2,000 steps, so that twice
     # the steps do not bring twice the evaluations.
     "tiny": dict(batch_tokens=2048, epochs=None, train_steps=16000, learning_rate_scale=1.0,
                  cooldown_fraction=0.2, weight_decay=0.2, checkpoint_every=250, keep_checkpoints=10,
@@ -131,7 +131,7 @@ def add_training_arguments(parser):
         type=int,
         metavar="N",
         help="threads one op may use on the CPU (default, 0: TensorFlow's choice, every core); on a 2-core CPU, 1 "
-        "trained tiny about 12%% faster and small about 12%% slower (docs/results.md, Speed)",
+        "trained tiny about 12%% faster and small about 12%% slower (docs/lab-notebook.md, Speed)",
     )
     group.add_argument(
         "--inter-op-threads",

@@ -12,12 +12,12 @@ second or two; in float32 everywhere else. The flags alone do not say it:
 | AMD EPYC with `avx512_bf16` (2026-11-21, -23) | 1.8-2.0x | 1.05-1.25x |
 | Intel Xeon with `avx512_bf16` and `avx512_fp16`, no AMX (2026-11-26) | 0.55x | 0.62x |
 
-(`benchmarks/bench_training.py`; docs/results.md, "Speed".) The last CPU lists the same
+(`benchmarks/bench_training.py`; docs/lab-notebook.md, "Speed".) The last CPU lists the same
 bfloat16 flag as the AMD one, but TensorFlow's bfloat16 products run at half its float32
 speed there, and a step in mixed bfloat16 took 1.6 times as long. The casts, and the
 softmax and loss kept in float32, do not get faster in bfloat16, so the products must
 gain somewhat more than 1x for the step to gain at all. The default recipe scored
-within the spread of its float32 runs in mixed bfloat16 (docs/results.md, "What was
+within the spread of its float32 runs in mixed bfloat16 (docs/lab-notebook.md, "What was
 tried"). GPUs keep float32 unless asked: their mixed precision was not measured here.
 """
 

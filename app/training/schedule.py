@@ -2,7 +2,7 @@
 
 Optionally followed by a linear cooldown to zero over the last steps of a run of known
 length: with a fixed budget of steps (an hour on a CPU), annealing the learning rate at
-the end reaches a lower loss than the slow inverse-square-root tail alone (docs/results.md,
+the end reaches a lower loss than the slow inverse-square-root tail alone (docs/lab-notebook.md,
 "What was tried").
 """
 

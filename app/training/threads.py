@@ -6,7 +6,7 @@ every core (intra-op), and as many independent ops as there are cores run side b
 model, whose matrix products are small, one thread per op with two ops at once trained
 about 12% more tokens a second; for `small` it was about 12% slower, and beam search
 about 16% slower: small's larger products, and decoding's one step after another, gain
-more from two threads per op than from two ops at once (docs/results.md, Speed, "One
+more from two threads per op than from two ops at once (docs/lab-notebook.md, Speed, "One
 thread per op"). So these stay flags, TensorFlow's defaults unless asked, and a user
 measures on their own CPU with
 `benchmarks/bench_training.py --settings ...,...+1-thread-per-op`.

@@ -1,7 +1,7 @@
 """A wall-clock budget for training: choose the run's length so that it ends in time.
 
 A fixed step count ends within the hour on one machine and runs over on a slower one, or
-on the same machine on a slower day (docs/results.md). Under a budget the run keeps its
+on the same machine on a slower day (docs/lab-notebook.md). Under a budget the run keeps its
 schedule, the same warmup, peak and linear cooldown over the same final fraction, and
 only its length changes: at each progress record, the pace of the recent steps and the
 time of the latest evaluation (`PaceMeter`) set the run's end to the most steps, up to
@@ -128,7 +128,7 @@ def cooldown_for_new_end(step, planned, cooldown, new_end, cooldown_fraction):
     factor of 1 / new_cooldown, as in every run (`WarmupInverseSqrt`), and the new
     cooldown is no longer than the run.
 
-    Seed 1's float32 run of docs/results.md had its end fixed at 14,664, with a cooldown
+    Seed 1's float32 run of docs/lab-notebook.md had its end fixed at 14,664, with a cooldown
     of 2,933; its steps then slowed, and the deadline stopped it at 14,400 with the factor
     at 0.09. Had the end moved to 14,400 at step 14,000 (factor 665 / 2,933 = 0.227), the
     cooldown would have become 1,769: the last 400 updates falling from 0.227 to 1 / 1,769.

@@ -17,7 +17,7 @@ for step. Two things are the sweep's own:
   tiny run: with a shape per bucket, a sweep of 2026-11-24 had not reached step 2,000
   after 8.5 minutes. Every batch is padded to the shape of its bucket's group (buckets up
   to SHAPE_GROUP_LENGTHS[0], up to [1], ...): the most rows and the longest bucket of
-  the group, so three shapes on Multi30k (docs/results.md, "Tiny's recipe, eight seeds at
+  the group, so three shapes on Multi30k (docs/lab-notebook.md, "Tiny's recipe, eight seeds at
   a time, on a GPU"). Padding rows and positions are ignored by the masks and the loss.
 """
 

@@ -8,7 +8,7 @@ is greedy decoding (full forward pass per step, no cache) scored by sacreBLEU, a
 teacher-forced validation loss. It exists to tune the recipe quickly: the figures a user is promised come from
 `train.py` + `python -m app.evaluate` on TensorFlow. It runs on a CPU too (`pip install
 jax`), slowly. `time-base` was run on one H100 on 2026-11-24, `sweep` on 2026-11-26
-(docs/results.md, "The base model on a GPU, under JAX" and "Tiny's recipe, eight seeds
+(docs/lab-notebook.md, "The base model on a GPU, under JAX" and "Tiny's recipe, eight seeds
 at a time, on a GPU"). `sweep`'s recipes start from tiny's default (weight decay, final
 cooldown, half batch, mixed bfloat16) and change what they name; a recipe's `seeds`
 train side by side as one vmapped group, the way to tell a recipe's effect from the
@@ -92,7 +92,7 @@ class Recipe:
     # shapes (batches.LockstepBatches).
     seeds: Optional[List[int]] = None
     # Keras dtype policy; train.py's `auto` picks mixed_bfloat16 on a CPU with bfloat16
-    # instructions (the 2-core machines of docs/results.md).
+    # instructions (the 2-core machines of docs/lab-notebook.md).
     precision: str = "mixed_bfloat16"
     # train.py orders each bucket's pairs by length before cutting it into batches, so
     # about half of a pair's batch-mates recur every epoch; False draws them afresh.
@@ -243,7 +243,7 @@ def validation_bleu(greedy, variables, source, references, sentencepiece_model):
 
     The length ratio is the translations' 13a tokens over the references' (sacreBLEU's
     sys_len / ref_len, lowercased): on test the whole gap to the published figure is
-    length (docs/results.md, "Where a point of the gap goes"), so a recipe's effect on it
+    length (docs/lab-notebook.md, "Where a point of the gap goes"), so a recipe's effect on it
     is worth seeing beside its BLEU.
     """
     import sacrebleu
