@@ -426,7 +426,7 @@ def test_the_v1_models_prefix_matches_in_any_case_as_in_tf_serving(server):
 def test_a_response_holding_a_lone_surrogate_is_still_json():
     # Requests with one are refused, but an echoed path or name must never make the
     # error answer itself fail (aiohttp would send a plain-text 500).
-    from app.serve import _json
+    from app.serving.server import _json
 
     response = _json({"error": "bad name: a\ud800"}, 400)
     assert response.status == 400 and response.content_type == "application/json"

@@ -1,0 +1,224 @@
+"""The local TF Serving stand-in as an aiohttp application: routes, status, metadata, predict.
+
+`python -m app.serve` (app/serve.py) parses the flags, then builds a `Server` around one
+`ModelManager` (models.py) and its `Batcher` (batching.py); request bodies are read and
+answers written by rest_api.py.
+"""
+
+import asyncio
+import concurrent.futures
+import html
+import json
+import logging
+import re
+import urllib.parse
+from pathlib import Path
+
+from aiohttp import web
+
+from app.serving.batching import client_connected
+from app.serving.rest_api import (
+    Limits,
+    ServingError,
+    error_body,
+    format_response,
+    parse_json_body,
+    parse_predict_request,
+    signature_name_of,
+)
+
+# The server's log, one logger for the command and its parts (as models.py).
+log = logging.getLogger("app.serve")
+
+PAGE = Path(__file__).resolve().parent / "static" / "index.html"
+# tensorflow_serving/model_servers/http_rest_api_util.cc:
+# /v1/models[/NAME][/versions/N | /labels/LABEL][:METHOD][/metadata], case-insensitive.
+MODEL_PATH = re.compile(
+    r"/v1/models(?:/(?P<name>[^/:]+))?(?:/versions/(?P<version>\d+)|/labels/(?P<label>[^/:]+))?"
+    r"(?::(?P<method>\w+))?(?P<metadata>/metadata)?",
+    re.IGNORECASE,
+)
+# Methods TF Serving answers, which need classification or regression signatures.
+SIGNATURE_METHODS = {"classify": "classification", "regress": "regression"}
+
+
+class Server:
+    """The aiohttp application around one `ModelManager` and its `Batcher`."""
+
+    def __init__(self, manager, batcher, limits=Limits(), poll_seconds=1.0):
+        self.manager = manager
+        self.batcher = batcher
+        self.limits = limits
+        self.poll_seconds = poll_seconds
+        self.responses = {}  # HTTP status -> count, for /monitoring
+        self._loading = None  # the thread pool that loads versions
+        self._poller = None
+        page = PAGE.read_text(encoding="utf-8")
+        self._page = page.replace("{{MODEL_NAME}}", html.escape(manager.name, quote=True))
+
+    def app(self):
+        # Room for max_instances texts of max_text_length characters, \u-escaped.
+        client_max_size = 2**20 + self.limits.max_instances * self.limits.max_text_length * 12
+        app = web.Application(middlewares=[self._json_errors], client_max_size=client_max_size)
+        app.router.add_get("/", self.page)
+        app.router.add_get("/monitoring/prometheus/metrics", self.metrics)
+        app.router.add_route("*", "/{v1:[vV]1}/{path:.*}", self.model_request)
+        app.on_startup.append(self._start)
+        app.on_cleanup.append(self._stop)
+        return app
+
+    # Lifecycle: the first poll runs before the server listens, so it answers once loaded.
+
+    async def _start(self, app):
+        self._loading = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="load")
+        self.batcher.start()
+        await self.poll()
+        polling = self.poll_seconds > 0  # TF Serving's 0: the versions there at start, no later ones
+        if not self.manager.loaded:
+            log.warning("no servable version of %s under %s %s", self.manager.name, self.manager.base_path,
+                        "yet; polling" if polling else "and polling is off")
+        if polling:
+            self._poller = asyncio.create_task(self._poll_forever())
+
+    async def _stop(self, app):
+        if self._poller is not None:
+            self._poller.cancel()
+            await asyncio.gather(self._poller, return_exceptions=True)
+        await self.batcher.stop()
+        # A version still loading is not waited for: it would be thrown away. (Its thread
+        # cannot be stopped; main() exits without joining it.)
+        self._loading.shutdown(wait=False, cancel_futures=True)
+
+    async def _poll_forever(self):
+        while True:
+            await asyncio.sleep(self.poll_seconds)
+            try:
+                await self.poll()
+            except Exception:  # a bad poll must not stop later ones
+                log.exception("polling %s failed", self.manager.base_path)
+
+    async def poll(self):
+        """Loads (in a thread, while serving goes on) the versions the manager wants."""
+        loop = asyncio.get_running_loop()
+        for version, path in self.manager.to_load():
+            self.manager.start_loading(version)
+            try:
+                loaded = await loop.run_in_executor(self._loading, self.manager.load, version, path)
+            except Exception as error:
+                self.manager.failed(version, error)
+            else:
+                self.manager.publish(loaded)
+        self.manager.unload_removed()
+
+    # Handlers.
+
+    @web.middleware
+    async def _json_errors(self, request, handler):
+        """Every answer, errors included, is JSON as TF Serving's: {"error": "..."}."""
+        try:
+            response = await handler(request)
+        except ServingError as error:
+            response = _json(error_body(error.message), error.status)
+        except web.HTTPException as error:
+            if error.status < 400:
+                raise
+            response = _json(error_body(f"{error.reason}: {request.method} {request.path}"), error.status)
+        except Exception as error:
+            log.exception("%s %s failed", request.method, request.path)
+            response = _json(error_body(f"{type(error).__name__}: {error}"), 500)
+        self.responses[response.status] = self.responses.get(response.status, 0) + 1
+        return response
+
+    async def page(self, request):
+        return web.Response(text=self._page, content_type="text/html")
+
+    async def model_request(self, request):
+        # The path as sent: "%3Apredict" is part of a name, not a method, as in TF Serving,
+        # which matches the raw path and then decodes the name and label.
+        path = request.rel_url.raw_path
+        match = MODEL_PATH.fullmatch(path)
+        malformed = ServingError(f"Malformed request: {request.method} {path}")
+        if not match:
+            raise malformed
+        name, method, metadata = _unquoted(match["name"]), match["method"], match["metadata"]
+        label = _unquoted(match["label"])
+        version = _version(match["version"])
+        if request.method == "POST" and name and method and not metadata:
+            if method == "predict":
+                return await self.predict(request, name, version, label)
+            if method in SIGNATURE_METHODS:
+                self._check_name(name, version, label)
+                raise ServingError(
+                    f"Expected {SIGNATURE_METHODS[method]} signature method_name to be "
+                    f"tensorflow/serving/{method}. Was: tensorflow/serving/predict"
+                )
+        if request.method == "GET" and not method:
+            if not name:
+                raise ServingError("Missing model name in request.")
+            _check_label(label)
+            if metadata:
+                self._check_name(name, version)
+                return _json(self.manager.metadata_json(version))
+            if name != self.manager.name:
+                raise ServingError(f"Could not find any versions of model {name}", status=404)
+            return _json(self.manager.status_json(version))
+        raise malformed
+
+    def _check_name(self, name, version, label=None):
+        _check_label(label)
+        if name != self.manager.name:
+            request = f"Specific({name}, {version})" if version is not None else f"Latest({name})"
+            raise ServingError(f"Servable not found for request: {request}", status=404)
+
+    async def predict(self, request, name, version, label=None):
+        document = parse_json_body(await request.read())
+        signature_name = signature_name_of(document)
+        self._check_name(name, version, label)
+        loaded = self.manager.get(version)  # held until answered, even if a newer one arrives
+        parsed = parse_predict_request(document, signature_name, loaded.input_specs(signature_name), self.limits)
+        outputs = await self.batcher.run(  # dropped unrun once its client has gone
+            loaded, signature_name, parsed.inputs, parsed.rows, lambda: client_connected(request)
+        )
+        return _json(format_response(outputs, parsed.format))
+
+    async def metrics(self, request):
+        name = self.manager.name
+        lines = ["# TYPE serving_responses_total counter"]
+        lines += [
+            f'serving_responses_total{{model_name="{name}",code="{code}"}} {count}'
+            for code, count in sorted(self.responses.items())
+        ]
+        lines.append("# TYPE serving_batches_total counter")
+        lines += [
+            f'serving_batches_total{{model_name="{name}",batch_size="{size}"}} {count}'
+            for size, count in sorted(self.batcher.batch_sizes.items())
+        ]
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+
+def _unquoted(text):
+    return None if text is None else urllib.parse.unquote(text)
+
+
+def _version(text):
+    """The version of a /versions/<v> path, None without one; TF Serving reads it as an int64."""
+    if text is None:
+        return None
+    version = int(text)
+    if version >= 2**63:
+        raise ServingError(f"Failed to convert version: {text} to numeric.")
+    return version
+
+
+def _check_label(label):
+    # TF Serving with no labels configured answers every label so (server_core.cc).
+    if label is not None:
+        raise ServingError(f"Unrecognized servable version label: {label}")
+
+
+def _json(body, status=200):
+    try:
+        text = json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (from a request's path, say) has no UTF-8: escape it
+        text = json.dumps(body).encode("ascii")
+    return web.Response(body=text, status=status, content_type="application/json", charset="utf-8")
