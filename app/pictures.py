@@ -56,7 +56,7 @@ AXIS_NAMES = {
     "target_pieces": "decoder input",
     "predicted_pieces": "predicted piece",
 }
-# The curves, by metrics.jsonl key (see app/training/loop.py): (panel, legend label). Panels
+# The curves, by metrics.jsonl key (see app/training/metrics_log.py): (panel, legend label). Panels
 # appear in this order. Both losses are label-smoothed, so they compare.
 CURVES = {
     "loss": ("loss per target token (label-smoothed cross-entropy)", "training"),
@@ -152,7 +152,7 @@ def sentence_attention(translator, sentence, target=None, decoding=None):
     import tensorflow as tf
 
     from app.decoding.translate import DecodingConfig, translate_ids
-    from data.tokenizer import END_ID, PAD_ID, START_ID
+    from data.special_tokens import END_ID, PAD_ID, START_ID
 
     decoding = decoding or DecodingConfig()
     tokenizer = translator.tokenizer
@@ -273,7 +273,7 @@ def write_attention_pictures(attention: SentenceAttention, output_dir, per_layer
 
 
 def read_metrics(path):
-    """The records of a `metrics.jsonl` written by `app.training.loop`, in file order.
+    """The records of a `metrics.jsonl` written by `app.training.metrics_log`, in file order.
 
     A last line without its newline is skipped if it does not parse: training is
     writing it right now (the file is read while a run goes on).

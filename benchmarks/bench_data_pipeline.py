@@ -6,8 +6,8 @@
 Prints the one-off preparation (reading, vocabulary, tokenizing every split once) and
 the speed of that tokenization pass alone, then per epoch the batches/s and non-padding tokens/s the pipeline delivers when nothing
 consumes them. Epoch 0 includes tracing the tf.data functions and filling the
-prefetch buffer; later epochs are the steady state. Training on a CPU consumes roughly
-5k-30k tokens/s.
+prefetch buffer; later epochs are the steady state. Compare them with the tokens/s that
+training consumes: `benchmarks/bench_training.py`, and docs/lab-notebook.md#speed.
 """  # noqa: E501
 
 import argparse

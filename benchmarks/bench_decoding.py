@@ -28,12 +28,14 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from app.decoding.beam_search import END_ID, PAD_ID, START_ID, beam_search  # noqa: E402
-from app.model.config import SIZES, ModelConfig  # noqa: E402
+from app.decoding.beam_search import beam_search  # noqa: E402
+from app.model.config import ModelConfig  # noqa: E402
+from app.training.recipes import RECIPES  # noqa: E402
 from app.decoding.translate import translate_ids  # noqa: E402
 from app.cli.flag_types import float_at_least, int_at_least, int_list, name_list, positive_int  # noqa: E402
 from app.model.transformer import Transformer, build_transformer  # noqa: E402
 from data.config import DEFAULT_VOCAB_SIZE  # noqa: E402
+from data.special_tokens import END_ID, PAD_ID, START_ID  # noqa: E402
 
 
 def cached_decoder(transformer, beam_size, alpha, max_extra_length):
@@ -84,8 +86,8 @@ def time_decoder(decode, source_ids, repeats):
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "--sizes", type=name_list(SIZES, "size"), default="tiny",
-        help=f"comma-separated model sizes ({', '.join(SIZES)})",
+        "--sizes", type=name_list(RECIPES, "size"), default="tiny",
+        help=f"comma-separated model sizes ({', '.join(RECIPES)})",
     )
     parser.add_argument("--batch-sizes", type=int_list(), default="1,32", help="comma-separated sentences per batch")
     parser.add_argument("--beam-size", type=positive_int, default=4)

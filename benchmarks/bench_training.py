@@ -42,7 +42,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from app.model.config import SIZES  # noqa: E402
+from app.training.recipes import RECIPES  # noqa: E402
 from app.cli.flag_types import int_at_least, name_list, positive_int  # noqa: E402
 
 # Every setting but the "plain loss" ones projects onto the vocabulary inside the loss,
@@ -107,7 +107,9 @@ def run_one(args):
 
     from app.model.config import ModelConfig
     from app.model.transformer import build_transformer
-    from app.training.loop import TrainConfig, make_optimizer, make_train_step
+    from app.training.config import TrainConfig
+    from app.training.optimizer import make_optimizer
+    from app.training.step import make_train_step
     from data.config import DataConfig
     from data.dataset import prepare_data
     from layers.dropout import Dropout
@@ -126,9 +128,9 @@ def run_one(args):
     if setting.get("optimizer") == "keras":
         # This process only: Keras's own Adam, a dozen ops per variable, in place of the
         # fused one.
-        import app.training.loop
+        import app.training.optimizer
 
-        app.training.loop.FusedAdam = keras.optimizers.Adam
+        app.training.optimizer.FusedAdam = keras.optimizers.Adam
     if setting.get("attention_bias"):
         overrides["attention_bias"] = True
     if setting.get("normalization"):
@@ -184,7 +186,7 @@ def _batch_tokens(text):
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size", default="tiny", choices=sorted(SIZES))
+    parser.add_argument("--size", default="tiny", choices=sorted(RECIPES))
     parser.add_argument("--steps", type=positive_int, default=60, help="timed steps per setting")
     parser.add_argument(
         "--warmup", type=int_at_least(0), default=60, help="untimed steps first (tracing, XLA compiles)"

@@ -52,8 +52,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from keras import ops  # noqa: E402
 
-from app.decoding.beam_search import END_ID, PAD_ID, START_ID  # noqa: E402
-from app.model.config import SIZES, ModelConfig  # noqa: E402
+from app.model.config import ModelConfig  # noqa: E402
+from app.training.recipes import RECIPES  # noqa: E402
 from app.decoding.translate import translate_ids  # noqa: E402
 from app.cli.flag_types import float_at_least, int_list, name_list, positive_int  # noqa: E402
 from app.model.transformer import Transformer, build_transformer  # noqa: E402
@@ -65,6 +65,7 @@ from benchmarks.keras_hub_peer import (  # noqa: E402
 )
 from data.config import DataConfig  # noqa: E402
 from data.dataset import prepare_data  # noqa: E402
+from data.special_tokens import END_ID, PAD_ID, START_ID  # noqa: E402
 
 OUTPUT_TOKENS = MAX_SEQUENCE_LENGTH - 1  # per sentence, both sides
 
@@ -124,8 +125,8 @@ def project_tokens(ids):
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "--sizes", type=name_list(SIZES, "size"), default="tiny",
-        help=f"comma-separated model sizes ({', '.join(SIZES)})",
+        "--sizes", type=name_list(RECIPES, "size"), default="tiny",
+        help=f"comma-separated model sizes ({', '.join(RECIPES)})",
     )
     parser.add_argument(
         "--batch-sizes", type=int_list(), default="1,32",

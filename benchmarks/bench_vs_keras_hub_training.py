@@ -7,10 +7,10 @@
 Two ways to train the same-size model on the bundled Multi30k en->de, with the same
 subword ids (the project's vocabulary), in one process, side by side:
 
-- project: `build_transformer` and `make_train_step` (app/training/loop.py: label-smoothed
+- project: `build_transformer` and `make_train_step` (app/training/step.py: label-smoothed
   loss over non-padding tokens, Adam on the paper's schedule, the size's dropout), on
-  `prepare_data`'s token-budget batches bucketed by length (train.py's defaults: 2,048
-  tokens for tiny, 4,096 until 2026-11-24, and 6,144 for small; `--batch-tokens`).
+  `prepare_data`'s token-budget batches bucketed by length (the size's batch as train.py
+  trains it, app/training/recipes.py; `--batch-tokens`).
   `--precision` and `--jit` apply to this side only.
 - keras-hub: the model of keras-hub's English-Spanish example at the same N, d_model,
   d_ff, h and vocabulary (benchmarks/keras_hub_peer.py), trained the example's way:
@@ -50,8 +50,10 @@ from app.model.config import ModelConfig  # noqa: E402
 from app.cli.flag_types import int_at_least, name_list, positive_int  # noqa: E402
 from app.model.transformer import build_transformer  # noqa: E402
 from app.training.precision import matmul_peak  # noqa: E402
-from app.training.command import SIZE_DEFAULTS  # noqa: E402
-from app.training.loop import TrainConfig, make_optimizer, make_train_step  # noqa: E402
+from app.training.config import TrainConfig  # noqa: E402
+from app.training.optimizer import make_optimizer  # noqa: E402
+from app.training.step import make_train_step  # noqa: E402
+from app.training.recipes import RECIPES, recipe_for  # noqa: E402
 from benchmarks.keras_hub_peer import (  # noqa: E402
     BATCH_SIZE,
     MAX_SEQUENCE_LENGTH,
@@ -82,7 +84,7 @@ class ProjectSide:
             train_steps=total_steps,
             precision=args.precision,
             jit=args.jit,
-            learning_rate_scale=SIZE_DEFAULTS[size]["learning_rate_scale"],
+            learning_rate_scale=recipe_for(size).learning_rate_scale,
         )
         optimizer = make_optimizer(config, train_config, total_steps)
         optimizer.build(self.model.trainable_variables)
@@ -157,7 +159,7 @@ class KerasHubSide:
 
 def measure(size, args, peaks, vocab_dir):
     """Trains both sides of one size; returns a row of figures per side."""
-    batch_tokens = args.batch_tokens or SIZE_DEFAULTS[size]["batch_tokens"]
+    batch_tokens = args.batch_tokens or recipe_for(size).batch_tokens
     data = prepare_data(DataConfig(batch_tokens=batch_tokens), vocab_dir)
     config = ModelConfig.from_size(size, vocab_size=data.tokenizer.vocab_size)
     total = args.warmup_steps + args.steps
@@ -197,8 +199,8 @@ def measure(size, args, peaks, vocab_dir):
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "--sizes", type=name_list(SIZE_DEFAULTS, "size"), default="tiny,small",
-        help=f"comma-separated model sizes ({', '.join(SIZE_DEFAULTS)})",
+        "--sizes", type=name_list(RECIPES, "size"), default="tiny,small",
+        help=f"comma-separated model sizes ({', '.join(RECIPES)})",
     )
     parser.add_argument("--steps", type=positive_int, default=40, help="timed steps per side")
     parser.add_argument(

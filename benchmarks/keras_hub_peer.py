@@ -26,10 +26,11 @@ import time
 
 import numpy as np
 
+from data.special_tokens import END_ID, PAD_ID
+
 # The example's fixed padded length, and its batch size in sentences.
 MAX_SEQUENCE_LENGTH = 40
 BATCH_SIZE = 64
-PAD_ID, START_ID, END_ID = 0, 1, 2
 
 
 # ---------------------------------------------------------------------------------------

@@ -15,8 +15,9 @@ paper's Table 3) and greedy validation BLEU at the last step, with each row's pa
 Short runs answer "which learns faster on 29k sentence pairs", not "which ends better
 after convergence": read the table with its step count.
 
-One run per row cannot tell a change from luck: at 1,000 steps the base row alone spans
-more than a perplexity point and nearly two BLEU points over seeds (README). `--seeds`
+One run per row cannot tell a change from luck: at 1,000 steps the base row alone varies
+over seeds as much as most rows change it
+(docs/lab-notebook.md#records-moved-from-code-comments-2026-11-26). `--seeds`
 trains every row once per seed (the seed sets the initial weights, the batch order and
 dropout's masks) and prints each figure as the mean over the seeds, with their range,
 and, when the base row is among the rows, each row's difference from it seed by seed.
@@ -60,16 +61,16 @@ ROW_WARMUP_STEPS = 720
 # And that run's vocabulary, pinned for the same reason: a row trained before must keep
 # its vocabulary, or its checkpoints could not be resumed.
 ROW_VOCAB_SIZE = 8000
-# And that run's dropout, 0.3: tiny's default then (it is 0.2 now). The dropout rows
+# And that run's dropout, 0.3: tiny's default then. The dropout rows
 # (D1, D2) override it, since their flags come later on the command line.
 ROW_DROPOUT = 0.3
 # And that run's attention projections, with biases (tiny's default; the paper's sizes
 # have none): should tiny's default change, a row trained before still resumes.
 ROW_ATTENTION_BIAS = ["--attention-bias"]
-# And that run's optimizer, the paper's Adam without weight decay (tiny's default has
-# had AdamW's decay since 2026-11-23).
+# And that run's optimizer, the paper's Adam without weight decay (tiny's default then;
+# tiny has since trained with AdamW's decay).
 ROW_WEIGHT_DECAY = 0.0
-# And that run's batches, 4,096 tokens (tiny's default until 2026-11-24, 2,048 now).
+# And that run's batches, 4,096 tokens (tiny's default then).
 ROW_BATCH_TOKENS = 4096
 
 

@@ -16,25 +16,26 @@ length) and (rows, target length) from the finite set `declared_shapes()`, and b
 bucket sizes do not change between epochs the same shapes recur every epoch:
 `tf.function`/XLA compile each once, in the first epoch.
 
-Why this design (measured on Multi30k en-de train, 8k BPE, `tests` and the benchmark
-compute the same figure from real batches):
-- Boundaries every token up to 24, then growing by 10%: the median pair is ~16 ids
-  long, where one extra id of padding costs 6%.
-- Padding the last batch of a bucket to the full rows(L), as is common, leaves ~40
-  half-empty batches per epoch; with Multi30k's 29k pairs that costs a lot: padding
-  efficiency 0.82 at batch_tokens 4096 and 0.49 at 25000 (only ~19 batches' worth of
-  tokens per epoch). Rounding to 8 rows per replica instead: 0.92 at both.
+Why this design (measured on Multi30k en-de train, 8k BPE: the figures are in
+docs/lab-notebook.md#each-side-of-a-batch-padded-to-its-own-length and
+docs/lab-notebook.md#records-moved-from-code-comments-2026-11-26; `tests` and the
+benchmark compute the padding efficiency from real batches):
+- Boundaries every token up to 24, then growing by 10%: fine where most pairs' lengths
+  are, where one extra id of padding is a large share of a short pair.
+- Padding the last batch of a bucket to the full rows(L), as is common, leaves many
+  half-empty batches per epoch, which on a corpus of Multi30k's size costs a lot of
+  padding efficiency, most at large token budgets. Rounding to 8 rows per replica
+  keeps it high at every budget.
 - One bucket per longer-side length, not a bucket per (source, target) length pair:
-  the 2-D grid gives 0.94 but ~300-500 distinct shapes (one XLA compile each) and
-  batches far below the budget because each cell holds few pairs.
+  the 2-D grid pads slightly less but makes hundreds of distinct shapes (one XLA
+  compile each) and batches far below the budget because each cell holds few pairs.
 - Each side padded to its own length, after ordering by length inside the bucket:
   English is shorter than German in pieces, so padding both sides to the longer one
-  left the source side 0.877 efficient at batch_tokens 4096 and 6144 (the target
-  0.966). Ordered and trimmed, both sides together are 0.965 efficient at 4096 (0.922
-  before), 0.958 at 6144 (0.922) and 0.924 at 25000 (0.921), where a bucket is one
-  or two batches and ordering has little to split. As in fairseq's length-sorted
-  batching, a pair meets the same neighbours in most epochs; the batches' order and
-  the order among pairs of equal lengths are still shuffled.
+  left the source side much less efficient than the target. Ordered and trimmed, both
+  sides together pad less, except where a bucket is one or two batches (large budgets)
+  and ordering has little to split. As in fairseq's length-sorted batching, a pair
+  meets the same neighbours in most epochs; the batches' order and the order among
+  pairs of equal lengths are still shuffled.
 """
 
 import dataclasses

@@ -21,7 +21,8 @@ import tensorflow as tf
 
 from data.buckets import BatchPlan
 from data.corpora import ParallelText
-from data.tokenizer import END_ID, START_ID, SubwordTokenizer
+from data.special_tokens import END_ID, START_ID
+from data.tokenizer import SubwordTokenizer
 
 _TOKENIZE_CHUNK = 4096  # Sentences per tokenizer call; big enough to amortize op overhead.
 _SAMPLE_CHUNK = 100_000  # Sentences per BPE-dropout draw (see _sample_side).

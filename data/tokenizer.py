@@ -13,46 +13,37 @@ a kernel-owned resource (TF-Text's TODO b/318839908) that TensorFlow destroys wh
 the eager kernel cache is cleared, which `tf.random.set_seed` and
 `keras.utils.set_random_seed` do. A tokenizer built once and held would fail with
 "Resource ... SentencepieceResource does not exist" after any later seeding. Created
-per call, the op is cached by TensorFlow like any other kernel (0.7 ms per eager call)
-and simply rebuilt after a cache clear.
+per call, the op is cached by TensorFlow like any other kernel, so the call stays cheap,
+and is simply rebuilt after a cache clear.
 
-Reserved ids: 0 = padding, 1 = start, 2 = end, 3 = unknown.
+Reserved ids: `data/special_tokens.py` (padding, start, end, unknown); the vocabulary is
+trained with them and a model file that reserves others is refused.
 
-Choices, measured on Multi30k en-de (train: 29,000 pairs; val: 1,014):
+Choices, each measured on Multi30k en-de (the figures:
+docs/lab-notebook.md#what-was-tried and
+docs/lab-notebook.md#records-moved-from-code-comments-2026-11-26):
 
 - BPE, not unigram. It is what the paper used (a shared source-target BPE), its merges
-  are deterministic, and it trains in 0.3 s against 2.5 s for unigram. Unigram's one
-  advantage, sampled segmentations for subword regularization, BPE has too:
-  BPE-dropout (`--bpe-dropout`, `SubwordTokenizer.sample`; off by default). Dropping
-  merges with probability 0.1 lengthens train sentences by 40% (en 14.3 -> 20.0, de
-  14.9 -> 21.3 pieces; 0.05: +20%, 0.02: +8%), so a batch of 4,096 tokens holds 30%
-  fewer sentences (197 batches an epoch instead of 141) and an hour's training sees
-  30% fewer epochs. Drawing an epoch's segmentation takes about 0.9 s on Multi30k.
-  It did not pay on Multi30k within the tiny model's hour: with dropout 0.1 instead of
-  0.3, 38.01 lowercased validation BLEU against the default's 39.70 (docs/lab-notebook.md).
-  BPE also gives slightly shorter sequences (8k pieces: 14.3 en / 14.8 de tokens per
-  train sentence, against 14.7 / 15.3 for unigram). Unigram stays available
-  (`--subword-model unigram`): trained the default way, it kept pace with BPE but
-  scored 39.76 lowercased validation BLEU against BPE's 40.19 and 40.69 (docs/lab-notebook.md).
-- 8,000 pieces by default (the paper's 37k is for 4.5M WMT pairs). Tokens per train
-  sentence (en / de): 4k: 15.7 / 16.7; 8k: 14.3 / 14.8; 16k: 13.6 / 13.7. Going from 8k
-  to 16k shortens sequences by only ~6% while doubling the embedding and softmax and
-  leaving most new pieces with a handful of training occurrences. Going down to 4k
-  halves the output layer, close to half of the tiny model's arithmetic, so tiny trains
-  ~25% more target tokens a second (median 13,800 against 11,000); it learned as fast
-  per step for 2,000 steps, then fell behind: greedy validation BLEU 37.0 after 12,000
-  steps of the default recipe, against 38.6 with 8k after the default 9,500
-  (docs/lab-notebook.md, "What was tried").
+  are deterministic, and it trains faster. Unigram's one advantage, sampled
+  segmentations for subword regularization, BPE has too: BPE-dropout (`--bpe-dropout`,
+  `SubwordTokenizer.sample`; off by default, because within the tiny model's hour the
+  longer sentences it makes cost more epochs than the regularization gave back). BPE
+  also gives slightly shorter sequences. Unigram stays available (`--subword-model
+  unigram`): trained the default way it kept pace with BPE but scored no better.
+- 8,000 pieces by default (the paper's 37k is for 4.5M WMT pairs). Twice as many would
+  shorten sequences only a little while doubling the embedding and softmax and leaving
+  most new pieces with a handful of training occurrences; half as many halves the output
+  layer, so tiny trains faster, but it fell behind after the first few thousand steps and
+  ended lower even with the extra steps the hour allows.
 - Byte fallback: a character outside the vocabulary becomes its UTF-8 bytes (pieces
   <0x00>..<0xFF>) instead of <unk>, so any Unicode text round-trips and the unknown id
   is never produced. Characters covering 99.95% of the text get their own piece.
 - "nmt_nfkc" normalization (NFKC plus NMT-specific cleanup) and collapsing of repeated
   whitespace. Round trip is therefore exact only up to that normalization: on Multi30k
-  val, 1,014/1,014 en and 1,013/1,014 de sentences come back byte-identical; the one
-  difference is a no-break space before "cm" that comes back as a plain space. (In
-  train, the differences are all doubled spaces.) Identity normalization would be exact,
-  but web-crawled corpora (WMT) are full of compatibility characters (full-width
-  forms, ligatures, odd spaces) that NFKC folds into one spelling.
+  almost every sentence comes back byte-identical, the rest differing only in odd or
+  doubled spaces. Identity normalization would be exact, but web-crawled corpora (WMT)
+  are full of compatibility characters (full-width forms, ligatures, odd spaces) that
+  NFKC folds into one spelling.
 - Case kept by default: output is what users read, and German capitalizes every noun.
   `lowercase=True` (`--lowercase`) lowercases every input before it is segmented,
   in training, evaluation and the exported graph alike, so the model reads and writes
@@ -62,8 +53,7 @@ Choices, measured on Multi30k en-de (train: 29,000 pairs; val: 1,014):
   `tf.strings.lower` (ICU, full Unicode; "ß" stays), one definition for Python and graph.
 - Deterministic training: the trainer reads the sentences in the order given and does
   not sample them, and uses a fixed thread count, because its result depends on the
-  thread count (1, 2 and 16 threads give three different vocabularies; the same count
-  gives byte-identical files).
+  thread count (the same count gives byte-identical files).
 """
 
 import io
@@ -78,17 +68,13 @@ from sentencepiece import sentencepiece_model_pb2
 
 from data.atomic_files import write_atomically
 from data.errors import DataError, first_line
+from data.special_tokens import END_ID, PAD_ID, START_ID, UNKNOWN_ID
 
 # C0 and C1 control characters, DEL, and the Unicode line and paragraph separators (RE2
 # syntax): what Python's str.splitlines() or a C string would break a translation at. A
 # run of them, with the spaces beside it, becomes one space.
 _CONTROL = r"\x{0}-\x{1f}\x{7f}-\x{9f}\x{2028}\x{2029}"
 _NOT_ON_ONE_LINE = rf" *[{_CONTROL}][ {_CONTROL}]*"
-
-PAD_ID = 0
-START_ID = 1
-END_ID = 2
-UNKNOWN_ID = 3
 
 MODEL_FILENAME = "subwords.model"
 

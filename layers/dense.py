@@ -2,20 +2,15 @@
 
 For y = x W with x `[N, A]` and W `[A, U]`, autodiff makes the weight gradient as
 x^T dy, a `[A, U]` product contracting the N tokens. On a CPU (oneDNN, float32) that
-product runs about 1.5 times as slow when its output has more rows than columns (A > U)
-as the same product made transposed, (dy^T x)^T, a `[U, A]` product plus a transpose of
-the small result. Measured with `tf.function`s on a 2-core Intel Xeon (2026-11-22),
-N = 6,144:
-
-    A x U         x^T dy      (dy^T x)^T
-    1,024 x 256   16.8 ms     12.1 ms      small's feed-forward output
-    2,048 x 512   69.8 ms     44.1 ms      base's
-    256 x 1,024   11.9 ms     17.9 ms      small's feed-forward input: the other way
+product runs markedly slower when its output has more rows than columns (A > U) than the
+same product made transposed, (dy^T x)^T, a `[U, A]` product plus a transpose of the
+small result; at small's and base's feed-forward shapes too
+(docs/lab-notebook.md#fewer-passes-in-attention-and-the-loss-and-dense-weight-gradients-made-the-faster-way-round).
 
 So under TensorFlow, in float32, this layer makes the weight gradient as whichever of
 the two products has no more rows than columns. In bfloat16 the orientation made no
-difference worth a branch (2.90 against 3.05 ms for 1,024 x 256), and other backends
-(XLA picks its own layouts) take Keras's path.
+difference worth a branch, and other backends (XLA picks its own layouts) take Keras's
+path.
 
 Everything else is `keras.layers.Dense`: arguments, weights, checkpoints, outputs.
 """

@@ -10,8 +10,7 @@ import tensorflow as tf
 from app.decoding.beam_search import longest_output
 from app.decoding.translate import output_lengths
 from app.model.transformer import Transformer
-
-PAD_ID, START_ID, END_ID = 0, 1, 2
+from data.special_tokens import END_ID, PAD_ID, START_ID
 
 
 def greedy_decode(transformer: Transformer, source_ids, max_extra_length=50):

@@ -26,8 +26,9 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from app.decoding.beam_search import END_ID, PAD_ID, START_ID, beam_search, largest_alpha, longest_output
+from app.decoding.beam_search import beam_search, largest_alpha, longest_output
 from app.model.transformer import Transformer
+from data.special_tokens import END_ID, PAD_ID, START_ID
 
 
 @dataclasses.dataclass(frozen=True)

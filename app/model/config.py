@@ -1,4 +1,6 @@
-"""Model configuration: one frozen dataclass, the named sizes, and the paper's Table 3 rows.
+"""Model configuration: one frozen dataclass, the named sizes' models, and the paper's Table 3 rows.
+
+How each size is trained (batch, steps, schedule) is its recipe: `app/training/recipes.py`.
 
     >>> ModelConfig.from_size("base", vocab_size=37000)
     >>> ModelConfig.from_size("base", num_heads=16)          # Table 3 row (A): d_k follows
@@ -22,9 +24,9 @@ NORMALIZATION_KINDS = ("layer", "scale")
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """Every hyperparameter of the model; the sizes below are copies with a few changed."""
+    """Every hyperparameter of the model; the named sizes are copies with a few changed."""
 
-    # Shared subword vocabulary size, padding (id 0) included.
+    # Shared subword vocabulary size, the reserved ids (data/special_tokens.py) included.
     vocab_size: int = 8000
     # N, the number of layers in the encoder and in the decoder.
     num_layers: int = 6
@@ -105,10 +107,10 @@ class ModelConfig:
 
     @classmethod
     def from_size(cls, name, **overrides):
-        """A named size (`SIZES`) with any field overridden; None-valued overrides are ignored.
+        """A named size's model (`SIZES`) with any field overridden.
 
-        An override of num_heads or d_model re-derives d_k = d_model / h unless key_dim is
-        overridden too, as in Table 3 rows (A) and (C).
+        None-valued overrides are ignored. An override of num_heads or d_model re-derives
+        d_k = d_model / h unless key_dim is overridden too, as in Table 3 rows (A) and (C).
         """
         if name not in SIZES:
             raise ValueError(f"unknown model size {name!r}; known sizes: {', '.join(SIZES)}")
@@ -136,19 +138,15 @@ class ModelConfig:
         return cls.from_dict(json.loads(text))
 
 
-# The named sizes, as fields that differ from the defaults. key_dim is left to follow
-# d_model / num_heads.
+# The named sizes' models, as the fields that differ from the defaults. key_dim is left to
+# follow d_model / num_heads.
 SIZES = {
-    # Transformer-Tiny: the text-only model that holds the Multi30k record (41.02 BLEU).
-    # Dropout 0.2, not its published 0.3: chosen on validation over two CPU-hour runs each
-    # (lowercased beam BLEU 40.19 and 40.69 against 39.78 and 39.70; docs/lab-notebook.md, "What
-    # was tried"). Pre-norm, unlike the paper: on Multi30k the post-norm tiny model trained
-    # well only at a quarter of the paper's learning rate and needed 7,000 steps for the
-    # validation BLEU pre-norm reaches in 2,000 at the full rate (docs/lab-notebook.md, "What was
-    # tried"); a CPU hour is about 9,500 steps of 4,096 tokens. Biases in the attention
-    # projections, like the published model (fairseq's) and unlike the paper: its recipe was
-    # tuned with them, and a run without them scored at the low end of the default's runs
-    # (lowercased beam BLEU 39.19 on validation against 39.26-40.74; docs/lab-notebook.md).
+    # Transformer-Tiny, the published text-only Multi30k baseline's size. Dropout 0.2, not
+    # the published 0.3: it scored higher on validation over two runs each. Pre-norm, unlike
+    # the paper: post-norm trained well only at a quarter of the paper's learning rate, and
+    # far more slowly per step. Biases in the attention projections, like the published
+    # model (fairseq's) and unlike the paper: the recipe was tuned with them, and a run
+    # without them scored no better (docs/lab-notebook.md#what-was-tried).
     "tiny": dict(
         num_layers=4, d_model=128, d_ff=256, num_heads=4, max_length=256, dropout=0.2, norm_first=True,
         attention_bias=True,

@@ -13,47 +13,9 @@ import time
 
 from app.model_dir.lock import ModelDirInUse, ModelDirLock
 from app.model_dir.settings import check_resumable, save_settings
-from app.training.loop import TrainConfig
+from app.training.config import TrainConfig
 from app.training.precision import AUTO, BFLOAT16_MIN_SPEEDUP, PRECISIONS, choose_auto_precision, resolve_precision
-
-# What a size trains with when the command line does not say: token budget per batch
-# (all replicas together) and length of training.
-SIZE_DEFAULTS = {
-    # Multi30k on a laptop CPU. Tiny (pre-norm, see app/model/config.py) trains at the paper's
-    # learning rate, (d_model * warmup)^-0.5 = 0.0025 at the peak for a warmup of 1,280 (8%
-    # of the run), and anneals it linearly to zero over the last 20% of the run: with a
-    # fixed budget that lowers the validation loss more than the same steps on the paper's
-    # slow tail (docs/lab-notebook.md, "What was tried"). 16,000 steps of 2,048 tokens (about 61
-    # epochs) fit in an hour on a 2-core CPU, evaluations included, on a good day: the
-    # default length comes with a 58-minute budget, so that a slower machine or day ends the
-    # run, cooldown and all, a little sooner rather than over the hour (app/training/time_budget.py).
-    # Half the paper's usual batch for twice the updates: in the same hour it reached a
-    # lower validation loss and a higher BLEU than 9,500 steps of 4,096 tokens with seeds 1
-    # and 2, on fewer tokens (docs/lab-notebook.md, "What was tried"). AdamW's decoupled weight
-    # decay of 0.2 on the matrices and embeddings lowered the validation loss below every
-    # run of the paper's Adam, with two seeds; re-checked at half the batch, 0.15 and 0.3
-    # scored below it on validation, seed 1 (docs/lab-notebook.md). `python export.py` takes the
-    # average of the last 10 checkpoints, 250 steps apart: all of them inside the cooldown
-    # (the last 3,200 steps), where the weights move little. On validation that beat the
-    # checkpoint with the best greedy BLEU with both seeds (+0.13 and +0.60 lowercased),
-    # where at the full batch, whose last 10 reached back before the cooldown, it had not
-    # (docs/lab-notebook.md, "What was tried"). An evaluation every 2,000 steps, so that twice
-    # the steps do not bring twice the evaluations.
-    "tiny": dict(batch_tokens=2048, epochs=None, train_steps=16000, learning_rate_scale=1.0,
-                 cooldown_fraction=0.2, weight_decay=0.2, checkpoint_every=250, keep_checkpoints=10,
-                 average_last=10, eval_every=2000, time_budget_minutes=58.0),
-    # Post-norm like the paper; the quarter learning rate that post-norm tiny needed on
-    # Multi30k is assumed here, unmeasured.
-    "small": dict(batch_tokens=6144, epochs=None, train_steps=8000, learning_rate_scale=0.25,
-                  checkpoint_every=250, keep_checkpoints=10),
-    # The paper: ~25,000 source + 25,000 target tokens per batch, 100k / 300k steps; it
-    # averaged the last 5 (base) or 20 (big) checkpoints, written 10 minutes apart, and
-    # `python export.py` does the same for these sizes (unmeasured here: no GPU).
-    "base": dict(batch_tokens=25000, epochs=None, train_steps=100_000, learning_rate_scale=1.0,
-                 checkpoint_every=1000, keep_checkpoints=5, average_last=5),
-    "big": dict(batch_tokens=25000, epochs=None, train_steps=300_000, learning_rate_scale=1.0,
-                checkpoint_every=1000, keep_checkpoints=20, average_last=20),
-}
+from app.training.recipes import RECIPES, recipe_for
 
 
 def add_training_arguments(parser):
@@ -74,7 +36,7 @@ def add_training_arguments(parser):
         "--weight-decay",
         type=float,
         help="decoupled weight decay (AdamW) of the weight matrices and embeddings: each step multiplies them by "
-        "1 - learning rate * this (default: 0.2 for tiny; 0, the paper's Adam, for the other sizes)",
+        f"1 - learning rate * this; 0: the paper's Adam (default: {_per_size('weight_decay')})",
     )
     group.add_argument(
         "--cooldown-fraction",
@@ -112,8 +74,8 @@ def add_training_arguments(parser):
         type=int,
         metavar="K",
         help="the weights export.py and app.evaluate take from this run by default: the average of the newest K "
-        "kept checkpoints; 0: the best by validation BLEU (default: 10 for tiny; 5 for base, 20 for big, as the "
-        "paper; 0 for small)",
+        "kept checkpoints; 0: the best by validation BLEU (default: "
+        f"{_per_size('average_last', none='0')}; base and big average as the paper did)",
     )
     group.add_argument("--patience", type=int, help="stop after this many evaluations without a better BLEU")
     group.add_argument("--seed", type=int, default=1)
@@ -122,7 +84,8 @@ def add_training_arguments(parser):
         type=float,
         metavar="MINUTES",
         help="end the run, final evaluation included, within this many minutes of the command's start (across "
-        "resumptions), shortening it if needed; 0: no limit (default: 58 for tiny's default length, else none)",
+        "resumptions), shortening it if needed; 0: no limit (default, for a size's default length only: "
+        f"{_per_size('time_budget_minutes', none='none')})",
     )
     group.add_argument("--strategy", choices=STRATEGIES, default="auto", help="tf.distribute strategy")
     group.add_argument("--cpu-replicas", type=int, help="split the CPU into N mirrored devices")
@@ -131,7 +94,7 @@ def add_training_arguments(parser):
         type=int,
         metavar="N",
         help="threads one op may use on the CPU (default, 0: TensorFlow's choice, every core); on a 2-core CPU, 1 "
-        "trained tiny about 12%% faster and small about 12%% slower (docs/lab-notebook.md, Speed)",
+        "trains tiny faster and small slower (docs/lab-notebook.md#one-thread-per-op)",
     )
     group.add_argument(
         "--inter-op-threads",
@@ -141,43 +104,50 @@ def add_training_arguments(parser):
     )
 
 
+def _per_size(field, none="0"):
+    """A recipe field's value for each size, for --help: "tiny 0.2, small 0, ..."."""
+    values = {size: getattr(recipe, field) for size, recipe in RECIPES.items()}
+    return ", ".join(f"{size} {none if value is None else f'{value:g}'}" for size, value in values.items())
+
+
 def default_model_dir(args):
     dataset = re.sub(r"[^A-Za-z0-9_.-]+", "_", args.dataset.split(",")[0].replace("files:", "files-"))
     return os.path.join("runs", f"{args.size}-{dataset}-{args.source_lang}-{args.target_lang}")
 
 
 def train_config_from_args(args):
-    defaults = SIZE_DEFAULTS[args.size]
+    """The `TrainConfig` of parsed flags: each flag not given takes the size's recipe's value."""
+    recipe = recipe_for(args.size)
     train_steps, epochs = args.train_steps, args.epochs
     # The size's budget goes with the size's length: a length asked for is trained in full.
     time_budget = None
     if train_steps is None and epochs is None:
-        train_steps, epochs = defaults["train_steps"], defaults["epochs"]
-        time_budget = defaults.get("time_budget_minutes")
+        train_steps = recipe.train_steps
+        time_budget = recipe.time_budget_minutes
     if args.time_budget is not None:
         if args.time_budget < 0:
             raise ValueError(f"--time-budget must be a number of minutes, 0 for no limit; got {args.time_budget}")
         time_budget = args.time_budget or None
-    keep_checkpoints = _or_default(args.keep_checkpoints, defaults["keep_checkpoints"])
+    keep_checkpoints = _or_default(args.keep_checkpoints, recipe.keep_checkpoints)
     # The size's averaging shrinks to fit fewer kept checkpoints; one asked for must fit.
     average_last = args.average_last
     if average_last is None:
-        average_last = min(defaults.get("average_last") or 0, keep_checkpoints)
+        average_last = min(recipe.average_last or 0, keep_checkpoints)
     return TrainConfig(
         train_steps=train_steps,
         epochs=epochs,
         accumulate=args.accumulate,
         warmup_steps=args.warmup_steps,
-        learning_rate_scale=_or_default(args.learning_rate_scale, defaults["learning_rate_scale"]),
-        cooldown_fraction=_or_default(args.cooldown_fraction, defaults.get("cooldown_fraction", 0.0)),
-        bidirectional_fraction=_or_default(args.bidirectional_fraction, defaults.get("bidirectional_fraction", 0.0)),
-        weight_decay=_or_default(args.weight_decay, defaults.get("weight_decay", 0.0)),
+        learning_rate_scale=_or_default(args.learning_rate_scale, recipe.learning_rate_scale),
+        cooldown_fraction=_or_default(args.cooldown_fraction, recipe.cooldown_fraction),
+        bidirectional_fraction=_or_default(args.bidirectional_fraction, 0.0),
+        weight_decay=_or_default(args.weight_decay, recipe.weight_decay),
         precision=resolve_precision(args.precision),
         jit=args.jit,
         log_every=args.log_every,
-        eval_every=_or_default(args.eval_every, defaults.get("eval_every", 1000)),
+        eval_every=_or_default(args.eval_every, recipe.eval_every),
         eval_sentences=args.eval_sentences,
-        checkpoint_every=_or_default(args.checkpoint_every, defaults["checkpoint_every"]),
+        checkpoint_every=_or_default(args.checkpoint_every, recipe.checkpoint_every),
         checkpoint_minutes=args.checkpoint_minutes,
         keep_checkpoints=keep_checkpoints,
         average_last=average_last or None,
@@ -220,7 +190,7 @@ def run(args, started=None):
     from data.tokenizer import MODEL_FILENAME
 
     if args.batch_tokens is None:
-        args.batch_tokens = SIZE_DEFAULTS[args.size]["batch_tokens"]
+        args.batch_tokens = recipe_for(args.size).batch_tokens
     model_dir = args.model_dir or default_model_dir(args)
     try:
         data_config = data_config_from_args(args)
@@ -255,7 +225,7 @@ def run(args, started=None):
         for line in format_summary(summarize(data)):
             print(line)
         if train_config.bidirectional_fraction:
-            from app.training.loop import plan_bidirectional_epochs, run_length
+            from app.training.run_length import plan_bidirectional_epochs, run_length
 
             try:
                 plan_bidirectional_epochs(train_config, data, run_length(train_config, data), print)

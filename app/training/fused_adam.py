@@ -25,11 +25,11 @@ import keras
 # The variables weight decay leaves alone, by name: `Dense` biases and
 # `LayerNormalization`'s gamma and beta, the model's only vectors (and
 # `ScaleNormalization`'s scalar gamma)
-# (tests/training/test_training.py pins that every matrix is decayed and no vector is). The shared
+# (tests/training/test_optimizer.py pins that every matrix is decayed and no vector is). The shared
 # embedding is decayed too, at the matrices' rate: left out, tiny's validation loss ended
 # 0.09 higher and its BLEU lower; at twice the rate, level (docs/lab-notebook.md,
 # "What was tried").
-# Here, and not in app/training/loop.py, so that TensorFlow-free tools (benchmarks/gpu) share
+# Here, and not in app/training/optimizer.py, so that TensorFlow-free tools (benchmarks/gpu) share
 # it.
 NOT_DECAYED = ("bias", "gamma", "beta")
 

@@ -9,7 +9,7 @@ or micro-batches changes nothing about the gradients.
 import keras
 from keras import ops
 
-PAD_ID = 0
+from data.special_tokens import PAD_ID
 
 
 def smoothed_cross_entropy(labels, logits, label_smoothing, pad_id=PAD_ID):
@@ -42,9 +42,9 @@ def _smoothed_loss_with_direct_gradient(labels, logits, label_smoothing):
     gradient with respect to the logits is p - t. TensorFlow's autodiff of the forward
     ops instead walks back through a dense one-hot target, a product and a
     log-softmax, op by op: at the tiny model's 4,096 tokens x 8,000 ids, each op is a
-    pass over a 131 MB tensor. Written out, forward and backward take 49.7 ms instead of
-    66.7 on this 2-core CPU (`benchmarks/bench_step_parts.py`), and a whole tiny step is
-    about 8% faster; tests/training/test_training.py pins that both give the same gradient.
+    pass over a 131 MB tensor. Written out, the loss and a whole tiny step run faster
+    (docs/lab-notebook.md#speed, measured with `benchmarks/bench_step_parts.py`);
+    tests/training/test_losses.py pins that both give the same gradient.
     """
     vocab_size = ops.shape(logits)[-1]
     off_value = label_smoothing / ops.cast(vocab_size - 1, "float32")

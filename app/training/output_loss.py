@@ -14,7 +14,7 @@ The trainer passes only the rows of real target tokens, so padding costs nothing
 TensorFlow only, like the training loop: under JAX, XLA fuses the plain path itself.
 
     states = transformer.decoder_states(target_in, memory, memory_mask, training=True)
-    real = labels != 0
+    real = labels != PAD_ID  # data/special_tokens.py
     loss_sum = projected_loss_sum(
         tf.boolean_mask(states, real), transformer.output_matrix(), tf.boolean_mask(labels, real), 0.1
     )
@@ -22,10 +22,9 @@ TensorFlow only, like the training loop: under JAX, XLA fuses the plain path its
 
 import tensorflow as tf
 
-# Rows projected at once: 512 x 8,000 float32 logits are 16 MB. Whole tiny training
-# steps (4,096 tokens, float32; 2-core Intel Xeon, 2026-11-22) ran 13% faster than the
-# plain path with slices of 512 rows, 11% with 256, and 8-9% with 128, 1,024 or all rows
-# in one slice.
+# Rows projected at once: 512 x 8,000 float32 logits are 16 MB, small enough to stay in
+# cache; whole tiny training steps ran fastest with it of the slice sizes tried
+# (docs/lab-notebook.md#records-moved-from-code-comments-2026-11-26).
 ROWS_PER_SLICE = 512
 
 # The smallest label probability from which log(p_label) is used for the log-normalizer.
@@ -42,8 +41,9 @@ def projected_loss_sum(states, matrix, labels, label_smoothing, rows_per_slice=R
     t = off + (on - off) * onehot(label).
 
     Per slice, only the softmax p is made at full size, in float32. The matrix products
-    take their inputs' dtype (bfloat16 ones ran 2.8x faster than float32 ones in a
-    profile of tiny's step, 2026-11-22); p - (on - off) * onehot(label) is cast to it
+    take their inputs' dtype (in bfloat16 they run much faster than in float32:
+    docs/lab-notebook.md#the-output-projection-fused-with-the-loss);
+    p - (on - off) * onehot(label) is cast to it
     with the label's entry made in float32 first, since p_label and on - off can be
     close, and their difference would drown in a bfloat16 product's rounding. The
     uniform part of the target comes off after the loop, on `[N, D]` and `[V, D]`
@@ -58,8 +58,8 @@ def projected_loss_sum(states, matrix, labels, label_smoothing, rows_per_slice=R
         p @ M - (on - off) M[label]       (a gather of R rows per slice)
         p^T @ S - (on - off) sum_{n: label_n = v} S[n]   (one segment sum after the loop)
     Updating p's label entries would copy p (TensorFlow did not update the softmax's
-    output in place), a pass over `[R, V]` per slice: 19 of 1,930 ms of op time in an
-    xprof profile of small's float32 step.
+    output in place), a pass over `[R, V]` per slice that cost time in a profile:
+    docs/lab-notebook.md#fewer-passes-in-attention-and-the-loss-and-dense-weight-gradients-made-the-faster-way-round.
 
     Args:
         states: `[N, D]` decoder states of real (non-padding) target positions.

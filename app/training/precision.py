@@ -4,21 +4,14 @@
 weights, softmax and loss) on a machine without a GPU whose CPU has bfloat16
 instructions (x86 flags `amx_bf16` or `avx512_bf16`) *and* runs bfloat16 matrix
 products at least `BFLOAT16_MIN_SPEEDUP` times as fast as float32 ones, timed here in a
-second or two; in float32 everywhere else. The flags alone do not say it:
-
-| 2-core CPU | bfloat16 / float32, `tf.matmul` | a tiny training step |
-| --- | --- | --- |
-| Intel Xeon with AMX (2026-11-22) | 4.2x (a 2048^3 product) | 1.31x |
-| AMD EPYC with `avx512_bf16` (2026-11-21, -23) | 1.8-2.0x | 1.05-1.25x |
-| Intel Xeon with `avx512_bf16` and `avx512_fp16`, no AMX (2026-11-26) | 0.55x | 0.62x |
-
-(`benchmarks/bench_training.py`; docs/lab-notebook.md, "Speed".) The last CPU lists the same
-bfloat16 flag as the AMD one, but TensorFlow's bfloat16 products run at half its float32
-speed there, and a step in mixed bfloat16 took 1.6 times as long. The casts, and the
-softmax and loss kept in float32, do not get faster in bfloat16, so the products must
-gain somewhat more than 1x for the step to gain at all. The default recipe scored
-within the spread of its float32 runs in mixed bfloat16 (docs/lab-notebook.md, "What was
-tried"). GPUs keep float32 unless asked: their mixed precision was not measured here.
+second or two; in float32 everywhere else. The flags alone do not say it: some CPUs that
+list them run TensorFlow's bfloat16 products slower than float32 ones, and the casts, and
+the softmax and loss kept in float32, do not get faster in bfloat16, so the products must
+gain somewhat more than 1x for the step to gain at all
+(docs/lab-notebook.md#--precision-auto-times-the-products, which has each CPU's figures).
+The default recipe scored within the spread of its float32 runs in mixed bfloat16
+(docs/lab-notebook.md#what-was-tried). GPUs keep float32 unless asked: their mixed
+precision was not measured here.
 """
 
 import dataclasses
@@ -30,8 +23,9 @@ AUTO = "auto"
 # Linux /proc/cpuinfo flags of x86 CPUs with bfloat16 matrix instructions.
 NATIVE_BFLOAT16_FLAGS = ("amx_bf16", "avx512_bf16")
 # How many times as fast as float32 bfloat16 matrix products must run for `auto` to pick
-# mixed bfloat16. A step's ratio follows the products' (0.55x gave 0.62x, 1.8x gave
-# 1.25x: the table above), so the break-even is near 1; the margin covers the casts.
+# mixed bfloat16. A step's ratio has followed the products' on every CPU measured, so the
+# break-even is near 1; the margin covers the casts
+# (docs/lab-notebook.md#--precision-auto-times-the-products).
 BFLOAT16_MIN_SPEEDUP = 1.2
 
 
@@ -102,8 +96,8 @@ def read_cpu_flags(path="/proc/cpuinfo"):
 
 @functools.lru_cache(maxsize=None)
 def measured_bfloat16_speedup():
-    """`bfloat16_matmul_speedup()` timed once per process (1.3 s on the 2-core Intel Xeon
-    of the table above), so a command gets one answer however often it asks."""
+    """`bfloat16_matmul_speedup()` timed once per process (a second or two), so a command
+    gets one answer however often it asks."""
     return bfloat16_matmul_speedup()
 
 

@@ -4,10 +4,9 @@ TensorFlow's defaults size both pools to the machine: every op may split its wor
 every core (intra-op), and as many independent ops as there are cores run side by side
 (inter-op). On a 2-core CPU that is up to four busy threads on two cores. For the tiny
 model, whose matrix products are small, one thread per op with two ops at once trained
-about 12% more tokens a second; for `small` it was about 12% slower, and beam search
-about 16% slower: small's larger products, and decoding's one step after another, gain
-more from two threads per op than from two ops at once (docs/lab-notebook.md, Speed, "One
-thread per op"). So these stay flags, TensorFlow's defaults unless asked, and a user
+faster; `small` and beam search ran slower: small's larger products, and decoding's one
+step after another, gain more from two threads per op than from two ops at once
+(docs/lab-notebook.md#one-thread-per-op). So these stay flags, TensorFlow's defaults unless asked, and a user
 measures on their own CPU with
 `benchmarks/bench_training.py --settings ...,...+1-thread-per-op`.
 """

@@ -14,11 +14,12 @@ for step. Two things are the sweep's own:
   first seed therefore trains exactly as alone; the others hold train.py's batches in
   another order.
 - Few shapes. XLA compiles a program per batch shape, and on a GPU compiling dominates a
-  tiny run: with a shape per bucket, a sweep of 2026-11-24 had not reached step 2,000
-  after 8.5 minutes. Every batch is padded to the shape of its bucket's group (buckets up
-  to SHAPE_GROUP_LENGTHS[0], up to [1], ...): the most rows and the longest bucket of
-  the group, so three shapes on Multi30k (docs/lab-notebook.md, "Tiny's recipe, eight seeds at
-  a time, on a GPU"). Padding rows and positions are ignored by the masks and the loss.
+  tiny run when every bucket has its own shape
+  (docs/lab-notebook.md#the-base-model-on-a-gpu-under-jax). Every batch is
+  padded to the shape of its bucket's group (buckets up to SHAPE_GROUP_LENGTHS[0], up to
+  [1], ...): the most rows and the longest bucket of the group, so three shapes on
+  Multi30k (docs/lab-notebook.md#tinys-recipe-eight-seeds-at-a-time-on-a-gpu). Padding
+  rows and positions are ignored by the masks and the loss.
 """
 
 import os

@@ -7,10 +7,10 @@ pipeline is train.py's own bucketing (`data.buckets`, numpy only) over ids writt
 is greedy decoding (full forward pass per step, no cache) scored by sacreBLEU, and the
 teacher-forced validation loss. It exists to tune the recipe quickly: the figures a user is promised come from
 `train.py` + `python -m app.evaluate` on TensorFlow. It runs on a CPU too (`pip install
-jax`), slowly. `time-base` was run on one H100 on 2026-11-24, `sweep` on 2026-11-26
-(docs/lab-notebook.md, "The base model on a GPU, under JAX" and "Tiny's recipe, eight seeds
-at a time, on a GPU"). `sweep`'s recipes start from tiny's default (weight decay, final
-cooldown, half batch, mixed bfloat16) and change what they name; a recipe's `seeds`
+jax`), slowly. Its runs are in docs/lab-notebook.md#the-base-model-on-a-gpu-under-jax
+(`time-base`) and docs/lab-notebook.md#tinys-recipe-eight-seeds-at-a-time-on-a-gpu
+(`sweep`). `sweep`'s recipes start from tiny's as `train.py` trains it
+(`app.training.recipes`, in mixed bfloat16) and change what they name; a recipe's `seeds`
 train side by side as one vmapped group, the way to tell a recipe's effect from the
 spread between seeds; validation is greedy, so its figures compare recipes with each
 other, not with `train.py`'s beam.
@@ -44,7 +44,8 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from app.model.config import ModelConfig  # noqa: E402
+from app.model.config import ModelConfig  # noqa: E402  (TensorFlow-free)
+from app.training.recipes import RECIPES  # noqa: E402  (TensorFlow-free)
 from app.cli.flag_types import int_at_least, positive_int  # noqa: E402  (TensorFlow-free)
 from app.training.fused_adam import NOT_DECAYED  # noqa: E402  (TensorFlow-free at import)
 from app.training.losses import summed_loss  # noqa: E402
@@ -54,8 +55,10 @@ from keras_hub_peer import training_flops  # noqa: E402  (TensorFlow-free)
 
 from batches import LockstepBatches, load_ids, padded  # noqa: E402  (numpy only)
 from data.config import DEFAULT_MAX_LENGTH  # noqa: E402  (TensorFlow-free)
+from data.special_tokens import END_ID, PAD_ID, START_ID  # noqa: E402  (TensorFlow-free)
 
-START_ID, END_ID = 1, 2
+# What a recipe changes nothing of trains as `python train.py` trains tiny.
+TINY = RECIPES["tiny"]
 # time-base's Keras dtype policies: the matrix-multiply peak each is measured against.
 TIMED_PRECISIONS = ("float32", "mixed_bfloat16")
 SWEEP_PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
@@ -78,13 +81,14 @@ class Recipe:
     key_dim: Optional[int] = None
     num_layers: Optional[int] = None
     positional: Optional[str] = None
-    # The defaults are tiny's as `python train.py` trains it (app/training/command.py).
-    batch_tokens: int = 2048
-    train_steps: int = 16000
+    # The defaults are tiny's as `python train.py` trains it (app/training/recipes.py).
+    batch_tokens: int = TINY.batch_tokens
+    train_steps: int = TINY.train_steps
     warmup_steps: Optional[int] = None  # None: as train.py, 8% of the run up to 4,000
-    learning_rate_scale: float = 1.0
-    cooldown_fraction: float = 0.2  # the last 20% of the steps anneal linearly to zero
-    weight_decay: float = 0.2  # decoupled (AdamW), not on biases and normalization
+    learning_rate_scale: float = TINY.learning_rate_scale
+    # The final fraction of the steps, over which the rate anneals linearly to zero.
+    cooldown_fraction: float = TINY.cooldown_fraction
+    weight_decay: float = TINY.weight_decay  # decoupled (AdamW), not on biases and normalization
     seed: int = 0
     # Seeds trained side by side as one vmapped group (one compile, one dispatch a step);
     # None trains `seed` alone. Each seed has its own initial weights, dropout masks and
@@ -98,9 +102,9 @@ class Recipe:
     # about half of a pair's batch-mates recur every epoch; False draws them afresh.
     sort_by_length: bool = True
     # Weight snapshots every this many steps; the last K are averaged for each K.
-    snapshot_every: int = 250
+    snapshot_every: int = TINY.checkpoint_every
     average: List[int] = dataclasses.field(default_factory=lambda: [5, 10])
-    eval_every: int = 2000
+    eval_every: int = TINY.eval_every
     eval_sentences: Optional[int] = None  # validation sentences decoded (default: all)
     data: Optional[str] = None  # overrides --data
 
@@ -227,7 +231,7 @@ def make_greedy(model):
             logits, _ = model.stateless_call(trainable, non_trainable, [source, ids[:, :-1]], training=False)
             next_ids = jnp.argmax(jnp.take(logits, t, axis=1), axis=-1).astype(jnp.int32)
             next_ids = jnp.where(t + 1 >= max_lengths, END_ID, next_ids)
-            next_ids = jnp.where(done, 0, next_ids)
+            next_ids = jnp.where(done, PAD_ID, next_ids)
             return t + 1, ids.at[:, t + 1].set(next_ids), done | (next_ids == END_ID)
 
         carry = (jnp.int32(0), ids, jnp.zeros((count,), bool))
@@ -255,7 +259,7 @@ def validation_bleu(greedy, variables, source, references, sentencepiece_model):
     for row in ids:
         row = list(row)
         row = row[: row.index(END_ID)] if END_ID in row else row
-        hypotheses.append(sentencepiece_model.decode([int(i) for i in row if i >= 3]))
+        hypotheses.append(sentencepiece_model.decode([int(i) for i in row if i not in (PAD_ID, START_ID, END_ID)]))
     cased = sacrebleu.corpus_bleu(hypotheses, [references]).score
     lowercased = sacrebleu.corpus_bleu(hypotheses, [references], lowercase=True)
     return cased, lowercased.score, lowercased.sys_len / lowercased.ref_len, hypotheses

@@ -17,10 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from data.special_tokens import END_ID
+
 ROOT = Path(__file__).resolve().parents[2]
 
 WORDS = {3: "ein", 4: "hund", 5: "zwei", 6: "katzen", 7: "laufen", 8: "schnell"}
-END_ID = 2
 
 
 @pytest.fixture

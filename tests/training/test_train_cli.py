@@ -30,7 +30,7 @@ def test_dry_run_of_the_default_shows_tiny_with_its_own_batch():
     result = run_train("--dry-run")
     assert result.returncode == 0, result.stderr
     assert "  d_model: 128" in result.stdout
-    # Tiny's batch (app/training/command.py, SIZE_DEFAULTS), not the paper's 25,000 tokens.
+    # Tiny's batch (app/training/recipes.py), not the paper's 25,000 tokens.
     assert "batches: 2,048 tokens per batch over 1 replica(s)" in result.stdout
 
 
