@@ -24,7 +24,9 @@ def main(optimizer_name):
 
     from app.model.config import ModelConfig
     from app.model.transformer import build_transformer
-    from app.training.loop import TrainConfig, make_optimizer, make_train_step
+    from app.training.config import TrainConfig
+    from app.training.optimizer import make_optimizer
+    from app.training.step import make_train_step
 
     config = ModelConfig.from_size(
         "tiny", vocab_size=50, num_layers=1, d_model=16, d_ff=32, num_heads=2, dropout=0.0

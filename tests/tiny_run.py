@@ -38,7 +38,8 @@ def train_tiny_run(directory, lowercase=False):
 
     from app.model.config import ModelConfig
     from app.model_dir.settings import save_settings
-    from app.training.loop import TrainConfig, train
+    from app.training.config import TrainConfig
+    from app.training.loop import train
     from data.config import DataConfig
     from data.dataset import prepare_data
 

@@ -2,7 +2,7 @@
 
 A run stopped after its newest checkpoint had written summaries of steps that, resumed
 from that checkpoint, it trains and summarizes again. `metrics.jsonl` drops its records of
-those steps (`app.training.loop`); the event files must too, or TensorBoard draws both and each
+those steps (`app.training.metrics_log`); the event files must too, or TensorBoard draws both and each
 curve doubles back at the resumed step. TensorBoard purges such steps itself only after a
 `SessionLog.START` event, which TensorFlow 2's summary writers do not write.
 """

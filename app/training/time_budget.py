@@ -21,9 +21,13 @@ the same, training stops at the next record.
     end = plan_run_length(step, planned, cooldown, 9500, 0.2, 1000,
                           pace.seconds_per_step, pace.seconds_per_evaluation, remaining_seconds)
     cooldown = cooldown_for_new_end(step, planned, cooldown, end, 0.2)
+
+`RunBudget` does this for the training loop: it times the evaluations, replans at each
+record and says when the end has moved far enough to be worth a line.
 """
 
 import collections
+import contextlib
 import math
 
 from app.training.schedule import cooldown_steps
@@ -187,3 +191,80 @@ def describe_plan(step, planned, max_steps, seconds_per_step, remaining_seconds)
     if planned < max_steps:
         return f"time budget: the run ends at step {planned} of {max_steps} ({pace}, {left})"
     return f"time budget: all {max_steps} steps fit ({pace}, {left})"
+
+
+class RunBudget:
+    """The time budget of one invocation of a run: the pace of its training steps
+    (evaluations left out) and of its evaluations, measured here and agreed on by all
+    workers, decides the run's end.
+
+    Args:
+        minutes: the budget, across resumptions, final evaluation included (None: no
+            budget; `evaluating` still times evaluations, and `replan` is not to be asked).
+        max_steps: the configured length, never exceeded.
+        cooldown_fraction, eval_every: the run's (`TrainConfig`).
+        progress: the run's `checkpoints.Progress`, whose plan `replan` moves.
+        reduce: `reduce(values) -> values`, each the maximum over workers
+            (`app.training.strategy.max_over_workers`).
+        clock: seconds, monotonic.
+        started: `clock()` when this invocation began.
+        seconds_before: seconds the run spent in earlier invocations.
+    """
+
+    def __init__(self, minutes, max_steps, cooldown_fraction, eval_every, progress, reduce, clock, started,
+                 seconds_before):
+        self._seconds = minutes * 60.0 if minutes else None
+        self._max_steps, self._cooldown_fraction, self._eval_every = max_steps, cooldown_fraction, eval_every
+        self._progress, self._reduce, self._clock = progress, reduce, clock
+        self._started, self._seconds_before = started, seconds_before
+        self._pace = PaceMeter()
+        self._evaluation_seconds = 0.0  # Spent evaluating in this invocation.
+        self._reported_plan = int(progress.planned_steps)  # The end the log and metrics.jsonl last gave.
+
+    @contextlib.contextmanager
+    def evaluating(self):
+        """Times the evaluation run inside the `with` block, and leaves it out of the steps' pace."""
+        start = self._clock()
+        yield
+        seconds = self._clock() - start
+        self._evaluation_seconds += seconds
+        self._pace.observe_evaluation(seconds)
+
+    def replan(self, step, planned):
+        """The run's end after `step`, at a progress record, given its current end `planned`.
+
+        A new end goes into `progress` with its cooldown (`cooldown_for_new_end`).
+
+        Returns:
+            `(end, line)`: `line` describes the end for the log and metrics.jsonl when it
+            has moved by 1% of the run or more since the last one given, or to the full
+            length again, or to now; else None. (The pace wavers by a few percent from
+            record to record, and the end with it.)
+        """
+        now = self._clock()
+        self._pace.observe_steps(step, now - self._evaluation_seconds)
+        remaining = self._seconds - self._seconds_before - (now - self._started)
+        unknown = -1.0  # Not measured yet: a collective carries floats, not None.
+        per_step, per_evaluation, overdue = self._reduce([
+            unknown if self._pace.seconds_per_step is None else self._pace.seconds_per_step,
+            unknown if self._pace.seconds_per_evaluation is None else self._pace.seconds_per_evaluation,
+            -remaining,
+        ])
+        per_step, per_evaluation = (None if value == unknown else value for value in (per_step, per_evaluation))
+        remaining = -overdue
+        cooldown = int(self._progress.cooldown_steps)
+        new = plan_run_length(
+            step, planned, cooldown, self._max_steps, self._cooldown_fraction, self._eval_every,
+            per_step, per_evaluation, remaining,
+        )
+        if new != planned:
+            self._progress.set_plan(
+                new, cooldown_for_new_end(step, planned, cooldown, new, self._cooldown_fraction)
+            )
+        line = None
+        if new != self._reported_plan and (
+            abs(new - self._reported_plan) >= max(1, 0.01 * self._max_steps) or new in (self._max_steps, step)
+        ):
+            line = describe_plan(step, new, self._max_steps, per_step, remaining)
+            self._reported_plan = new
+        return new, line

@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from app.training import loop as training
-from app.training.loop import TrainConfig, train
+from app.training.config import TrainConfig
+from app.training.loop import train
+from app.training.run_length import plan_bidirectional_epochs
 from data.dataset import PreparedData
 from data.pipeline import TokenizedPairs
-from data.tokenizer import END_ID, START_ID
-from tests.training.test_training import small_model_config
+from data.special_tokens import END_ID, START_ID
+from tests.training.helpers import small_model_config
 
 
 def _pairs(sources, targets):
@@ -126,10 +127,10 @@ def test_the_number_of_epochs_rounds_down_to_whole_ones():
 
     config = TrainConfig(train_steps=1000, bidirectional_fraction=0.35)
     lines = []
-    assert training.plan_bidirectional_epochs(config, FakeData(), 1000, lines.append) == 3
+    assert plan_bidirectional_epochs(config, FakeData(), 1000, lines.append) == 3
     assert lines == [
         "bidirectional training: the first 3 epochs train (300 steps, 30% of the run) on en->fr and fr->en "
         "together, the rest on en->fr"
     ]
     accumulating = dataclasses.replace(config, accumulate=2)  # 50 updates an epoch both ways
-    assert training.plan_bidirectional_epochs(accumulating, FakeData(), 1000, lines.append) == 7
+    assert plan_bidirectional_epochs(accumulating, FakeData(), 1000, lines.append) == 7

@@ -11,7 +11,7 @@ from app.model.config import ModelConfig
 from app.training.losses import smoothed_cross_entropy
 from app.model.transformer import build_transformer
 from app.training.output_loss import SAFE_LABEL_PROBABILITY, _label_losses_and_log_normalizers, projected_loss_sum
-from app.training.loop import make_train_step
+from app.training.step import make_train_step
 
 NUM_ROWS, WIDTH, VOCAB = 7, 6, 11
 

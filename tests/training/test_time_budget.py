@@ -20,9 +20,12 @@ from app.training.time_budget import (
     evaluations_before,
     longest_run_that_fits,
     plan_run_length,
+    RunBudget,
 )
-from app.training.loop import TrainConfig, _resumed_plan, train
-from tests.training.test_training import checkpoint_weights, run_training, small_model_config
+from app.training.config import TrainConfig
+from app.training.loop import train
+from app.training.run_length import resumed_plan
+from tests.training.helpers import checkpoint_weights, run_training, small_model_config
 
 # ---------------------------------------------------------------------------------------
 # Where the run ends.
@@ -171,18 +174,82 @@ def test_a_resumed_run_keeps_a_moved_end_and_its_cooldown_only_once_the_cooldown
     budget = TrainConfig(train_steps=100, cooldown_fraction=0.2, time_budget_minutes=1.0)
     progress = checkpoints.Progress(60, 12)  # shortened to 60: updates past 49 annealed
     progress.step.assign(50)
-    assert _resumed_plan(budget, progress, 100) == (60, 12)
+    assert resumed_plan(budget, progress, 100) == (60, 12)
     progress.step.assign(49)
-    assert _resumed_plan(budget, progress, 100) == (100, 20)  # to be planned again
+    assert resumed_plan(budget, progress, 100) == (100, 20)  # to be planned again
     progress.step.assign(50)
     no_budget = TrainConfig(train_steps=100, cooldown_fraction=0.2)
-    assert _resumed_plan(no_budget, progress, 100) == (100, 20)  # a length asked for is trained in full
-    assert _resumed_plan(budget, progress, 55) == (55, 11)  # a shorter --train-steps wins
+    assert resumed_plan(no_budget, progress, 100) == (100, 20)  # a length asked for is trained in full
+    assert resumed_plan(budget, progress, 55) == (55, 11)  # a shorter --train-steps wins
     # A cooldown the run re-sloped (not 20% of its end) is kept as it is, and counts as
     # begun by its own length: updates past 60 - 30 + 1 = 31 annealed.
     progress = checkpoints.Progress(60, 30)
     progress.step.assign(40)
-    assert _resumed_plan(budget, progress, 100) == (60, 30)
+    assert resumed_plan(budget, progress, 100) == (60, 30)
+
+
+# ---------------------------------------------------------------------------------------
+# The budget of one invocation (`RunBudget`), on a fake clock.
+
+
+def test_the_budget_replans_from_the_pace_of_the_slowest_worker_and_says_when_the_end_moves():
+    # The run of test_a_budget_ends_the_run_in_time_with_its_cooldown_whole, by hand: 0.5 s
+    # a step, 3 s for the evaluation at step 20, 30 s in all.
+    clock, reduced = FakeClock(), []
+
+    def over_workers(values):
+        reduced.append(values)
+        return values
+
+    progress = checkpoints.Progress(100, 20)
+    budget = RunBudget(0.5, 100, 0.2, 20, progress, over_workers, clock, started=0.0, seconds_before=0.0)
+    clock.now = 2.5
+    assert budget.replan(5, 100) == (100, None)  # no pace yet
+    clock.now = 5.0
+    assert budget.replan(10, 100) == (
+        60, "time budget: the run ends at step 60 of 100 (0.500 s a step, 0.4 minutes left)"
+    )
+    assert [int(progress.planned_steps), int(progress.cooldown_steps)] == [60, 12]
+    clock.now = 10.0
+    with budget.evaluating():
+        clock.now += 3.0
+    clock.now = 15.5
+    assert budget.replan(25, 60) == (
+        42, "time budget: the run ends at step 42 of 100 (0.500 s a step, 0.2 minutes left)"
+    )
+    assert [int(progress.planned_steps), int(progress.cooldown_steps)] == [42, 8]
+    clock.now = 18.0
+    assert budget.replan(30, 42) == (42, None)  # unchanged: nothing to say
+    # [seconds a step, seconds an evaluation, seconds overdue]; -1: not measured yet.
+    assert reduced == [[-1.0, -1.0, -27.5], [0.5, -1.0, -25.0], [0.5, 3.0, -14.5], [0.5, 3.0, -12.0]]
+
+
+def test_a_spent_budget_ends_the_run_at_once_and_counts_earlier_invocations():
+    clock = FakeClock()
+    progress = checkpoints.Progress(100, 20)
+    # 20 of the 30 seconds spent before this invocation, which began at 100 on its clock.
+    budget = RunBudget(0.5, 100, 0.2, 20, progress, lambda values: values, clock, started=100.0, seconds_before=20.0)
+    clock.now = 111.0
+    assert budget.replan(30, 100) == (30, "time budget spent at step 30: training ends here (pace not measured yet)")
+    assert [int(progress.planned_steps), int(progress.cooldown_steps)] == [30, 6]
+
+
+def test_moves_of_the_end_under_1_percent_of_the_run_go_unsaid_but_the_full_length_again_is_said():
+    clock = FakeClock()
+    clock.now = 40.0  # 560 of the 600 seconds left
+    progress = checkpoints.Progress(1000, 0)
+    paces = iter([0.95, 0.94, 0.93])
+
+    def over_workers(values):  # the slowest worker's pace: these
+        return [next(paces), values[1], values[2]]
+
+    budget = RunBudget(10.0, 1000, 0.0, 0, progress, over_workers, clock, started=0.0, seconds_before=0.0)
+    assert budget.replan(400, 1000) == (
+        989, "time budget: the run ends at step 989 of 1000 (0.950 s a step, 9.3 minutes left)"
+    )
+    assert budget.replan(400, 989) == (995, None)  # 6 steps from the end last said
+    assert int(progress.planned_steps) == 995
+    assert budget.replan(400, 995) == (1000, "time budget: all 1000 steps fit (0.930 s a step, 9.3 minutes left)")
 
 
 # ---------------------------------------------------------------------------------------

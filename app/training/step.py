@@ -1,0 +1,140 @@
+"""The distributed steps: one optimizer update, and one validation batch's sums, each a
+single `tf.function` that runs on every replica and sums over them.
+
+The loss is normalized by the non-padding target tokens of the whole global batch (every
+replica, every accumulated micro-batch), so that 1 replica and 8 give the same update.
+"""
+
+import keras
+import tensorflow as tf
+
+from app.model.transformer import Transformer
+from app.training.losses import summed_loss, summed_loss_and_nll
+from app.training.output_loss import projected_loss_sum
+
+
+def make_train_step(
+    model, optimizer, strategy, label_smoothing, accumulate=1, jit=False, fused_loss=True, batch_spec=None
+):
+    """Returns `step(micro_batches) -> (loss_sum, target_tokens)`, both global.
+
+    `micro_batches` is a tuple of `accumulate` distributed `(source [B, S], target [B, T])`
+    batches. Each replica computes the gradient of its summed token losses divided by the
+    number of non-padding target tokens in the whole global batch; the optimizer sums
+    gradients over replicas, so the update is that of the global mean token loss,
+    however the batch was split.
+
+    `batch_spec`, the distributed dataset's `element_spec`: one trace of the step then
+    serves batches of every shape (`_summed_over_replicas`).
+
+    `fused_loss` projects the decoder states onto the vocabulary inside the loss, a slice
+    of real target positions at a time (`app.training.output_loss`), instead of making the whole
+    `[B, T, V]` logits; the two give the same loss and gradients. Under XLA (`jit`) the
+    plain path is used: XLA fuses it itself and wants static shapes.
+    """
+    variables = model.trainable_variables
+    scale_loss = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+    transformer = Transformer(model)
+    fused_loss = fused_loss and not jit
+
+    def summed_token_loss(source, target):
+        labels = target[:, 1:]  # [B, T-1]
+        if not fused_loss:
+            logits = model([source, target[:, :-1]], training=True)  # [B, T-1, V]
+            return summed_loss(labels, logits, label_smoothing)[0]
+        memory, memory_mask = transformer.encode(source, training=True)
+        states = transformer.decoder_states(target[:, :-1], memory, memory_mask, training=True)  # [B, T-1, D]
+        real = labels != 0
+        return projected_loss_sum(
+            tf.boolean_mask(states, real), transformer.output_matrix(), tf.boolean_mask(labels, real), label_smoothing
+        )
+
+    def loss_and_grads(source, target, global_tokens):
+        with tf.GradientTape() as tape:
+            loss_sum = summed_token_loss(source, target)
+            normalized = loss_sum / global_tokens
+            if scale_loss:
+                normalized = optimizer.scale_loss(normalized)
+        grads = tape.gradient(normalized, variables)
+        return loss_sum, grads
+
+    if jit:
+        loss_and_grads = tf.function(loss_and_grads, jit_compile=True, reduce_retracing=True)
+
+    def replica_step(micro_batches):
+        context = tf.distribute.get_replica_context()
+        local_tokens = tf.add_n([_target_tokens(target) for _, target in micro_batches])
+        global_tokens = context.all_reduce(tf.distribute.ReduceOp.SUM, local_tokens)
+        # A step whose batches are all padding (possible on one worker at an epoch's end)
+        # contributes nothing rather than dividing by zero.
+        global_tokens = tf.maximum(global_tokens, 1.0)
+        total_loss, total_grads = 0.0, None
+        for source, target in micro_batches:
+            loss_sum, grads = loss_and_grads(source, target, global_tokens)
+            grads = [tf.convert_to_tensor(g) for g in grads]  # embeddings give IndexedSlices
+            total_grads = grads if total_grads is None else [a + b for a, b in zip(total_grads, grads)]
+            total_loss += loss_sum
+        optimizer.apply_gradients(zip(total_grads, variables))
+        return total_loss, local_tokens
+
+    micro_batches_spec = None if batch_spec is None else tuple([batch_spec] * accumulate)
+    return _summed_over_replicas(strategy, replica_step, micro_batches_spec)
+
+
+def _target_tokens(target):
+    """Non-padding label tokens of a `[B, T]` target batch (the start token is no label)."""
+    return tf.reduce_sum(tf.cast(target[:, 1:] != 0, tf.float32))
+
+
+def make_eval_step(model, strategy, label_smoothing, batch_spec=None):
+    """Returns `step(batch) -> (smoothed_loss_sum, nll_sum, target_tokens)` on a distributed batch.
+
+    `batch_spec` is as for `make_train_step`.
+
+    The smoothed loss is what training minimizes; the plain negative log-likelihood gives
+    the perplexity, which stays comparable between models trained with different
+    label smoothing (the paper's Table 3 reports it).
+    """
+
+    def replica_step(batch):
+        source, target = batch
+        logits = model([source, target[:, :-1]], training=False)
+        return summed_loss_and_nll(target[:, 1:], logits, label_smoothing)
+
+    return _summed_over_replicas(strategy, replica_step, batch_spec)
+
+
+def _summed_over_replicas(strategy, replica_step, batch_spec=None):
+    """`step(batch) -> sums`: runs `replica_step` on every replica and sums each output.
+
+    Batches come in many shapes (`data.buckets`). With `batch_spec` (dimensions None) one
+    trace serves them all. Without it, reduce_retracing traces again for each new pattern
+    of shapes until the dimensions are unknown, up to three traces; those of the training
+    and the evaluation step count together in TensorFlow's "triggered tf.function
+    retracing" warning, since both are this closure, and reach its five at the first
+    evaluation of a run whose first batches differ in shape.
+    """
+    tracing = dict(reduce_retracing=True) if batch_spec is None else dict(input_signature=[batch_spec])
+
+    @tf.function(**tracing)
+    def step(batch):
+        per_replica = strategy.run(replica_step, args=(batch,))
+        return tuple(strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None) for value in per_replica)
+
+    return step
+
+
+def distribute(strategy, dataset):
+    """Splits each global batch of `dataset` into one slice per replica of every worker.
+
+    The batches are not made by a `batch` op, so `tf.distribute` cuts each into
+    `num_replicas_in_sync` row slices and, under MultiWorkerMirroredStrategy, hands every
+    worker its own slices of every batch (DATA sharding of the slices): all workers run
+    the same number of steps on the same global batches as one process with that many
+    replicas. DATA is set explicitly because AUTO would shard by files (each worker a
+    different number of batches, and a hang at the epoch's end) should the input ever
+    be read from files.
+    """
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return strategy.experimental_distribute_dataset(dataset.with_options(options))
