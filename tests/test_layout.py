@@ -1,0 +1,51 @@
+"""The folder tree is the architecture: what may import what (docs/layout.md)."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# Export and serving load what training wrote (app/model_dir) and never training itself, so
+# that a serving host needs none of it; the model, decoding and the model directory are
+# what both sides share.
+NOT_FROM_TRAINING = [
+    "export.py", "app/export", "app/serving", "app/serve.py", "app/client.py",
+    "app/model", "app/decoding", "app/model_dir", "app/cli",
+]
+
+
+def imported_modules(path):
+    """Every module a Python file imports, at any depth (lazy imports included)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.module
+            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+
+
+def python_files(place):
+    path = ROOT / place
+    return [path] if path.is_file() else sorted(path.rglob("*.py"))
+
+
+@pytest.mark.parametrize("place", NOT_FROM_TRAINING)
+def test_export_serving_and_what_they_share_import_nothing_from_training(place):
+    files = python_files(place)
+    assert files, f"{place} holds no Python file: update NOT_FROM_TRAINING"
+    offending = {
+        f"{path.relative_to(ROOT)}: {module}"
+        for path in files
+        for module in imported_modules(path)
+        if module == "app.training" or module.startswith("app.training.")
+    }
+    assert not offending, sorted(offending)
+
+
+def test_every_app_package_says_what_it_holds():
+    packages = [path.parent for path in (ROOT / "app").glob("*/__init__.py")]
+    assert len(packages) >= 7
+    for package in packages:
+        assert ast.get_docstring(ast.parse((package / "__init__.py").read_text())), f"{package} has no docstring"
