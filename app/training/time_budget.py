@@ -132,10 +132,10 @@ def cooldown_for_new_end(step, planned, cooldown, new_end, cooldown_fraction):
     factor of 1 / new_cooldown, as in every run (`WarmupInverseSqrt`), and the new
     cooldown is no longer than the run.
 
-    Seed 1's float32 run of docs/lab-notebook.md had its end fixed at 14,664, with a cooldown
-    of 2,933; its steps then slowed, and the deadline stopped it at 14,400 with the factor
-    at 0.09. Had the end moved to 14,400 at step 14,000 (factor 665 / 2,933 = 0.227), the
-    cooldown would have become 1,769: the last 400 updates falling from 0.227 to 1 / 1,769.
+    For example, a run planned to end at 14,664 with a cooldown of 2,933, whose end moves to
+    14,400 at step 14,000 (factor 665 / 2,933 = 0.227), gets a cooldown of 1,769: its last
+    400 updates fall from 0.227 to 1 / 1,769. Why the end must be able to move once the
+    cooldown has begun: docs/lab-notebook.md#quality-multi30k-en-de-the-default-command.
 
     Raises:
         ValueError: in the cooldown, for a `new_end` before `step` or after `planned`.
