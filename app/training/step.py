@@ -11,6 +11,7 @@ import tensorflow as tf
 from app.model.transformer import Transformer
 from app.training.losses import summed_loss, summed_loss_and_nll
 from app.training.output_loss import projected_loss_sum
+from data.special_tokens import PAD_ID
 
 
 def make_train_step(
@@ -44,7 +45,7 @@ def make_train_step(
             return summed_loss(labels, logits, label_smoothing)[0]
         memory, memory_mask = transformer.encode(source, training=True)
         states = transformer.decoder_states(target[:, :-1], memory, memory_mask, training=True)  # [B, T-1, D]
-        real = labels != 0
+        real = labels != PAD_ID
         return projected_loss_sum(
             tf.boolean_mask(states, real), transformer.output_matrix(), tf.boolean_mask(labels, real), label_smoothing
         )
@@ -83,7 +84,7 @@ def make_train_step(
 
 def _target_tokens(target):
     """Non-padding label tokens of a `[B, T]` target batch (the start token is no label)."""
-    return tf.reduce_sum(tf.cast(target[:, 1:] != 0, tf.float32))
+    return tf.reduce_sum(tf.cast(target[:, 1:] != PAD_ID, tf.float32))
 
 
 def make_eval_step(model, strategy, label_smoothing, batch_spec=None):
