@@ -46,9 +46,12 @@ def parse_args(argv=None):
 
 
 def checkout(revision, directory):
-    """A detached worktree of `revision` at `directory`; its path."""
-    subprocess.run(["git", "-C", ROOT, "rev-parse", "--verify", f"{revision}^{{commit}}"], check=True,
-                   capture_output=True)
+    """A detached worktree of `revision` at `directory`; its path. Exits naming `revision`
+    if this repository has no such commit."""
+    found = subprocess.run(["git", "-C", ROOT, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}"],
+                           capture_output=True)
+    if found.returncode != 0:
+        sys.exit(f"error: {revision!r} is not a commit of {ROOT}")
     subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", directory, revision], check=True,
                    capture_output=True)
     return directory
