@@ -2,16 +2,24 @@
 
 Layout of a model directory:
 
-    DIR/checkpoints/ckpt-N.*     weights, optimizer state and training progress (newest K,
-                                 and the one an interrupt saved until the next supersedes it)
-    DIR/checkpoints/checkpoint   the index naming the newest complete checkpoint
+    DIR/checkpoints/ckpt-N.*     the newest K checkpoints (and the one an interrupt saved,
+                                 until the next supersedes it): the newest holds everything
+                                 a run resumes from (weights, optimizer state, the random
+                                 generators' state and training progress); the older ones,
+                                 kept for averaging, hold the weights alone
+    DIR/checkpoints/ckpt-N.weights.*   the newest's weights alone, ready to take its place
+                                 when a newer one lands
+    DIR/checkpoints/checkpoint   the index naming the kept checkpoints, the newest last
     DIR/best/ckpt-N.*            the weights of the best evaluation so far
     DIR/best/best.json           its step and score
 
 Atomicity: TensorFlow writes a checkpoint's data files first (under temporary names,
 merged into place) and rewrites the index file last, by writing a temporary file and
 renaming it. A crash while saving therefore leaves the index pointing at the previous,
-complete checkpoint, which is what restoring reads.
+complete checkpoint, which is what restoring reads. A checkpoint that a newer one
+supersedes becomes weights-only without ever being named while incomplete: the index
+names its `.weights` copy while the copy is written over its files
+(`CheckpointTracker._keep_weights_only`).
 
 Weights are tracked by their Keras paths (`encoder_layer_0/self_attention/query/kernel`),
 so export and averaging restore the weights alone, without building an optimizer.
@@ -30,6 +38,10 @@ from google.protobuf import text_format
 
 from data.atomic_files import write_atomically
 from data.errors import first_line
+
+
+# What a kept checkpoint's weights-only copy adds to its name: `ckpt-N.weights`.
+WEIGHTS_ONLY = ".weights"
 
 
 class CheckpointError(ValueError):
@@ -112,14 +124,14 @@ class Progress(tf.Module):
         self.batch_in_epoch.assign(0)
 
 
-def _saved_fields(progress, path):
-    """A module holding those variables of `progress` that checkpoint `path` holds.
+def _saved_fields(progress, saved):
+    """A module holding those variables of `progress` that a checkpoint holds, given the
+    names of its variables, `saved`.
 
     Restoring through it leaves a field added to Progress since the checkpoint was written
     at its initial value, where restoring `progress` itself would fail the check that
     every object was matched.
     """
-    saved = {name for name, _ in tf.train.list_variables(path)}
     fields = tf.Module(name="progress")
     for name, variable in vars(progress).items():
         if isinstance(variable, tf.Variable) and f"progress/{name}/.ATTRIBUTES/VARIABLE_VALUE" in saved:
@@ -132,6 +144,19 @@ def named_weights(model):
     return {variable.path: variable for variable in model.weights}
 
 
+def random_states(model):
+    """The state of every random generator of the model, in the model's order: Keras keeps
+    each dropout's `SeedGenerator` state (int64 [2] on TensorFlow: the seed and the
+    draws made) among its variables but not among its weights.
+
+    A list, not keyed by path as the weights are: a generator's path carries a number
+    counted over the process (`seed_generator_14`), which another process building the
+    same model numbers otherwise.
+    """
+    weights = {id(variable) for variable in model.weights}
+    return [variable for variable in model.variables if id(variable) not in weights]
+
+
 class CheckpointTracker:
     """Saves and restores one training run's checkpoints."""
 
@@ -139,8 +164,13 @@ class CheckpointTracker:
         self.model_dir = model_dir
         self.chief = chief
         weights = named_weights(model)
-        checkpoint = tf.train.Checkpoint(weights=weights, optimizer=optimizer, progress=progress)
+        # Dropout's generators: without their state a resumed run would draw again the
+        # masks of its first steps. A model without dropout has none, and a checkpoint none.
+        self._random = random_states(model)
+        random = {"random": self._random} if self._random else {}
+        checkpoint = tf.train.Checkpoint(weights=weights, optimizer=optimizer, progress=progress, **random)
         self._weights, self._optimizer, self._progress = weights, optimizer, progress
+        self._weights_only = tf.train.Checkpoint(weights=weights)
         # Under MultiWorkerMirroredStrategy every worker takes part in a save (TensorFlow's
         # rule: a save may need collective reads); only the chief's lands in the model
         # directory, the others write to scratch directories, removed by close() or, at
@@ -175,12 +205,16 @@ class CheckpointTracker:
         path = tf.train.latest_checkpoint(self._chief_checkpoints)
         if path:
             try:
-                # Progress fields the checkpoint predates keep their initial values; every
-                # other object must be matched.
-                checkpoint = tf.train.Checkpoint(
-                    weights=self._weights, optimizer=self._optimizer, progress=_saved_fields(self._progress, path)
-                )
-                checkpoint.restore(path).assert_existing_objects_matched()
+                saved = {name for name, _ in tf.train.list_variables(path)}
+                # Progress fields the checkpoint predates keep their initial values, and so
+                # do the random generators where it predates their saving (such a run
+                # resumes as it always did, its dropout masks drawn afresh); every other
+                # object must be matched.
+                parts = dict(weights=self._weights, optimizer=self._optimizer,
+                             progress=_saved_fields(self._progress, saved))
+                if self._random and any(name.startswith("random/") for name in saved):
+                    parts["random"] = self._random
+                tf.train.Checkpoint(**parts).restore(path).assert_existing_objects_matched()
             except _UNREADABLE as error:
                 raise _unreadable(path, error) from None
             self._latest = path
@@ -211,6 +245,9 @@ class CheckpointTracker:
         self._make_room(int(self._stopgap is not None and not saved_already) + int(stopgap))
         self._progress.saved_on_interrupt.assign(int(on_interrupt))
         try:
+            # Its weights alone first, so that the full checkpoint, once the index names
+            # it, always has the copy that replaces it when a newer one lands.
+            self._write_weights_only(os.path.join(self.manager.directory, f"ckpt-{step}{WEIGHTS_ONLY}"))
             path = _save_numbered(self.manager, step, self._latest)
         finally:
             self._progress.saved_on_interrupt.assign(0)
@@ -218,8 +255,74 @@ class CheckpointTracker:
         self._latest = path
         if superseded and superseded != path:
             self._remove(superseded)
+        self._keep_weights_only()
         self._make_room(int(stopgap))
         return path
+
+    def _write_weights_only(self, prefix):
+        """Writes the model's weights alone as checkpoint `prefix`.
+
+        One there already (the same step saved again) is removed first: TensorFlow writes
+        over a checkpoint's data files before its `.index`, and a crash in between would
+        leave a copy that looks complete.
+        """
+        try:
+            _remove_checkpoint_files(prefix)
+            self._weights_only.write(prefix)
+        except (tf.errors.OpError, OSError) as error:
+            shutil.rmtree(f"{prefix}_temp", ignore_errors=True)
+            raise cannot_write(prefix, error, self._latest) from None
+
+    def _keep_weights_only(self):
+        """Makes every kept checkpoint but the newest weights-only, and removes the
+        weights-only copies of checkpoints no longer kept.
+
+        A kept checkpoint `ckpt-M` with a copy `ckpt-M.weights` becomes that copy in three
+        steps, each leaving the index naming complete checkpoints only: the index names the
+        copy in its place; the copy's files are written over `ckpt-M`'s; the index names
+        `ckpt-M` again, and the copy is removed. A crash midway leaves the copy named, and
+        the next save finishes the change. A checkpoint saved before these copies existed
+        has none and stays whole until the run stops keeping it.
+        """
+        directory = self.manager.directory
+        state = tf.train.get_checkpoint_state(directory)
+        if not state:
+            return
+        names = [os.path.basename(kept) for kept in state.all_model_checkpoint_paths]
+        kept = [name.removesuffix(WEIGHTS_ONLY) for name in names]
+        pending = [
+            name for name, named in zip(kept[:-1], names[:-1])
+            if named != name or tf.io.gfile.exists(os.path.join(directory, name + WEIGHTS_ONLY + ".index"))
+        ]
+        try:
+            if pending:
+                self._write_index(state, [name + WEIGHTS_ONLY if name in pending else name for name in kept])
+                for name in pending:
+                    _copy_checkpoint(os.path.join(directory, name + WEIGHTS_ONLY), os.path.join(directory, name))
+                self._write_index(state, kept)
+            # The copies of those just changed, and of checkpoints the manager no longer keeps
+            # (or data files left of one whose removal a crash cut short).
+            for written in tf.io.gfile.glob(os.path.join(directory, f"ckpt-*{WEIGHTS_ONLY}.*")):
+                name = os.path.basename(written).split(WEIGHTS_ONLY + ".")[0]
+                if name in pending or name not in kept:
+                    _remove_checkpoint_files(os.path.join(directory, name + WEIGHTS_ONLY))
+        except (tf.errors.OpError, OSError) as error:
+            raise cannot_write(os.path.join(directory, "checkpoint"), error, self._latest) from None
+
+    def _write_index(self, state, names, timestamps=None):
+        """Rewrites the index of the kept checkpoints atomically, as a save does: `names`
+        and their `timestamps` (default: those of `state`, a `CheckpointState`, the same
+        checkpoints under other names) in place of those of `state`."""
+        # Written here, not by tf.compat.v1.train.update_checkpoint_state, which logs a
+        # deprecation warning into the log of every resumed run. Names, not paths: the index
+        # stays relative, as the manager writes it, so that the model directory can be moved.
+        index = type(state)(
+            model_checkpoint_path=names[-1], all_model_checkpoint_paths=names,
+            all_model_checkpoint_timestamps=state.all_model_checkpoint_timestamps if timestamps is None else timestamps,
+            last_preserved_timestamp=state.last_preserved_timestamp,
+        )
+        write_atomically(os.path.join(self.manager.directory, "checkpoint"), text_format.MessageToString(index))
+        self._room = None  # The manager's list is stale: _make_room builds it again.
 
     def _make_room(self, room):
         """Makes the manager keep `keep` + `room` checkpoints: the sweep after a save drops
@@ -239,8 +342,6 @@ class CheckpointTracker:
         index naming missing files; then its files."""
         directory, name = self.manager.directory, os.path.basename(path)
         state = tf.train.get_checkpoint_state(directory)
-        # Names, not paths: the index stays relative, as the manager writes it, so that the
-        # model directory can be moved.
         names = [os.path.basename(kept) for kept in state.all_model_checkpoint_paths]
         timestamps = list(state.all_model_checkpoint_timestamps)
         written = os.path.join(directory, "checkpoint")  # What an error names: the index, then a file.
@@ -248,15 +349,8 @@ class CheckpointTracker:
             if name in names:  # Unless removed by hand: the manager keeps room for it.
                 position = names.index(name)
                 del names[position], timestamps[position]
-                # Written here, not by tf.compat.v1.train.update_checkpoint_state, which
-                # logs a deprecation warning into the log of every resumed run.
-                index = type(state)(
-                    model_checkpoint_path=names[-1], all_model_checkpoint_paths=names,
-                    all_model_checkpoint_timestamps=timestamps,
-                    last_preserved_timestamp=state.last_preserved_timestamp,
-                )
-                write_atomically(written, text_format.MessageToString(index))
-                self._room = None  # The manager's list is stale: _make_room builds it again.
+                self._write_index(state, names, timestamps)
+            # Its files and those of its weights-only copy (`ckpt-N.weights.*`).
             for written in tf.io.gfile.glob(os.path.join(directory, name) + ".*"):
                 tf.io.gfile.remove(written)
         except (tf.errors.OpError, OSError) as error:
@@ -358,6 +452,27 @@ def average_checkpoints(model, paths):
     for name, variable in weights.items():
         variable.assign((totals[name] / len(paths)).astype(variable.dtype))
     return model
+
+
+def _copy_checkpoint(source, target):
+    """Writes checkpoint `source`'s files over checkpoint `target`'s (prefixes): its data
+    files, then its `.index`; data files of `target` that `source` has not are removed."""
+    stale = set(tf.io.gfile.glob(target + ".data-*"))
+    for data_file in tf.io.gfile.glob(source + ".data-*"):
+        copied = target + data_file[len(source):]
+        tf.io.gfile.copy(data_file, copied, overwrite=True)
+        stale.discard(copied)
+    tf.io.gfile.copy(source + ".index", target + ".index", overwrite=True)
+    for data_file in stale:
+        tf.io.gfile.remove(data_file)
+
+
+def _remove_checkpoint_files(prefix):
+    """Removes checkpoint `prefix`'s files, its `.index` first: a checkpoint whose `.index`
+    is there is complete (TensorFlow writes it last), so a crash midway leaves data files
+    that no `.index` claims, never an `.index` over missing data."""
+    for written in tf.io.gfile.glob(prefix + ".index") + tf.io.gfile.glob(prefix + ".data-*"):
+        tf.io.gfile.remove(written)
 
 
 def _remove_directories(directories):
