@@ -19,6 +19,10 @@ class TrainConfig:
     epochs: Optional[int] = None
     # Micro-batches per optimizer update, to reach large token budgets on few devices.
     accumulate: int = 1
+    # Optimizer updates per call of the training function: the host waits for the device
+    # once per call instead of once per update. A call also ends where a record, a
+    # checkpoint or an evaluation is due, so every one of them comes at the same step.
+    steps_per_loop: int = 1
     # Linear warmup steps; None: the paper's 4000, shortened to 8% of a shorter run.
     warmup_steps: Optional[int] = None
     # Multiplier on the paper's learning-rate schedule.
@@ -81,6 +85,8 @@ class TrainConfig:
                 raise ValueError(f"{name} must not be negative, got {value}")
         if self.accumulate < 1:
             raise ValueError(f"accumulate must be at least 1, got {self.accumulate}")
+        if isinstance(self.steps_per_loop, bool) or not isinstance(self.steps_per_loop, int) or self.steps_per_loop < 1:
+            raise ValueError(f"steps_per_loop must be a positive integer, got {self.steps_per_loop!r}")
         if not (math.isfinite(self.learning_rate_scale) and self.learning_rate_scale > 0):
             raise ValueError(f"learning_rate_scale must be a positive number, got {self.learning_rate_scale}")
         if self.log_every < 1:

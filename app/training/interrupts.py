@@ -1,6 +1,8 @@
-"""Stopping on a signal: Ctrl-C or SIGTERM becomes a flag read between steps
-(`InterruptFlag`), which all workers of a multi-worker run agree on (`stop_check`), and a
-step cut short by a second signal is still counted (`StepUnderWay`)."""
+"""Stopping on a signal: Ctrl-C or SIGTERM becomes a flag read between calls of the
+training function (`InterruptFlag`), which all workers of a multi-worker run agree on
+(`stop_check`). The step a checkpoint saved on an interrupt holds is the one the graph
+counted (`Progress.step`, advanced by each update), so a call cut short by a second signal
+is counted as the weights have it."""
 
 import signal
 
@@ -85,35 +87,3 @@ class InterruptFlag:
             if previous is not None:  # None: a handler not installed from Python, not restorable
                 signal.signal(signum, previous)
         return False
-
-
-class StepUnderWay:
-    """The step under way and the optimizer's updates before it, so that an interrupt
-    that cuts a step short is counted as the weights have it.
-
-    A second signal raises as soon as Python runs again, which during a step is just
-    after its update, before the loop has counted it: `settle` counts it then, so the
-    checkpoint's step is that of its weights and a resumed run does not train that batch
-    again. (An update the optimizer skipped, a float16 loss scale's non-finite step,
-    changed no weight and is trained again.)
-    """
-
-    def __init__(self, progress, optimizer, accumulate):
-        """`progress`: the run's `checkpoints.Progress`; `accumulate`: batches per update."""
-        self._progress, self._optimizer, self._accumulate = progress, optimizer, accumulate
-        self._step = self._updates_before = None
-
-    def begin(self, step):
-        """Called before the update that makes step `step + 1`."""
-        self._step, self._updates_before = step, self._updates_made()
-
-    def settle(self):
-        """Counts the step under way if its update was made; returns the step of the weights."""
-        if int(self._progress.step) == self._step and self._updates_made() != self._updates_before:
-            self._progress.advance(self._accumulate)
-        return int(self._progress.step)
-
-    def _updates_made(self):
-        # .numpy(): under a distribution strategy the Keras variable wraps a MirroredVariable,
-        # which int() does not take.
-        return int(self._optimizer.iterations.numpy())

@@ -18,17 +18,18 @@ import time
 import zlib
 
 import keras
+import tensorflow as tf
 
 from app.cli.progress import make_progress
 from app.model.transformer import Transformer, build_transformer
 from app.model_dir import checkpoints
 from app.training.config import TrainConfig
-from app.training.interrupts import InterruptFlag, StepUnderWay, stop_check
+from app.training.interrupts import InterruptFlag, stop_check
 from app.training.metrics_log import MetricsLog, TrainingWindow, drop_records_after
-from app.training.optimizer import last_learning_rate, make_optimizer
+from app.training.optimizer import make_optimizer
 from app.training.precision import PRECISIONS
 from app.training.run_length import plan_bidirectional_epochs, resumed_plan, run_length
-from app.training.step import distribute, make_eval_step, make_train_step
+from app.training.step import distribute, make_eval_step, make_train_steps
 from app.training.strategy import check_same_on_all_workers, is_chief, max_over_workers
 from app.training.time_budget import RunBudget
 from app.training.validation import Validator
@@ -88,9 +89,8 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
     # The objects the loop runs.
     # Every split's batches share one spec: (int32 [None, None], int32 [None, None]), per replica.
     batch_spec = distribute(strategy, data.eval_batches("validation")).element_spec
-    train_step = make_train_step(
-        model, optimizer, strategy, model_config.label_smoothing, config.accumulate, config.jit,
-        batch_spec=batch_spec,
+    train_steps = make_train_steps(
+        model, optimizer, strategy, model_config.label_smoothing, config.accumulate, config.jit, progress=progress
     )
     eval_step = make_eval_step(model, strategy, model_config.label_smoothing, batch_spec)
     metrics = MetricsLog(model_dir, chief, tracker.latest)
@@ -105,7 +105,6 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
     last_checkpoint_time, minutes_between = time.time(), config.checkpoint_minutes or math.inf
     interrupted = InterruptFlag()
     stop_requested = stop_check(strategy, interrupted, step, clock)
-    under_way = StepUnderWay(progress, optimizer, config.accumulate)
     budget = RunBudget(
         config.time_budget_minutes, max_steps, config.cooldown_fraction, config.eval_every, progress,
         max_over_workers(strategy) if config.time_budget_minutes else None, clock, started, seconds_before,
@@ -119,24 +118,32 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
         progress.seconds.assign(seconds_before + clock() - started)
         return tracker.save(step, on_interrupt)
 
-    # The loop.
-    batches = _training_batches(strategy, data, config, progress, bidirectional_epochs)
+    # The loop: each call of `train_steps` makes the updates up to the next step at which
+    # something is due (a record, a checkpoint, an evaluation, the end), at most
+    # `config.steps_per_loop`, and the host reads their losses once per call.
+    batches = _TrainingBatches(strategy, data, config, progress, bidirectional_epochs)
     with interrupted:
         try:
             while step < total_steps:
-                epoch, micro_batches = next(batches)
-                under_way.begin(step)
-                loss_sum, tokens = (float(value) for value in train_step(micro_batches))
-                last_loss = _finite(loss_sum / max(tokens, 1.0), step + 1, tracker)
-                step += 1
-                progress.advance(config.accumulate)
-                window.add(loss_sum, tokens)
-                if progbar:
-                    progbar.update(step, [("loss", window.mean_loss()), ("lr", last_learning_rate(optimizer)),
-                                          ("tok/s", window.tokens_per_second())])
+                epoch, iterator = batches.current()
+                count = _updates_in_call(step, total_steps, config)
+                results = train_steps(iterator, tf.constant(count, tf.int32))
+                loss_sums, token_counts, rates = (value.numpy().tolist() for value in results)
+                if len(loss_sums) < count:
+                    batches.ran_out()
+                for loss_sum, tokens, rate in zip(loss_sums, token_counts, rates):
+                    last_loss = _finite(loss_sum / max(tokens, 1.0), step + 1, tracker)
+                    step += 1
+                    window.add(loss_sum, tokens)
+                    if progbar:
+                        progbar.update(step, [("loss", window.mean_loss()), ("lr", rate),
+                                              ("tok/s", window.tokens_per_second())])
+                if not loss_sums:
+                    continue
+                # Nothing below is due before the call's last update (`_updates_in_call`).
                 if step % config.log_every == 0 or step == total_steps:
                     metrics.record({
-                        "step": step, "loss": window.mean_loss(), "learning_rate": last_learning_rate(optimizer),
+                        "step": step, "loss": window.mean_loss(), "learning_rate": rates[-1],
                         "tokens_per_second": window.tokens_per_second(), "epoch": epoch,
                     })
                     window.restart()
@@ -160,7 +167,10 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
                 if stop_requested(step, last=step >= total_steps):
                     raise KeyboardInterrupt
         except KeyboardInterrupt:
-            step = under_way.settle()
+            # The graph counts each update in `progress` as it makes it, so the checkpoint's
+            # step is that of its weights even when a second signal came before the loop
+            # read the call's results.
+            step = int(progress.step)
             # Still under the flag: a worker saving for another's signal takes its own,
             # come meanwhile, as the same request rather than die of it mid-save.
             path = save(step, on_interrupt=True)
@@ -212,6 +222,8 @@ def _check_workers_agree(strategy, config, data, step, total_steps):
         strategy,
         {
             "restored step": step,
+            # The steps of a call, the collectives in between, must be the same on every worker.
+            "steps per loop": config.steps_per_loop,
             "planned steps": total_steps,
             # The budget's decisions are collective: a worker without one would not join them.
             "time budget in seconds (0: none)": (
@@ -224,31 +236,51 @@ def _check_workers_agree(strategy, config, data, step, total_steps):
     )
 
 
-def _training_batches(strategy, data, config, progress, bidirectional_epochs):
-    """Yields `(epoch, micro_batches)`: the next `config.accumulate` distributed training
-    batches, from the run's position in the data (`progress`) on, epoch after epoch."""
-    while True:
-        epoch = int(progress.epoch)
-        skip = int(progress.batch_in_epoch)
-        batches = distribute(
-            strategy,
-            data.train_batches(epoch, seed=config.seed, skip=skip, both_directions=epoch < bidirectional_epochs),
-        )
-        iterator = iter(batches)
-        while (micro_batches := _take(iterator, config.accumulate)) is not None:
-            yield epoch, micro_batches
-        progress.next_epoch()
+def _updates_in_call(step, total_steps, config):
+    """The updates the next call makes after `step`: `config.steps_per_loop`, or fewer to end
+    at the next step that has a record, a checkpoint or an evaluation due, or ends the run
+    (the time budget replans, and early stopping acts, at such steps only).
+
+    A checkpoint every `config.checkpoint_minutes` is saved at the first call's end after
+    its time, up to `steps_per_loop - 1` steps later than after every step."""
+    ends = [total_steps, _next_multiple(step, config.log_every)]
+    ends += [_next_multiple(step, every) for every in (config.checkpoint_every, config.eval_every) if every]
+    return min(config.steps_per_loop, min(ends) - step)
 
 
-def _take(iterator, count):
-    """The next `count` distributed batches as a tuple, or None at the end of the data."""
-    batches = []
-    for _ in range(count):
-        try:
-            batches.append(next(iterator))
-        except StopIteration:
-            return None
-    return tuple(batches)
+def _next_multiple(step, every):
+    return (step // every + 1) * every
+
+
+class _TrainingBatches:
+    """The distributed training batches from the run's position in the data (`progress`) on:
+    an iterator over the rest of the current epoch, then one per epoch after it."""
+
+    def __init__(self, strategy, data, config, progress, bidirectional_epochs):
+        self._strategy, self._data, self._config = strategy, data, config
+        self._progress, self._bidirectional_epochs = progress, bidirectional_epochs
+        self._epoch = self._iterator = None
+        self._ran_out = False
+
+    def current(self):
+        """`(epoch, iterator)`: the epoch's distributed batches from `progress.batch_in_epoch` on,
+        or the next epoch's from its start once this one `ran_out`."""
+        if self._ran_out:
+            # Only now, not when it ran out: a checkpoint saved at the epoch's last step
+            # holds the epoch and its batches taken, whatever the steps per call.
+            self._progress.next_epoch()
+            self._iterator, self._ran_out = None, False
+        if self._iterator is None:
+            epoch, skip = int(self._progress.epoch), int(self._progress.batch_in_epoch)
+            batches = self._data.train_batches(
+                epoch, seed=self._config.seed, skip=skip, both_directions=epoch < self._bidirectional_epochs
+            )
+            self._epoch, self._iterator = epoch, iter(distribute(self._strategy, batches))
+        return self._epoch, self._iterator
+
+    def ran_out(self):
+        """Says that the current iterator has no whole update's batches left."""
+        self._ran_out = True
 
 
 def _due(step, every):

@@ -2,6 +2,7 @@
 learning rate of the update it made last."""
 
 import keras
+from keras import ops
 
 from app.model.config import ModelConfig
 from app.training.config import TrainConfig
@@ -40,10 +41,11 @@ def make_optimizer(model_config: ModelConfig, config: TrainConfig, total_steps, 
 
 
 def last_learning_rate(optimizer):
-    """The rate of the update just made. The optimizer's `learning_rate` is already the
-    next update's: its schedule reads the count of updates made so far."""
+    """The rate of the update just made, a float32 scalar tensor (made in the graph when called
+    inside a `tf.function`). The optimizer's `learning_rate` is already the next update's:
+    its schedule reads the count of updates made so far."""
     inner = optimizer.inner_optimizer if hasattr(optimizer, "inner_optimizer") else optimizer
     schedule = inner._learning_rate  # Keras keeps the schedule there, without a public name
     if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
-        return float(schedule(inner.iterations - 1))
-    return float(inner.learning_rate)
+        return ops.cast(schedule(inner.iterations - 1), "float32")
+    return ops.cast(inner.learning_rate, "float32")

@@ -1,5 +1,6 @@
-"""The distributed steps: one optimizer update, and one validation batch's sums, each a
-single `tf.function` that runs on every replica and sums over them.
+"""The distributed steps: one optimizer update, several updates in one call (as Keras's
+`steps_per_execution`), and one validation batch's sums, each a single `tf.function` that
+runs on every replica and sums over them.
 
 The loss is normalized by the non-padding target tokens of the whole global batch (every
 replica, every accumulated micro-batch), so that 1 replica and 8 give the same update.
@@ -10,6 +11,7 @@ import tensorflow as tf
 
 from app.model.transformer import Transformer
 from app.training.losses import summed_loss, summed_loss_and_nll
+from app.training.optimizer import last_learning_rate
 from app.training.output_loss import projected_loss_sum
 from data.special_tokens import PAD_ID
 
@@ -33,6 +35,63 @@ def make_train_step(
     `[B, T, V]` logits; the two give the same loss and gradients. Under XLA (`jit`) the
     plain path is used: XLA fuses it itself and wants static shapes.
     """
+    replica_step = _replica_update(model, optimizer, label_smoothing, jit, fused_loss)
+    micro_batches_spec = None if batch_spec is None else tuple([batch_spec] * accumulate)
+    return _summed_over_replicas(strategy, replica_step, micro_batches_spec)
+
+
+def make_train_steps(
+    model, optimizer, strategy, label_smoothing, accumulate=1, jit=False, fused_loss=True, progress=None
+):
+    """Returns `steps(iterator, count) -> (loss_sums, target_tokens, learning_rates)`: up to
+    `count` updates in one call, so that the host waits for the device once per call.
+
+    Each update is `make_train_step`'s, on the next `accumulate` batches that the graph takes
+    from `iterator` (a distributed dataset's iterator). The updates stop early where the data
+    ends: the batches left, fewer than `accumulate`, are dropped, as at any epoch's end.
+
+    Args of `steps`:
+        iterator: an iterator of the distributed dataset of `(source [B, S], target [B, T])`
+            batches; a new one (the next epoch's) of the same `element_spec` is no new trace.
+        count: int32 scalar tensor, the most updates to make (a tensor, so that every
+            count shares one trace).
+
+    Returns of `steps`, one entry per update made, n <= count of them:
+        loss_sums: float32 [n], the global summed token losses.
+        target_tokens: float32 [n], the global non-padding target tokens.
+        learning_rates: float32 [n], the rate of each update.
+
+    `progress`, a `checkpoints.Progress`, is advanced in the graph by each update (a step
+    and `accumulate` batches), so that the data position always matches the weights, even
+    when an interrupt comes before the host has read the call's results.
+    """
+    replica_step = _replica_update(model, optimizer, label_smoothing, jit, fused_loss)
+
+    def update(micro_batches):
+        per_replica = strategy.run(replica_step, args=(micro_batches,))
+        loss_sum, tokens = (strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None) for value in per_replica)
+        if progress is not None:
+            progress.advance(accumulate)
+        return loss_sum, tokens, last_learning_rate(optimizer)
+
+    @tf.function
+    def steps(iterator, count):
+        results = [tf.TensorArray(tf.float32, size=0, dynamic_size=True) for _ in range(3)]
+        made, data_left = tf.constant(0), tf.constant(True)
+        while made < count and data_left:
+            optionals = [iterator.get_next_as_optional() for _ in range(accumulate)]
+            data_left = tf.reduce_all(tf.stack([optional.has_value() for optional in optionals]))
+            if data_left:
+                values = update(tuple(optional.get_value() for optional in optionals))
+                results = [result.write(made, value) for result, value in zip(results, values)]
+                made += 1
+        return tuple(result.stack() for result in results)
+
+    return steps
+
+
+def _replica_update(model, optimizer, label_smoothing, jit, fused_loss):
+    """`replica_step(micro_batches) -> (loss_sum, local_tokens)`: one update, run on each replica."""
     variables = model.trainable_variables
     scale_loss = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
     transformer = Transformer(model)
@@ -78,8 +137,7 @@ def make_train_step(
         optimizer.apply_gradients(zip(total_grads, variables))
         return total_loss, local_tokens
 
-    micro_batches_spec = None if batch_spec is None else tuple([batch_spec] * accumulate)
-    return _summed_over_replicas(strategy, replica_step, micro_batches_spec)
+    return replica_step
 
 
 def _target_tokens(target):

@@ -27,16 +27,16 @@ def test_ctrl_c_saves_a_checkpoint_before_exiting(small_data, tmp_path):
 
 def test_a_second_ctrl_c_during_a_step_counts_that_step_before_saving(small_data, tmp_path, monkeypatch):
     # The second signal raises as soon as Python runs again: after step 3's update and
-    # before the loop counted it. The checkpoint was ckpt-2 holding step 3's weights, and
+    # before the loop read it. The checkpoint was ckpt-2 holding step 3's weights, and
     # the resumed run trained step 3's batch again.
     uninterrupted = run_training(small_data, tmp_path / "straight", checkpoint_every=3)
-    make_train_step = training.make_train_step
+    make_train_steps = training.make_train_steps
 
     def make_step_pressed_twice_at_step_3(*args, **kwargs):
-        train_step, calls = make_train_step(*args, **kwargs), []
+        train_steps, calls = make_train_steps(*args, **kwargs), []
 
-        def pressed(micro_batches):
-            result = train_step(micro_batches)
+        def pressed(iterator, count):  # one update a call
+            result = train_steps(iterator, count)
             calls.append(len(calls) + 1)
             if calls[-1] == 3:
                 os.kill(os.getpid(), signal.SIGINT)  # the first: a flag, read after the step
@@ -45,7 +45,7 @@ def test_a_second_ctrl_c_during_a_step_counts_that_step_before_saving(small_data
 
         return pressed
 
-    monkeypatch.setattr(training, "make_train_step", make_step_pressed_twice_at_step_3)
+    monkeypatch.setattr(training, "make_train_steps", make_step_pressed_twice_at_step_3)
     with pytest.raises(KeyboardInterrupt):
         run_training(small_data, tmp_path / "pressed", checkpoint_every=100)
     monkeypatch.undo()
@@ -120,20 +120,20 @@ def test_a_checkpoint_saved_on_an_interrupt_after_the_last_step_becomes_the_fina
     # on the interrupt, and its resume, with no step left, saves step 7 as its final one.
     keep = dict(train_steps=7, checkpoint_every=2, keep_checkpoints=3)
     run_training(small_data, tmp_path / "straight", **keep)
-    make_train_step = training.make_train_step
+    make_train_steps = training.make_train_steps
 
     def make_step_pressed_at_step_7(*args, **kwargs):
-        train_step, calls = make_train_step(*args, **kwargs), []
+        train_steps, calls = make_train_steps(*args, **kwargs), []
 
-        def pressed(micro_batches):
+        def pressed(iterator, count):  # one update a call
             calls.append(len(calls) + 1)
             if calls[-1] == 7:
                 os.kill(os.getpid(), signal.SIGINT)  # a flag, read after the step
-            return train_step(micro_batches)
+            return train_steps(iterator, count)
 
         return pressed
 
-    monkeypatch.setattr(training, "make_train_step", make_step_pressed_at_step_7)
+    monkeypatch.setattr(training, "make_train_steps", make_step_pressed_at_step_7)
     with pytest.raises(KeyboardInterrupt):
         run_training(small_data, tmp_path / "pressed", **keep)
     monkeypatch.undo()
@@ -250,41 +250,3 @@ def test_the_first_signal_raises_the_flag_the_second_interrupts_and_the_handlers
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
-
-
-class FakeOptimizer:
-    def __init__(self):
-        self.iterations = tf.Variable(0, dtype=tf.int64)
-
-
-@pytest.mark.parametrize(
-    "update_made, counted, step, batches",
-    [
-        (True, False, 3, 6),  # the second signal came after the update, before the loop counted it
-        (False, False, 2, 4),  # before the update (or a float16 step skipped): trained again
-        (True, True, 3, 6),  # after the loop counted it: counted once
-    ],
-)
-def test_a_step_cut_short_is_counted_only_if_its_update_was_made_and_not_yet_counted(
-    update_made, counted, step, batches
-):
-    progress, optimizer = checkpoints.Progress(100, 0), FakeOptimizer()
-    progress.advance(2)
-    progress.advance(2)  # step 2, accumulating 2 batches an update
-    optimizer.iterations.assign(2)
-    under_way = interrupts.StepUnderWay(progress, optimizer, accumulate=2)
-    under_way.begin(2)
-    if update_made:
-        optimizer.iterations.assign_add(1)
-    if counted:
-        progress.advance(2)
-    assert under_way.settle() == step
-    assert [int(progress.step), int(progress.batch_in_epoch)] == [step, batches]
-
-
-def test_an_interrupt_before_the_first_step_counts_nothing():
-    progress, optimizer = checkpoints.Progress(100, 0), FakeOptimizer()
-    under_way = interrupts.StepUnderWay(progress, optimizer, accumulate=1)
-    optimizer.iterations.assign(1)
-    assert under_way.settle() == 0
-    assert int(progress.step) == 0

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import app.training.loop
 import app.training.step
 from app.model.config import ModelConfig
 from app.model.transformer import build_transformer
@@ -57,15 +58,22 @@ def test_a_run_traces_its_training_and_evaluation_steps_once(small_data, tmp_pat
     # Traced again per new pattern of shapes, the two steps (one closure) reached the five
     # traces of TensorFlow's "triggered tf.function retracing" warning at a run's first
     # evaluation whenever its first batches differed in shape, as at base's batch size.
+    # The training steps take each epoch's iterator, and a count of updates that varies.
     steps = []
-    summed_over_replicas = app.training.step._summed_over_replicas
+    summed_over_replicas, make_train_steps = app.training.step._summed_over_replicas, app.training.loop.make_train_steps
 
-    def keep(*args):
-        steps.append(summed_over_replicas(*args))
-        return steps[-1]
+    def keep(make):
+        def made(*args, **kwargs):
+            steps.append(make(*args, **kwargs))
+            return steps[-1]
 
-    monkeypatch.setattr(app.training.step, "_summed_over_replicas", keep)
-    run_training(small_data, tmp_path, train_steps=6, eval_every=3)
+        return made
+
+    monkeypatch.setattr(app.training.loop, "make_train_steps", keep(make_train_steps))
+    monkeypatch.setattr(app.training.step, "_summed_over_replicas", keep(summed_over_replicas))
+    # 33 batches an epoch, 2 an update: epoch 0 ends at step 16, after a call cut short.
+    result = run_training(small_data, tmp_path, train_steps=18, eval_every=3, accumulate=2, steps_per_loop=4)
+    assert result["step"] == 18 and len(small_data.train_plan(0, 3)) == 33
     plans = [small_data.train_plan(0, 3), small_data.eval_plan("validation")]
     shapes = [set(zip(plan.rows, plan.source_lengths, plan.target_lengths)) for plan in plans]
     assert len(shapes[0]) > 3 and len(shapes[1]) > 3  # shapes enough to have been traced again
