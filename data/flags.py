@@ -46,8 +46,10 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--vocab-size",
         type=int,
-        default=DEFAULT_VOCAB_SIZE,
-        help=f"shared subword vocabulary size (default: {DEFAULT_VOCAB_SIZE}, for Multi30k)",
+        default=None,
+        help="shared subword vocabulary size (default: per model size and language pair, the paper's for base and "
+        f"big: 37,000, and 32,000 for en-fr; {DEFAULT_VOCAB_SIZE:,} for tiny and small, and where no size is given; "
+        "a run resumes with its own)",
     )
     group.add_argument(
         "--subword-model",
@@ -92,7 +94,7 @@ def data_config_from_args(args: argparse.Namespace) -> DataConfig:
         dataset=args.dataset,
         source_lang=args.source_lang,
         target_lang=args.target_lang,
-        vocab_size=args.vocab_size,
+        vocab_size=DEFAULT_VOCAB_SIZE if args.vocab_size is None else args.vocab_size,
         subword_model=args.subword_model,
         batch_tokens=args.batch_tokens,
         max_length=args.max_length,

@@ -12,7 +12,7 @@ import tempfile
 import time
 
 from app.model_dir.lock import ModelDirInUse, ModelDirLock
-from app.model_dir.settings import check_resumable, save_settings
+from app.model_dir.settings import check_resumable, load_settings, save_settings
 from app.training.config import TrainConfig
 from app.training.precision import AUTO, BFLOAT16_MIN_SPEEDUP, PRECISIONS, choose_auto_precision, resolve_precision
 from app.training.recipes import RECIPES, recipe_for
@@ -28,6 +28,11 @@ def add_training_arguments(parser):
     group.add_argument("--train-steps", type=int, help="total optimizer updates (default: per size)")
     group.add_argument("--epochs", type=int, help="passes over the training data")
     group.add_argument("--accumulate", type=int, default=1, help="micro-batches per update (gradient accumulation)")
+    group.add_argument(
+        "--steps-per-loop", type=int,
+        help="updates per call of the training function: the host waits for the device once per call "
+        "(default: per size, 1 for tiny and small, 10 for base and big)",
+    )
     group.add_argument("--warmup-steps", type=int, help="warmup steps (default: 4000, or 8%% of a shorter run)")
     group.add_argument(
         "--learning-rate-scale", type=float, help="multiplier on the paper's schedule (default: per size)"
@@ -55,9 +60,9 @@ def add_training_arguments(parser):
         "--precision",
         choices=(AUTO,) + PRECISIONS,
         default=AUTO,
-        help="auto (default): mixed_bfloat16 on a CPU-only machine whose CPU has bfloat16 instructions "
-        "(AMX or AVX512-BF16) and, timed at the start, multiplies bfloat16 matrices at least "
-        f"{BFLOAT16_MIN_SPEEDUP}x as fast as float32 ones; float32 elsewhere",
+        help="auto (default): mixed_bfloat16 on GPUs that all run it natively (compute capability 8.0 and later), "
+        "or without GPUs on a CPU that has bfloat16 instructions (AMX or AVX512-BF16) and, timed at the start, "
+        f"multiplies bfloat16 matrices at least {BFLOAT16_MIN_SPEEDUP}x as fast as float32 ones; float32 elsewhere",
     )
     group.add_argument("--jit", action="store_true", help="compile forward and backward passes with XLA")
     group.add_argument("--log-every", type=int, default=50, help="steps between metrics records")
@@ -137,6 +142,7 @@ def train_config_from_args(args):
         train_steps=train_steps,
         epochs=epochs,
         accumulate=args.accumulate,
+        steps_per_loop=_or_default(args.steps_per_loop, recipe.steps_per_loop),
         warmup_steps=args.warmup_steps,
         learning_rate_scale=_or_default(args.learning_rate_scale, recipe.learning_rate_scale),
         cooldown_fraction=_or_default(args.cooldown_fraction, recipe.cooldown_fraction),
@@ -155,6 +161,20 @@ def train_config_from_args(args):
         seed=args.seed,
         time_budget_minutes=time_budget,
     )
+
+
+def resolved_vocab_size(args, model_dir):
+    """--vocab-size; if not given, that of the run `model_dir` holds (a run resumes with its
+    own vocabulary), else the size's recipe's for the language pair.
+
+    Raises:
+        ValueError: naming the file, if `model_dir` holds a settings.json that cannot be read.
+    """
+    if args.vocab_size is not None:
+        return args.vocab_size
+    if os.path.exists(os.path.join(model_dir, "settings.json")):
+        return load_settings(model_dir)[1].vocab_size
+    return recipe_for(args.size).vocab_size_for(args.source_lang, args.target_lang)
 
 
 def _or_default(value, default):
@@ -193,6 +213,7 @@ def run(args, started=None):
         args.batch_tokens = recipe_for(args.size).batch_tokens
     model_dir = args.model_dir or default_model_dir(args)
     try:
+        args.vocab_size = resolved_vocab_size(args, model_dir)
         data_config = data_config_from_args(args)
         train_config = train_config_from_args(args)
         requested = model_config_from_args(args, vocab_size=args.vocab_size)
@@ -211,18 +232,21 @@ def run(args, started=None):
             print(f"  {field}: {value}")
         print(f"parameters: {build_transformer(requested).count_params()}")
         print(f"replicas: {strategy.num_replicas_in_sync}")
-        # A dry run leaves no trace: the vocabulary goes to a scratch directory unless
-        # the model directory already has one.
+        # A dry run leaves no trace in a new model directory: its vocabulary and shards go
+        # to a scratch directory, the vocabulary copied from the cache of trained ones
+        # (data/vocabulary_cache.py) or trained once and cached, so the next dry run and
+        # the real run reuse it. A model directory that has a vocabulary is prepared in place.
         has_vocab = os.path.exists(os.path.join(model_dir, MODEL_FILENAME))
-        vocab_dir = model_dir if has_vocab else tempfile.mkdtemp(prefix="dry-run-vocab-")
+        vocab_dir = model_dir if has_vocab else tempfile.mkdtemp(prefix="dry-run-data-")
         try:
             data = prepare_data(data_config, vocab_dir, num_replicas=strategy.num_replicas_in_sync)
+            summary = summarize(data)
         except DataError as error:
             return _fail(error)
         finally:
             if not has_vocab:
                 shutil.rmtree(vocab_dir, ignore_errors=True)  # The tokenizer holds it in memory.
-        for line in format_summary(summarize(data)):
+        for line in format_summary(summary):
             print(line)
         if train_config.bidirectional_fraction:
             from app.training.run_length import plan_bidirectional_epochs, run_length

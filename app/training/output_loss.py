@@ -98,10 +98,12 @@ def projected_loss_sum(states, matrix, labels, label_smoothing, rows_per_slice=R
             if label_term_after_products:
                 logits_grad = probs  # [R, V]
             else:
-                rows = tf.shape(slice_labels)[0]
-                label_positions = tf.stack([tf.range(rows), slice_labels], axis=1)  # [R, 2]
-                logits_grad = tf.tensor_scatter_nd_update(
-                    tf.cast(probs, compute_dtype), label_positions, tf.cast(label_probs - on_minus_off, compute_dtype)
+                # A select, not a scatter: TensorFlow has no GPU kernel of
+                # tensor_scatter_nd_update for bfloat16 or float16
+                # (tests/training/test_gpu_kernels.py), and both give the same numbers.
+                is_label = tf.one_hot(slice_labels, vocab_size, on_value=True, off_value=False)  # bool [R, V]
+                logits_grad = tf.where(
+                    is_label, tf.cast(label_probs - on_minus_off, compute_dtype)[:, None], tf.cast(probs, compute_dtype)
                 )  # [R, V]: p - (on - off) * onehot(label)
             # The states' gradient is one [R, D] slice per slice of rows; the matrix's
             # sums the [V, D] contribution of every slice.

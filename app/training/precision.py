@@ -1,17 +1,26 @@
 """Which numeric precision a run trains in, `--precision auto` included.
 
 `auto` trains in mixed bfloat16 (bfloat16 matrix products and activations, float32
-weights, softmax and loss) on a machine without a GPU whose CPU has bfloat16
-instructions (x86 flags `amx_bf16` or `avx512_bf16`) *and* runs bfloat16 matrix
-products at least `BFLOAT16_MIN_SPEEDUP` times as fast as float32 ones, timed here in a
-second or two; in float32 everywhere else. The flags alone do not say it: some CPUs that
-list them run TensorFlow's bfloat16 products slower than float32 ones, and the casts, and
-the softmax and loss kept in float32, do not get faster in bfloat16, so the products must
-gain somewhat more than 1x for the step to gain at all
-(docs/lab-notebook.md#--precision-auto-times-the-products, which has each CPU's figures).
+weights, softmax and loss) where the hardware runs bfloat16 natively, and in float32
+everywhere else:
+
+- On GPUs, where every visible GPU has compute capability 8.0 or later (Ampere, Hopper
+  and later: bfloat16 tensor cores), where the base model's step (under JAX) ran much
+  faster in mixed bfloat16 than in float32 with TF32 products (docs/results.md#on-a-gpu). Older GPUs
+  have no bfloat16 tensor cores and keep float32; so does a machine where one GPU is
+  older, or does not say its capability, since every replica trains in one precision.
+  (Mixed float16 would run on their float16 tensor cores, with loss scaling: it was not
+  measured here, and is used only when asked.)
+- Without a GPU, where the CPU has bfloat16 instructions (x86 flags `amx_bf16` or
+  `avx512_bf16`) *and* runs bfloat16 matrix products at least `BFLOAT16_MIN_SPEEDUP`
+  times as fast as float32 ones, timed here in a second or two. The flags alone do not
+  say it: some CPUs that list them run TensorFlow's bfloat16 products slower than float32
+  ones, and the casts, and the softmax and loss kept in float32, do not get faster in
+  bfloat16, so the products must gain somewhat more than 1x for the step to gain at all
+  (docs/lab-notebook.md#--precision-auto-times-the-products, which has each CPU's figures).
+
 The default recipe scored within the spread of its float32 runs in mixed bfloat16
-(docs/lab-notebook.md#what-was-tried). GPUs keep float32 unless asked: their mixed
-precision was not measured here.
+(docs/lab-notebook.md#what-was-tried).
 """
 
 import dataclasses
@@ -20,6 +29,8 @@ import time
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 AUTO = "auto"
+# The first CUDA compute capability with bfloat16 tensor cores (Ampere, the A100).
+NATIVE_BFLOAT16_COMPUTE_CAPABILITY = (8, 0)
 # Linux /proc/cpuinfo flags of x86 CPUs with bfloat16 matrix instructions.
 NATIVE_BFLOAT16_FLAGS = ("amx_bf16", "avx512_bf16")
 # How many times as fast as float32 bfloat16 matrix products must run for `auto` to pick
@@ -37,12 +48,12 @@ class AutoChoice:
     reason: str
 
 
-def resolve_precision(requested, has_gpu=None, cpu_flags=None, bfloat16_speedup=None):
+def resolve_precision(requested, gpus=None, cpu_flags=None, bfloat16_speedup=None):
     """The concrete precision (one of PRECISIONS) that `requested` stands for here.
 
     Args:
         requested: one of PRECISIONS, or "auto".
-        has_gpu, cpu_flags, bfloat16_speedup: as for `choose_auto_precision`.
+        gpus, cpu_flags, bfloat16_speedup: as for `choose_auto_precision`.
 
     Raises:
         ValueError: naming `requested` if it is neither.
@@ -51,25 +62,26 @@ def resolve_precision(requested, has_gpu=None, cpu_flags=None, bfloat16_speedup=
         return requested
     if requested != AUTO:
         raise ValueError(f"precision={requested!r}, expected {AUTO!r} or one of {PRECISIONS}")
-    return choose_auto_precision(has_gpu, cpu_flags, bfloat16_speedup).precision
+    return choose_auto_precision(gpus, cpu_flags, bfloat16_speedup).precision
 
 
-def choose_auto_precision(has_gpu=None, cpu_flags=None, bfloat16_speedup=None):
+def choose_auto_precision(gpus=None, cpu_flags=None, bfloat16_speedup=None):
     """What `auto` stands for on this machine: an `AutoChoice`.
 
     Args:
-        has_gpu: whether TensorFlow sees a GPU (None: ask it).
+        gpus: the compute capability of each visible GPU, a `(major, minor)` pair, or
+            None for a GPU whose capability is not known; empty without GPUs (None: ask
+            TensorFlow, `gpu_compute_capabilities`).
         cpu_flags: the CPU's feature flags (None: read /proc/cpuinfo; none elsewhere).
         bfloat16_speedup: a function returning how many times as fast as float32
             bfloat16 matrix products run here (None: `measured_bfloat16_speedup`, timed
-            once a process). Called only for a CPU-only machine with bfloat16 flags.
+            once a process). Called only for a machine without GPUs whose CPU has
+            bfloat16 flags.
     """
-    if has_gpu is None:
-        import tensorflow as tf
-
-        has_gpu = bool(tf.config.list_physical_devices("GPU"))
-    if has_gpu:
-        return AutoChoice("float32", "a GPU is visible, and its mixed precision is used only when asked")
+    if gpus is None:
+        gpus = gpu_compute_capabilities()
+    if gpus:
+        return _choice_for_gpus(list(gpus))
     if cpu_flags is None:
         cpu_flags = read_cpu_flags()
     if not any(flag in cpu_flags for flag in NATIVE_BFLOAT16_FLAGS):
@@ -79,6 +91,49 @@ def choose_auto_precision(has_gpu=None, cpu_flags=None, bfloat16_speedup=None):
     if speedup >= BFLOAT16_MIN_SPEEDUP:
         return AutoChoice("mixed_bfloat16", timed)
     return AutoChoice("float32", f"{timed}, under the {BFLOAT16_MIN_SPEEDUP}x that pays for mixed precision")
+
+
+def _choice_for_gpus(gpus):
+    """`AutoChoice` for GPUs of these compute capabilities (None: unknown): mixed bfloat16
+    only if every one runs it natively, since all replicas train in one precision."""
+    native = "%d.%d" % NATIVE_BFLOAT16_COMPUTE_CAPABILITY
+    one = len(gpus) == 1
+    unknown = gpus.count(None)
+    if unknown:
+        which = "the GPU does not say its" if one else f"{unknown} of {len(gpus)} GPUs " + (
+            "does not say its" if unknown == 1 else "do not say their"
+        )
+        reason = f"{which} compute capability, so native bfloat16 ({native} and later) is not known"
+        return AutoChoice("float32", reason)
+    known = sorted({tuple(capability) for capability in gpus})
+    listed = ["%d.%d" % capability for capability in known]
+    listed = " and ".join([", ".join(listed[:-1]), listed[-1]] if len(listed) > 1 else listed)
+    which = ("the GPU" if one else f"{len(gpus)} GPUs") + f" of compute capability {listed}"
+    if known[0] >= NATIVE_BFLOAT16_COMPUTE_CAPABILITY:
+        reason = f"{which} {'runs' if one else 'run'} bfloat16 natively ({native} and later do)"
+        return AutoChoice("mixed_bfloat16", reason)
+    if len(known) == 1:
+        return AutoChoice("float32", f"{which} {'has' if one else 'have'} no native bfloat16 ({native} and later do)")
+    oldest = "%d.%d" % known[0]
+    reason = f"{which}: {oldest} has no native bfloat16 ({native} and later do), and all replicas share a precision"
+    return AutoChoice("float32", reason)
+
+
+def gpu_compute_capabilities():
+    """The compute capability `(major, minor)` of each GPU TensorFlow sees, or None for one
+    whose details it does not give (not a CUDA device, or a build without them); empty
+    without GPUs. Reads device details only: no device is initialized."""
+    import tensorflow as tf
+
+    capabilities = []
+    for gpu in tf.config.list_physical_devices("GPU"):
+        try:
+            details = tf.config.experimental.get_device_details(gpu)
+        except (ValueError, RuntimeError):
+            details = {}
+        capability = details.get("compute_capability")
+        capabilities.append(tuple(capability) if capability else None)
+    return capabilities
 
 
 def read_cpu_flags(path="/proc/cpuinfo"):

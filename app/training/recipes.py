@@ -4,6 +4,8 @@
     2048
     >>> recipe_for("tiny").model == ModelConfig.from_size("tiny")
     True
+    >>> recipe_for("base").vocab_size_for("en", "fr")
+    32000
 
 Every flag of `train.py` that says "default: per size" reads its default here
 (`app.training.command.train_config_from_args`), and so do the benchmarks and the JAX
@@ -18,7 +20,7 @@ in docs/lab-notebook.md.
 """
 
 import dataclasses
-from typing import Optional
+from typing import Optional, Tuple
 
 from app.model.config import ModelConfig
 
@@ -27,8 +29,8 @@ from app.model.config import ModelConfig
 class Recipe:
     """One named size: its model and the training defaults that go with it."""
 
-    # The model, `ModelConfig.from_size(name)`: the vocabulary size is the default one,
-    # which the tokenizer replaces by what it holds.
+    # The model, `ModelConfig.from_size(name)`: its vocabulary size is a placeholder,
+    # which the tokenizer replaces by what it holds (a run asks for `vocab_size_for`).
     model: ModelConfig
     # Source (and target) tokens per batch, all replicas together (--batch-tokens).
     batch_tokens: int
@@ -54,6 +56,28 @@ class Recipe:
     # Minutes a run of the default length may take, final evaluation included; None, no
     # limit. A length asked for on the command line trains in full (--time-budget).
     time_budget_minutes: Optional[float] = None
+    # Pieces of the shared source and target subword vocabulary (--vocab-size), for every
+    # language pair but those of `vocab_size_by_pair`. 8,000 suits Multi30k's 29k pairs
+    # (data/config.py).
+    vocab_size: int = 8000
+    # Language pairs with a vocabulary size of their own: ("en-fr", 32000), the pair's two
+    # codes in alphabetical order, for either direction.
+    vocab_size_by_pair: Tuple[Tuple[str, int], ...] = ()
+    # Optimizer updates per call of the training function (--steps-per-loop): the host
+    # waits for the device once per call. 1 on a CPU, where the host is the device.
+    steps_per_loop: int = 1
+
+    def vocab_size_for(self, source_lang: str, target_lang: str) -> int:
+        """The vocabulary size this size trains with for a language pair, in either direction."""
+        pair = "-".join(sorted((source_lang, target_lang)))
+        return dict(self.vocab_size_by_pair).get(pair, self.vocab_size)
+
+
+# The paper's vocabularies (section 5.1): byte-pair encoding, one vocabulary shared by
+# source and target, of about 37,000 tokens for WMT 2014 English-German; 32,000
+# word-pieces for the much larger English-French. Other pairs take the 37,000.
+PAPER_VOCAB_SIZE = 37000
+PAPER_VOCAB_SIZE_BY_PAIR = (("en-fr", 32000),)
 
 
 RECIPES = {
@@ -113,6 +137,11 @@ RECIPES = {
         checkpoint_every=1000,
         keep_checkpoints=5,
         average_last=5,
+        vocab_size=PAPER_VOCAB_SIZE,
+        vocab_size_by_pair=PAPER_VOCAB_SIZE_BY_PAIR,
+        # GPU recipes: 10 divides the log, evaluation and checkpoint cadences, so no call
+        # is cut short by them; unmeasured here (no GPU), Keras's steps_per_execution idea.
+        steps_per_loop=10,
     ),
     "big": Recipe(
         model=ModelConfig.from_size("big"),
@@ -121,6 +150,11 @@ RECIPES = {
         checkpoint_every=1000,
         keep_checkpoints=20,
         average_last=20,
+        vocab_size=PAPER_VOCAB_SIZE,
+        vocab_size_by_pair=PAPER_VOCAB_SIZE_BY_PAIR,
+        # GPU recipes: 10 divides the log, evaluation and checkpoint cadences, so no call
+        # is cut short by them; unmeasured here (no GPU), Keras's steps_per_execution idea.
+        steps_per_loop=10,
     ),
 }
 

@@ -219,7 +219,7 @@ def test_two_workers_train_like_one_process_with_two_replicas(tmp_path):
     # Only the chief wrote to the model directory, and the other worker cleaned up.
     assert (model_dir / "checkpoints" / "ckpt-4.index").exists(), second.output()
     assert sorted(p.name for p in model_dir.iterdir()) == [
-        "best", "checkpoints", "metrics.jsonl", "settings.json", "subwords.model", "train"
+        "best", "checkpoints", "data", "metrics.jsonl", "settings.json", "subwords.model", "train"
     ]
     records = [json.loads(line) for line in open(model_dir / "metrics.jsonl")]
     assert [r["step"] for r in records if "loss" in r] == [1, 2, 3, 4]

@@ -24,6 +24,7 @@ TRAIN_CONFIG_FIELDS = {
     "average_last": "average_last",
     "eval_every": "eval_every",
     "time_budget_minutes": "time_budget_minutes",
+    "steps_per_loop": "steps_per_loop",
 }
 
 
@@ -33,7 +34,7 @@ def test_the_sizes_are_tiny_small_base_big_in_that_order_with_a_recipe_for_each_
 
 def test_every_field_of_a_recipe_reaches_train_py_or_its_model():
     fields = {field.name for field in dataclasses.fields(Recipe)}
-    assert fields == set(TRAIN_CONFIG_FIELDS) | {"model", "batch_tokens"}
+    assert fields == set(TRAIN_CONFIG_FIELDS) | {"model", "batch_tokens", "vocab_size", "vocab_size_by_pair"}
 
 
 @pytest.mark.parametrize("size", list(RECIPES))
@@ -83,3 +84,91 @@ def test_the_recipes_and_the_special_tokens_import_without_tensorflow():
     result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == []
+
+
+# The vocabulary: the paper's for base and big, by language pair; Multi30k's for the others.
+
+
+@pytest.mark.parametrize(
+    "size, source_lang, target_lang, want",
+    [
+        ("tiny", "en", "de", 8000),
+        ("tiny", "en", "fr", 8000),
+        ("small", "en", "de", 8000),
+        ("base", "en", "de", 37000),
+        ("base", "de", "en", 37000),
+        ("base", "en", "fr", 32000),
+        ("base", "fr", "en", 32000),
+        ("base", "en", "ro", 37000),
+        ("big", "en", "de", 37000),
+        ("big", "fr", "en", 32000),
+        ("big", "de", "fr", 37000),
+    ],
+)
+def test_each_size_and_language_pair_has_its_vocabulary_size(size, source_lang, target_lang, want):
+    import train
+    from app.training.command import resolved_vocab_size
+    from data.flags import data_config_from_args
+
+    assert recipe_for(size).vocab_size_for(source_lang, target_lang) == want
+    args = train.parse_args(["--size", size, "--source-lang", source_lang, "--target-lang", target_lang])
+    assert args.vocab_size is None
+    args.vocab_size = resolved_vocab_size(args, "no-such-model-dir")
+    assert args.vocab_size == want
+    # What settings.json records and --dry-run prints (app.training.command.run).
+    assert data_config_from_args(args).vocab_size == want
+
+
+@pytest.mark.parametrize("size", list(RECIPES))
+def test_an_explicit_vocab_size_wins_over_the_recipe_and_the_run(size, tmp_path):
+    import train
+    from app.training.command import resolved_vocab_size
+
+    write_run_settings(tmp_path, vocab_size=8000)
+    for model_dir in ("no-such-model-dir", str(tmp_path)):
+        args = train.parse_args(["--size", size, "--target-lang", "fr", "--vocab-size", "16000"])
+        assert resolved_vocab_size(args, model_dir) == 16000
+
+
+def test_a_run_resumes_with_its_own_vocabulary_size_not_todays_default(tmp_path):
+    import train
+    from app.training.command import resolved_vocab_size
+
+    write_run_settings(tmp_path, vocab_size=8000)  # a base run begun when 8,000 was every size's default
+    assert resolved_vocab_size(train.parse_args(["--size", "base"]), str(tmp_path)) == 8000
+    assert resolved_vocab_size(train.parse_args(["--size", "base"]), str(tmp_path / "another")) == 37000
+
+
+def test_an_unreadable_settings_file_is_named_when_the_vocabulary_is_resolved(tmp_path):
+    import train
+    from app.training.command import resolved_vocab_size
+
+    (tmp_path / "settings.json").write_text("{not json")
+    with pytest.raises(ValueError, match="settings.json is not valid JSON"):
+        resolved_vocab_size(train.parse_args(["--size", "base"]), str(tmp_path))
+
+
+def write_run_settings(model_dir, vocab_size):
+    """settings.json of a base run on Multi30k en-de with this vocabulary size."""
+    from app.model_dir.settings import save_settings
+    from app.training.config import TrainConfig
+    from data.config import DataConfig
+
+    model, data = ModelConfig.from_size("base", vocab_size=vocab_size), DataConfig(vocab_size=vocab_size)
+    save_settings(str(model_dir), model, data, TrainConfig(train_steps=100), log=lambda *_: None)
+
+
+def test_a_dry_run_shows_the_resolved_vocabulary_size(tmp_path):
+    """`python train.py --size base --target-lang fr --dry-run` asks for the paper's en-fr
+    vocabulary (a small corpus gives fewer pieces: the model then has the tokenizer's)."""
+    from tests.tiny_run import write_multi30k_slice
+
+    files = write_multi30k_slice(tmp_path, train=300, validation=20, target_lang="fr")
+    flags = ["--size", "base", "--num-layers", "1", "--d-model", "32", "--d-ff", "64", "--num-heads", "2"]
+    result = subprocess.run(
+        [sys.executable, "train.py", *flags, "--dataset", "files:" + ",".join(files), "--target-lang", "fr",
+         "--model-dir", str(tmp_path / "run"), "--dry-run"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "  vocab_size: 32000" in result.stdout.splitlines()
