@@ -110,7 +110,7 @@ def conflicting_flags(args):
 
 def read_references(args, data_config):
     """`(sources, references, description)` for the split or files the flags name."""
-    from data.corpora import load_corpus
+    from data.corpora import open_corpus
     from data.errors import DataError
     from data.text_files import read_parallel_lines
 
@@ -131,13 +131,17 @@ def read_references(args, data_config):
                     )
         return sources, references, f"{args.source} -> {args.reference}"
     dataset = args.dataset or data_config.dataset
-    corpus = load_corpus(dataset, data_config.source_lang, data_config.target_lang)
+    # Only the split scored is read (train too only where validation is held out of it).
+    corpus = open_corpus(dataset, data_config.source_lang, data_config.target_lang)
     split = SPLIT_ALIASES.get(args.split, args.split)
     if split not in corpus.splits:
         raise DataError(f"{dataset} has no split {args.split!r}; it has {', '.join(sorted(corpus.splits))}")
-    text = corpus.splits[split]
+    sources, references = [], []
+    for source, reference in corpus.pairs(split):
+        sources.append(source)
+        references.append(reference)
     description = f"{dataset} {args.split} {data_config.source_lang}->{data_config.target_lang}"
-    return list(text.source), list(text.target), description
+    return sources, references, description
 
 
 def check_saved_model(path):

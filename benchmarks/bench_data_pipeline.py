@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.p
 from app.cli.flag_types import int_at_least  # noqa: E402
 from data import DataConfig, format_summary, prepare_data, summarize  # noqa: E402
 from data.flags import batch_tokens as batch_tokens_flag  # noqa: E402
+from data.corpora import load_corpus  # noqa: E402
 from data.pipeline import tokenize_pairs  # noqa: E402
 from data.tokenizer import MODEL_FILENAME  # noqa: E402
 
@@ -56,9 +57,11 @@ def main(argv=None):
     )
     print("\n".join(format_summary(summarize(data))))
 
-    # The one tokenization pass over train that prepare_data made (epochs reuse its ids).
+    # Train tokenized in-graph in one process, for comparison with prepare_data's pass
+    # (sentencepiece in worker processes into shards, which every epoch reads).
+    train_text = load_corpus(data.config.dataset, data.config.source_lang, data.config.target_lang).splits["train"]
     start = time.perf_counter()
-    pairs = tokenize_pairs(data.tokenizer, data.text["train"])
+    pairs = tokenize_pairs(data.tokenizer, train_text)
     seconds = time.perf_counter() - start
     tokens = sum(int(lengths.sum()) for lengths in pairs.lengths())
     print(

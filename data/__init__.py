@@ -8,9 +8,13 @@ The entry points; the modules below hold one idea each.
     data.summary      summarize, format_summary (for train.py --dry-run)
     data.tokenizer    SubwordTokenizer, load_or_train
     data.errors       DataError
-    data.corpora      reading Multi30k, TFDS and files:...
+    data.corpora      streaming Multi30k, TFDS and files:... split by split
+    data.prepare      the one-time preparation: text -> token-id shards, in worker processes
+    data.shards       the shard format and its memory-mapped reader
+    data.vocabulary_cache  trained vocabularies, reused by dry runs and new model directories
+    data.lowercase    Python lowercasing equal to the graph's
     data.buckets      BucketScheme: token-budget bucketing and its batch shapes
-    data.pipeline     tokenized pairs -> tf.data batches
+    data.pipeline     shards (or ids in memory) -> tf.data batches
 """
 
 import importlib

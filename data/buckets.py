@@ -53,6 +53,8 @@ _GROWTH = 1.1
 _SHORTEST = 4
 # Leftover batches are padded to a multiple of this many rows per replica.
 ROW_MULTIPLE = 8
+# Pairs whose buckets are looked up at once (`BucketScheme.bucket_of`).
+_BUCKET_SLICE = 1 << 20
 
 
 def length_boundaries(max_length: int) -> Tuple[int, ...]:
@@ -74,7 +76,7 @@ class BatchPlan:
     Rows past `len(indices[i])` are all padding.
     """
 
-    indices: List[np.ndarray]  # int64 [n_i] each
+    indices: List[np.ndarray]  # int32 [n_i] each (int64 past 2**31 pairs)
     rows: np.ndarray  # int32 [num_batches]
     source_lengths: np.ndarray  # int32 [num_batches]
     target_lengths: np.ndarray  # int32 [num_batches]
@@ -111,14 +113,24 @@ class BucketScheme:
         return cls(boundaries=boundaries, full_rows=full_rows, num_replicas=num_replicas)
 
     def bucket_of(self, source_lengths: np.ndarray, target_lengths: np.ndarray) -> np.ndarray:
-        """Bucket index of each pair: the first boundary >= the longer side. int64 [N]."""
-        longer = np.maximum(source_lengths, target_lengths)
-        if longer.size and longer.max() > self.boundaries[-1]:
+        """Bucket index of each pair: the first boundary >= the longer side. int16 [N].
+
+        A slice of pairs at a time: `searchsorted` answers in int64, which over a whole
+        corpus of tens of millions of pairs would be the plan's largest temporary.
+        """
+        source_lengths, target_lengths = np.asarray(source_lengths), np.asarray(target_lengths)
+        longest = max(source_lengths.max(initial=0), target_lengths.max(initial=0))
+        if longest > self.boundaries[-1]:
             raise DataError(
-                f"a pair of length {longer.max()} is longer than the longest bucket "
+                f"a pair of length {longest} is longer than the longest bucket "
                 f"{self.boundaries[-1]}; filter by max_length first"
             )
-        return np.searchsorted(self.boundaries, longer, side="left")
+        buckets = np.empty(len(source_lengths), np.int16)
+        for start in range(0, len(buckets), _BUCKET_SLICE):
+            end = start + _BUCKET_SLICE
+            longer = np.maximum(source_lengths[start:end], target_lengths[start:end])
+            buckets[start:end] = np.searchsorted(self.boundaries, longer, side="left")
+        return buckets
 
     def leftover_rows(self, bucket: int, count: int) -> int:
         """Rows of the batch holding a bucket's last `count` pairs (count < full rows)."""
@@ -165,10 +177,13 @@ class BucketScheme:
                 The GPU sweep compares the two (benchmarks/gpu/batches.py).
         """
         source_lengths, target_lengths = np.asarray(source_lengths), np.asarray(target_lengths)
+        # Compact dtypes: on a corpus of tens of millions of pairs the plan's temporaries
+        # dominate the data's memory. A permutation draws the same order whatever the dtype.
         buckets = self.bucket_of(source_lengths, target_lengths)
+        index_dtype = np.int32 if len(source_lengths) < 2**31 else np.int64
         indices, rows, padded_source, padded_target = [], [], [], []
         for bucket in np.unique(buckets):
-            members = np.flatnonzero(buckets == bucket)
+            members = np.flatnonzero(buckets == bucket).astype(index_dtype)
             if rng is not None:
                 members = rng.permutation(members)
             if sort_by_length:
@@ -177,14 +192,15 @@ class BucketScheme:
                 members = members[np.lexsort((target_lengths[members], source_lengths[members]))]
             full = self.full_rows[bucket]
             for start in range(0, len(members), full):
-                chunk = members[start : start + full]
+                # A copy, so that no bucket's whole member array outlives its loop.
+                chunk = members[start : start + full].copy()
                 indices.append(chunk)
                 rows.append(full if len(chunk) == full else self.leftover_rows(bucket, len(chunk)))
                 padded_source.append(self.padded_length(source_lengths[chunk].max()))
                 padded_target.append(self.padded_length(target_lengths[chunk].max()))
         order = rng.permutation(len(indices)) if rng is not None else np.arange(len(indices))
         return BatchPlan(
-            indices=[indices[i].astype(np.int64) for i in order],
+            indices=[indices[i] for i in order],
             rows=np.asarray(rows, np.int32)[order],
             source_lengths=np.asarray(padded_source, np.int32)[order],
             target_lengths=np.asarray(padded_target, np.int32)[order],

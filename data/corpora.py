@@ -1,27 +1,33 @@
 """Raw parallel text from the three kinds of source: bundled Multi30k, TFDS, the user's files.
 
-`load_corpus(config)` returns the splits as lists of strings with empty pairs removed
-and counted. Split names are always "train", "validation" and, where the source has
-one, "test". Nothing here tokenizes.
+`open_corpus(dataset, source_lang, target_lang)` returns a `CorpusStream`, whose
+`pairs(split)` yields a split's pairs one at a time, surrounding whitespace stripped,
+pairs with an empty side dropped and counted as they stream by: memory does not grow
+with the corpus. `load_corpus` collects every split into lists (small corpora, tests).
+Split names are always "train", "validation" and, where the source has one, "test".
+Nothing here tokenizes.
 
     Multi30k     data/multi30k/{train,val,test_2016_flickr}.{en,de,fr}.gz, any two
                  of en/de/fr in either direction.
     TFDS         any translation builder, e.g. "wmt14_translate/de-en"; the two
                  languages are picked from the example's feature dict by key, so
-                 "wmt14_translate/de-en" also serves en->de.
+                 "wmt14_translate/de-en" also serves en->de. Read through the tf.data
+                 stream TFDS provides, in batches.
     files:       "files:TRAIN_SRC,TRAIN_TGT[,VALID_SRC,VALID_TGT]". Without validation
                  files, 1% of the training pairs (at most 1000, evenly spaced) are held
-                 out as validation and removed from train.
+                 out as validation and removed from train; a counting pass over train
+                 finds how many pairs there are first.
 """
 
 import dataclasses
+import functools
 import os
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
 from data.errors import DataError, first_line
-from data.text_files import read_parallel_lines
+from data.text_files import check_readable, iter_parallel_lines
 
 MULTI30K_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "multi30k")
 MULTI30K_LANGUAGES = ("en", "de", "fr")
@@ -31,6 +37,7 @@ MULTI30K_SPLITS = {"train": "train", "validation": "val", "test": "test_2016_fli
 _TFDS_SPLITS = ("train", "validation", "test")
 _HELD_OUT_FRACTION = 0.01
 _HELD_OUT_MAX = 1000
+_TFDS_BATCH = 4096  # Examples per batch read from TFDS's stream.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,58 +80,161 @@ def drop_empty_pairs(source: List[str], target: List[str]) -> Tuple[ParallelText
 
 
 def hold_out(train: ParallelText) -> Tuple[ParallelText, ParallelText]:
-    """Splits evenly spaced pairs off train as validation; deterministic.
-
-    Evenly spaced rather than the last lines, because concatenated corpora put their
-    sub-corpora one after another.
+    """Splits evenly spaced pairs off train as validation (`held_out_indices`); deterministic.
 
     Returns:
         (the remaining train pairs, the held-out validation pairs).
     """
-    if len(train) < 2:
-        raise DataError(
-            f"cannot hold out validation pairs from only {len(train)} training pair(s); "
-            "give validation files as files:TRAIN_SRC,TRAIN_TGT,VALID_SRC,VALID_TGT"
-        )
-    count = min(_HELD_OUT_MAX, max(1, int(len(train) * _HELD_OUT_FRACTION)))
-    held = set(np.linspace(0, len(train) - 1, count).round().astype(int).tolist())
+    held = set(held_out_indices(len(train)).tolist())
     keep = [i for i in range(len(train)) if i not in held]
-    held = sorted(held)
 
     def pick(indices):
         return ParallelText([train.source[i] for i in indices], [train.target[i] for i in indices])
 
-    return pick(keep), pick(held)
+    return pick(keep), pick(sorted(held))
+
+
+def held_out_indices(count: int) -> np.ndarray:
+    """Which of `count` non-empty training pairs are held out as validation: 1% (at most
+    1000, at least 1), evenly spaced. int64 [H], ascending, distinct.
+
+    Evenly spaced rather than the last lines, because concatenated corpora put their
+    sub-corpora one after another.
+    """
+    if count < 2:
+        raise DataError(
+            f"cannot hold out validation pairs from only {count} training pair(s); "
+            "give validation files as files:TRAIN_SRC,TRAIN_TGT,VALID_SRC,VALID_TGT"
+        )
+    held = min(_HELD_OUT_MAX, max(1, int(count * _HELD_OUT_FRACTION)))
+    return np.unique(np.linspace(0, count - 1, held).round().astype(np.int64))
+
+
+class CorpusStream:
+    """Every split of one dataset, streamed: `pairs(split)` yields (source, target) strings.
+
+    `read[split]` and `dropped_empty[split]` are set when a pass over the split ends
+    (train: less the held-out validation, so that read = kept + dropped per split).
+    """
+
+    def __init__(self, dataset: str, raw: Dict[str, Callable[[], Iterator[Tuple[str, str]]]], fingerprint: dict):
+        self.dataset = dataset
+        self._raw = raw  # split -> a fresh iterator of its raw line pairs
+        self._fingerprint = fingerprint
+        self.read: Dict[str, int] = {}
+        self.dropped_empty: Dict[str, int] = {}
+        self._held: Optional[np.ndarray] = None
+        # Train and validation first, then test where there is one.
+        self.splits: Tuple[str, ...] = ("train", "validation") + tuple(
+            split for split in raw if split not in ("train", "validation")
+        )
+
+    @property
+    def holds_out_validation(self) -> bool:
+        """Whether validation is cut out of train (the source has none)."""
+        return "validation" not in self._raw
+
+    @property
+    def validation_note(self) -> Optional[str]:
+        """How validation came about when the source has none, e.g. "held out 290 pairs of train"."""
+        if not self.holds_out_validation:
+            return None
+        return f"held out {len(self._held_out())} pairs of train"
+
+    def fingerprint(self) -> dict:
+        """What the text came from: file paths, sizes and mtimes, or the TFDS name and version."""
+        return dict(self._fingerprint)
+
+    def pairs(self, split: str) -> Iterator[Tuple[str, str]]:
+        """The split's non-empty pairs in order, stripped; a new pass each call.
+
+        Raises (while streaming):
+            DataError: a bad or misaligned file, or a split left without a pair.
+        """
+        if split not in self.splits:
+            raise DataError(f"{self.dataset} has no split {split!r}; it has {', '.join(self.splits)}")
+        if self.holds_out_validation and split in ("train", "validation"):
+            return self._held_out_pairs(split)
+        return self._counted(split, self._raw[split]())
+
+    def _counted(self, split, raw):
+        read = kept = 0
+        for source, target in raw:
+            read += 1
+            source, target = source.strip(), target.strip()
+            if source and target:
+                kept += 1
+                yield source, target
+        if not kept:
+            raise DataError(f"{self.dataset}: split {split!r} has no non-empty pairs ({read} read)")
+        self.read[split], self.dropped_empty[split] = read, read - kept
+
+    def _held_out(self):
+        if self._held is None:
+            kept = sum(1 for _ in self._counted("train", self._raw["train"]()))
+            self._held = held_out_indices(kept)
+        return self._held
+
+    def _held_out_pairs(self, split):
+        held = self._held_out()
+        next_held = 0
+        for index, pair in enumerate(self._counted("train", self._raw["train"]())):
+            is_held = next_held < len(held) and held[next_held] == index
+            next_held += is_held
+            if is_held == (split == "validation"):
+                yield pair
+            if split == "validation" and next_held == len(held):
+                break  # The rest of train holds no validation pair.
+        if split == "train":
+            self.read["train"] -= len(held)
+        else:
+            self.read["validation"], self.dropped_empty["validation"] = len(held), 0
+
+
+def open_corpus(dataset: str, source_lang: str, target_lang: str) -> CorpusStream:
+    """Opens every split of `dataset` for the language pair (see the module docstring).
+
+    Files are checked to exist and TFDS builders prepared here; the text itself is read
+    by `CorpusStream.pairs`.
+
+    Raises:
+        DataError: unknown dataset or language pair, missing files, a TFDS builder that
+            cannot be built or downloaded.
+    """
+    if dataset == "multi30k":
+        raw, fingerprint = _read_multi30k(source_lang, target_lang)
+    elif dataset.startswith("files:"):
+        raw, fingerprint = _read_files(dataset)
+    else:
+        raw, fingerprint = _read_tfds(dataset.removeprefix("tfds:"), source_lang, target_lang)
+    return CorpusStream(dataset, raw, fingerprint)
 
 
 def load_corpus(dataset: str, source_lang: str, target_lang: str) -> Corpus:
-    """Reads every split of `dataset` for the language pair (see the module docstring).
+    """Every split of `dataset` read into lists, empty pairs removed (`open_corpus`).
 
     Raises:
-        DataError: unknown dataset or language pair, missing or misaligned files,
-            non-UTF-8 bytes, or a split left empty.
+        DataError: as `open_corpus` and `CorpusStream.pairs`.
     """
-    if dataset == "multi30k":
-        raw = _read_multi30k(source_lang, target_lang)
-    elif dataset.startswith("files:"):
-        raw = _read_files(dataset)
-    else:
-        raw = _read_tfds(dataset.removeprefix("tfds:"), source_lang, target_lang)
+    stream = open_corpus(dataset, source_lang, target_lang)
+    splits = {}
+    for split in stream.splits:
+        pairs = list(stream.pairs(split))
+        splits[split] = ParallelText([source for source, _ in pairs], [target for _, target in pairs])
+    return Corpus(
+        splits=splits, read=dict(stream.read), dropped_empty=dict(stream.dropped_empty),
+        validation_note=stream.validation_note,
+    )
 
-    splits, read, dropped = {}, {}, {}
-    for split, (source, target) in raw.items():
-        splits[split], dropped[split] = drop_empty_pairs(source, target)
-        read[split] = len(source)
-        if not splits[split]:
-            raise DataError(f"{dataset}: split {split!r} has no non-empty pairs ({read[split]} read)")
 
-    note = None
-    if "validation" not in splits:
-        splits["train"], splits["validation"] = hold_out(splits["train"])
-        read["validation"], dropped["validation"] = len(splits["validation"]), 0
-        read["train"] -= read["validation"]  # So that read = kept + dropped per split.
-        note = f"held out {len(splits['validation'])} pairs of train"
-    return Corpus(splits=splits, read=read, dropped_empty=dropped, validation_note=note)
+def _file_fingerprint(paths):
+    """Each path with its size and modification time: a changed file changes the fingerprint."""
+    described = []
+    for path in paths:
+        check_readable(path)
+        status = os.stat(path)
+        described.append({"path": os.path.abspath(path), "size": status.st_size, "mtime_ns": status.st_mtime_ns})
+    return {"files": described}
 
 
 def _read_multi30k(source_lang, target_lang):
@@ -133,13 +243,12 @@ def _read_multi30k(source_lang, target_lang):
             raise DataError(
                 f"multi30k has no language {lang!r}; it has {', '.join(MULTI30K_LANGUAGES)}"
             )
-    raw = {}
+    raw, paths = {}, []
     for split, stem in MULTI30K_SPLITS.items():
-        raw[split] = read_parallel_lines(
-            os.path.join(MULTI30K_DIR, f"{stem}.{source_lang}.gz"),
-            os.path.join(MULTI30K_DIR, f"{stem}.{target_lang}.gz"),
-        )
-    return raw
+        pair = [os.path.join(MULTI30K_DIR, f"{stem}.{lang}.gz") for lang in (source_lang, target_lang)]
+        raw[split] = functools.partial(iter_parallel_lines, *pair)
+        paths += pair
+    return raw, _file_fingerprint(paths)
 
 
 def _read_files(dataset):
@@ -149,10 +258,12 @@ def _read_files(dataset):
             f"bad dataset {dataset!r}: expected files:TRAIN_SRC,TRAIN_TGT or "
             "files:TRAIN_SRC,TRAIN_TGT,VALID_SRC,VALID_TGT"
         )
-    raw = {"train": read_parallel_lines(paths[0], paths[1])}
+    for source, target in zip(paths[::2], paths[1::2]):
+        iter_parallel_lines(source, target)  # Missing files and one file as both sides: refused now.
+    raw = {"train": functools.partial(iter_parallel_lines, paths[0], paths[1])}
     if len(paths) == 4:
-        raw["validation"] = read_parallel_lines(paths[2], paths[3])
-    return raw
+        raw["validation"] = functools.partial(iter_parallel_lines, paths[2], paths[3])
+    return raw, _file_fingerprint(paths)
 
 
 def _read_tfds(name, source_lang, target_lang):
@@ -190,17 +301,18 @@ def _read_tfds(name, source_lang, target_lang):
     available = set(builder.info.splits.keys()) or set(_TFDS_SPLITS)
     if "train" not in available:
         raise DataError(f"{name} has no 'train' split; it has {', '.join(sorted(available))}")
-    raw = {}
-    for split in _TFDS_SPLITS:
-        if split in available:
-            raw[split] = _tfds_pairs(tfds, builder, split, source_lang, target_lang)
-    return raw
+    raw = {
+        split: functools.partial(_tfds_pairs, tfds, builder, split, source_lang, target_lang)
+        for split in _TFDS_SPLITS
+        if split in available
+    }
+    fingerprint = {"tfds": builder.info.full_name, "data_dir": str(builder.data_dir)}
+    return raw, fingerprint
 
 
 def _tfds_pairs(tfds, builder, split, source_lang, target_lang):
-    source, target = [], []
-    batches = builder.as_dataset(split=split, shuffle_files=False).batch(4096)
+    """The split's (source, target) strings, from TFDS's own tf.data stream, a batch at a time."""
+    batches = builder.as_dataset(split=split, shuffle_files=False).batch(_TFDS_BATCH)
     for batch in tfds.as_numpy(batches):
-        source.extend(text.decode("utf-8") for text in batch[source_lang])
-        target.extend(text.decode("utf-8") for text in batch[target_lang])
-    return source, target
+        for source, target in zip(batch[source_lang], batch[target_lang]):
+            yield source.decode("utf-8"), target.decode("utf-8")

@@ -9,14 +9,20 @@
 
 Everything that can be wrong with the input (files, languages, budget) raises
 `DataError` here, before training starts. Reading order:
-  1. read the splits, drop and count pairs with an empty side   (data.corpora)
-  2. load the vocabulary from model_dir, or train it on train    (data.tokenizer)
-  3. tokenize every split once, drop and count over-long pairs   (data.pipeline)
-  4. plan batches per epoch from the lengths                     (data.buckets)
+  1. open the corpus as streams, split by split                    (data.corpora)
+  2. load the vocabulary from model_dir, or train it on a sample
+     streamed from train                                          (data.tokenizer, data.prepare)
+  3. prepare each split once: tokenized into shards under
+     model_dir/data/, empty and over-long pairs dropped and counted (data.prepare, data.shards)
+  4. plan batches per epoch from the lengths, gather them from the
+     memory-mapped shards                                          (data.buckets, data.pipeline)
+
+Memory holds the lengths (4 bytes a pair), one epoch's plan and validation's and test's
+raw text; train's text and every split's ids stay on disk.
 """
 
 import dataclasses
-import itertools
+import os
 from typing import Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
@@ -24,17 +30,34 @@ import tensorflow as tf
 
 from data.buckets import BatchPlan, BucketScheme
 from data.config import DataConfig
-from data.corpora import ParallelText, load_corpus
+from data.corpora import CorpusStream, ParallelText, open_corpus
 from data.errors import DataError
-from data.pipeline import TokenizedPairs, make_batches, sample_pairs, tokenize_pairs
+from data.pipeline import shard_batches
+from data.prepare import SAMPLED_TRAIN, prepare_sampled_train, prepare_splits, vocabulary_sample
+from data.shards import BothDirections, ShardedPairs, read_text
 from data.tokenizer import SubwordTokenizer, load_or_train
 
-# The vocabulary is trained on at most this many sentences (source and target lines
-# together), evenly spaced through train: enough for a 37k BPE, and it keeps WMT-sized
-# corpora (9M lines) within the trainer's memory.
-MAX_VOCAB_TRAINING_SENTENCES = 2_000_000
+# Where a model directory keeps its prepared splits.
+DATA_SUBDIR = "data"
 # Keeps the BPE-dropout draws independent of the shuffle, which is seeded by (seed, epoch).
 _BPE_DROPOUT_STREAM = 1
+
+
+class TrainText:
+    """Train's raw pairs, streamed from the corpus on demand: never held in memory.
+
+    `len()` is the number of non-empty pairs; iterating yields (source, target) strings.
+    """
+
+    def __init__(self, corpus: CorpusStream, count: int):
+        self._corpus = corpus
+        self._count = count
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[Tuple[str, str]]:
+        return self._corpus.pairs("train")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,33 +75,39 @@ class SplitCounts:
 
 @dataclasses.dataclass(frozen=True)
 class PreparedData:
-    """Tokenizer, raw text and token ids of every split, and the batching scheme."""
+    """Tokenizer, raw text and prepared ids of every split, and the batching scheme."""
 
     config: DataConfig
     tokenizer: SubwordTokenizer
     # Every non-empty pair per split ("train", "validation", maybe "test"), over-long
-    # ones included (so BLEU covers the whole set; their count is in `counts`).
-    text: Dict[str, ParallelText]
-    # The pairs that fit max_length, as ids: what the batches hold.
-    tokens: Dict[str, TokenizedPairs]
+    # ones included (so BLEU covers the whole set; their count is in `counts`):
+    # `ParallelText` for validation and test, `TrainText` (streamed) for train.
+    text: Dict[str, object]
+    # The pairs that fit max_length, memory-mapped from MODEL_DIR/data/<split>/.
+    tokens: Dict[str, ShardedPairs]
     counts: Dict[str, SplitCounts]
     scheme: BucketScheme
     # How validation was made when the source has none ("held out N pairs of train").
     validation_note: Optional[str] = None
+    # Where the splits are (MODEL_DIR/data), the corpus they came from and the workers
+    # that prepare them: BPE-dropout prepares a fresh segmentation of train per epoch.
+    data_dir: Optional[str] = None
+    corpus: Optional[CorpusStream] = dataclasses.field(default=None, repr=False, compare=False)
+    workers: Optional[int] = None
 
-    # The last epoch's training ids when they are not `tokens["train"]` as it is (a
+    # The last epoch's training pairs when they are not `tokens["train"]` as it is (a
     # BPE-dropout segmentation, or the pairs in both directions), keyed by
     # (seed, epoch, both_directions): the trainer asks for an epoch's plan, then its batches.
-    _epoch_tokens: Dict[Tuple[int, int, bool], TokenizedPairs] = dataclasses.field(
+    _epoch_tokens: Dict[Tuple[int, int, bool], object] = dataclasses.field(
         default_factory=dict, repr=False, compare=False
     )
 
-    def train_tokens(self, epoch: int, seed: int = 0, both_directions: bool = False) -> TokenizedPairs:
-        """Epoch `epoch`'s training ids: `tokens["train"]`, or with BPE-dropout a fresh
+    def train_tokens(self, epoch: int, seed: int = 0, both_directions: bool = False):
+        """Epoch `epoch`'s training pairs: `tokens["train"]`, or with BPE-dropout a fresh
         segmentation of the same pairs, the same for the same (seed, epoch).
 
         `both_directions`: every pair also reversed, target to source, after the pairs
-        themselves (`TokenizedPairs.in_both_directions`); twice the batches an epoch.
+        themselves (`data.shards.BothDirections`); twice the batches an epoch.
         """
         sampled = self.config.bpe_dropout > 0.0
         if not (sampled or both_directions):
@@ -90,11 +119,14 @@ class PreparedData:
             if sampled:
                 # One int from (seed, epoch): sentencepiece's generator takes a single seed.
                 draw_seed = int(np.random.default_rng([seed, epoch, _BPE_DROPOUT_STREAM]).integers(2**31))
-                pairs = sample_pairs(self.tokenizer, self.text["train"], self.config.bpe_dropout, draw_seed)
-                # Longer pieces-wise than the deterministic split: a pair can outgrow max_length.
-                pairs = pairs.within(self.config.max_length)
+                # Pairs the sampling makes longer than max_length are left out of the split.
+                prepare_sampled_train(
+                    self.config, self.tokenizer.model_proto, self.corpus, self.data_dir, draw_seed, self.workers,
+                    log=lambda *_: None,
+                )
+                pairs = ShardedPairs(self.data_dir, SAMPLED_TRAIN)
             if both_directions:
-                pairs = pairs.in_both_directions(self.config.max_length)
+                pairs = BothDirections(pairs, self.config.max_length)
             self._epoch_tokens.clear()
             self._epoch_tokens[key] = pairs
         return self._epoch_tokens[key]
@@ -117,7 +149,7 @@ class PreparedData:
                 (bidirectional training; see `TrainConfig.bidirectional_fraction`).
         """
         tokens = self.train_tokens(epoch, seed, both_directions)
-        return make_batches(tokens, self.train_plan(epoch, seed, both_directions), skip=skip)
+        return shard_batches(tokens, self.train_plan(epoch, seed, both_directions), skip=skip)
 
     def eval_plan(self, split: str = "validation") -> BatchPlan:
         """A split's batches in a fixed order (buckets ascending, pairs by length, ties in file order)."""
@@ -125,7 +157,7 @@ class PreparedData:
 
     def eval_batches(self, split: str = "validation") -> tf.data.Dataset:
         """A split's batches, unshuffled, batched like training."""
-        return make_batches(self._split_tokens(split), self.eval_plan(split))
+        return shard_batches(self._split_tokens(split), self.eval_plan(split))
 
     def batch_shapes(self) -> List[Tuple[int, int, int]]:
         """Every (rows, source length, target length) a batch can have."""
@@ -137,13 +169,19 @@ class PreparedData:
         return self.tokens[split]
 
 
-def prepare_data(config: DataConfig, model_dir: str, num_replicas: int = 1) -> PreparedData:
-    """Reads, checks, tokenizes and counts every split of `config.dataset`.
+def prepare_data(
+    config: DataConfig, model_dir: str, num_replicas: int = 1, workers: Optional[int] = None, log=print
+) -> PreparedData:
+    """Opens, checks and counts every split of `config.dataset`, and prepares its shards
+    under `model_dir/data` where they are missing or stale (`data.prepare.prepare_splits`).
 
     Args:
         config: with `batch_tokens` resolved (not None).
-        model_dir: where the vocabulary file is read from, or written to if missing.
+        model_dir: where the vocabulary file is read from, or written to if missing,
+            and the prepared splits go.
         num_replicas: replicas sharing each batch; batch rows are a multiple of it.
+        workers: preparation processes (default: one per core).
+        log: where the preparation's progress lines go.
 
     Raises:
         DataError: any bad input or setting, naming the bad file, line or value.
@@ -155,26 +193,23 @@ def prepare_data(config: DataConfig, model_dir: str, num_replicas: int = 1) -> P
         )
     # Checked before the (possibly slow) reading and tokenizing.
     scheme = BucketScheme.for_budget(config.batch_tokens, config.max_length, num_replicas)
-    corpus = load_corpus(config.dataset, config.source_lang, config.target_lang)
-    train = corpus.splits["train"]
-    tokenizer = load_or_train(
-        model_dir,
-        lambda: _vocab_training_text(train),
-        config.vocab_size,
-        lowercase=config.lowercase,
-        model_type=config.subword_model,
-    )
+    corpus = open_corpus(config.dataset, config.source_lang, config.target_lang)
+    tokenizer = load_vocabulary(config, model_dir, corpus)
+    data_dir = os.path.join(model_dir, DATA_SUBDIR)
+    manifests = prepare_splits(config, tokenizer.model_proto, corpus, data_dir, workers, log=log)
 
-    tokens, counts = {}, {}
-    for split, text in corpus.splits.items():
-        pairs = tokenize_pairs(tokenizer, text)
-        fits = pairs.fits(config.max_length)
-        tokens[split] = pairs.select(fits)
+    tokens, counts, text = {}, {}, {}
+    for split, manifest in manifests.items():
+        tokens[split] = ShardedPairs(data_dir, split)
         counts[split] = SplitCounts(
-            read=corpus.read[split],
-            dropped_empty=corpus.dropped_empty[split],
-            dropped_too_long=int((~fits).sum()),
+            read=manifest["read"],
+            dropped_empty=manifest["dropped_empty"],
+            dropped_too_long=manifest["dropped_too_long"],
         )
+        if split == "train":
+            text[split] = TrainText(corpus, counts[split].read - counts[split].dropped_empty)
+        else:
+            text[split] = ParallelText(*read_text(data_dir, split))
     for split in ("train", "validation"):
         # Without validation pairs, the validation loss would read 0 and pick checkpoints.
         if split in tokens and len(tokens[split]) == 0:
@@ -186,17 +221,28 @@ def prepare_data(config: DataConfig, model_dir: str, num_replicas: int = 1) -> P
     return PreparedData(
         config=config,
         tokenizer=tokenizer,
-        text=corpus.splits,
+        text=text,
         tokens=tokens,
         counts=counts,
         scheme=scheme,
-        validation_note=corpus.validation_note,
+        validation_note=manifests["validation"].get("validation_note"),
+        data_dir=data_dir,
+        corpus=corpus,
+        workers=workers,
     )
 
 
-def _vocab_training_text(train: ParallelText) -> Iterator[str]:
-    """Source then target lines of train, evenly thinned to the trainer's cap."""
-    lines = itertools.chain(train.source, train.target)
-    total = 2 * len(train)
-    step = max(1, -(-total // MAX_VOCAB_TRAINING_SENTENCES))
-    return itertools.islice(lines, 0, None, step)
+def load_vocabulary(config: DataConfig, model_dir: str, corpus: CorpusStream) -> SubwordTokenizer:
+    """The vocabulary in `model_dir`; else the cached one trained for the same data and
+    settings (`data.vocabulary_cache`), copied there; else one trained on a sample
+    streamed from train (`data.prepare.vocabulary_sample`), written there and cached."""
+    from data.vocabulary_cache import cached_vocabulary
+
+    return load_or_train(
+        model_dir,
+        lambda: vocabulary_sample(corpus),
+        config.vocab_size,
+        lowercase=config.lowercase,
+        model_type=config.subword_model,
+        cached=cached_vocabulary(config, corpus),
+    )

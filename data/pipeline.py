@@ -1,4 +1,4 @@
-"""Token ids for a split, and the `tf.data` pipeline that turns a `BatchPlan` into batches.
+"""The `tf.data` pipeline that turns a `BatchPlan` into batches, and token ids in memory.
 
 Each pair becomes
     source ids = tokens + [end]
@@ -7,10 +7,13 @@ Each pair becomes
 int32, 0 = padding. A batch is the tuple (source [B, S], target [B, T]) with the shape
 the plan gives it.
 
-Tokenization runs once per split, up front, with the in-graph tokenizer mapped over
-chunks in parallel; the ids stay in memory as two RaggedTensors. Every epoch only
-gathers and pads rows, so no epoch re-tokenizes (the first included), and skipping k
-batches to resume mid-epoch costs nothing: the plan is indices, not data.
+`shard_batches` is what training reads: each batch is gathered with numpy from the
+memory-mapped shards of a prepared split (data/shards.py), so no epoch re-tokenizes and
+skipping k batches to resume mid-epoch costs nothing: the plan is indices, not data.
+
+`TokenizedPairs`, `tokenize_pairs`, `sample_pairs` and `make_batches` keep a split's ids
+in memory, tokenized in-graph: the reference that the prepared shards are tested against
+(tests/data/test_shards.py), and what benchmarks use on small corpora.
 """
 
 import dataclasses
@@ -25,7 +28,6 @@ from data.special_tokens import END_ID, START_ID
 from data.tokenizer import SubwordTokenizer
 
 _TOKENIZE_CHUNK = 4096  # Sentences per tokenizer call; big enough to amortize op overhead.
-_SAMPLE_CHUNK = 100_000  # Sentences per BPE-dropout draw (see _sample_side).
 _ASSEMBLE_THREADS = 2  # Batches gathered and padded at once (microseconds each).
 _PREFETCH_BATCHES = 2  # Batches ready ahead of the training step.
 
@@ -98,11 +100,13 @@ def _sample_side(tokenizer, sentences, dropout, seed, side, add_start) -> tf.Rag
     through Python lists, which a WMT-sized side (4.5M sentences) would not fit in memory
     all at once.
     """
+    from data.prepare import SAMPLE_CHUNK
+
     prefix = [START_ID] if add_start else []
     flat_parts, length_parts = [np.zeros([0], np.int32)], [np.zeros([0], np.int64)]
-    for start in range(0, len(sentences), _SAMPLE_CHUNK):
+    for start in range(0, len(sentences), SAMPLE_CHUNK):
         chunk_seed = int(np.random.default_rng([seed, side, start]).integers(2**31))
-        id_lists = tokenizer.sample(sentences[start : start + _SAMPLE_CHUNK], dropout, chunk_seed)
+        id_lists = tokenizer.sample(sentences[start : start + SAMPLE_CHUNK], dropout, chunk_seed)
         flat_parts.append(np.fromiter((i for ids in id_lists for i in (*prefix, *ids, END_ID)), dtype=np.int32))
         length_parts.append(np.fromiter((len(prefix) + len(ids) + 1 for ids in id_lists), dtype=np.int64))
     return tf.RaggedTensor.from_row_lengths(np.concatenate(flat_parts), np.concatenate(length_parts))
@@ -129,6 +133,49 @@ def _tokenize_all(tokenizer, sentences, add_start) -> tf.RaggedTensor:
     return tf.concat(parts, axis=0)
 
 
+def shard_batches(pairs, plan: BatchPlan, skip: int = 0) -> tf.data.Dataset:
+    """The plan's batches as a dataset of (source int32 [B, S], target int32 [B, T]),
+    gathered from a prepared split.
+
+    Args:
+        pairs: a `data.shards.ShardedPairs` or `BothDirections` (anything with
+            `assemble(indices, rows, source_length, target_length)`).
+        plan: which pairs form each batch and its padded shape.
+        skip: batches to leave out at the start (resuming mid-epoch).
+    """
+
+    def assemble(batch):  # int64 scalar -> (int32 [B, S], int32 [B, T]), in numpy
+        batch = int(batch)
+        return pairs.assemble(
+            plan.indices[batch], int(plan.rows[batch]), int(plan.source_lengths[batch]), int(plan.target_lengths[batch])
+        )
+
+    def gather(batch):
+        source, target = tf.numpy_function(assemble, [batch], [tf.int32, tf.int32], stateful=False)
+        source.set_shape([None, None])  # [B, S]
+        target.set_shape([None, None])  # [B, T]
+        return source, target
+
+    return (
+        tf.data.Dataset.range(skip, len(plan))
+        .map(gather, num_parallel_calls=_ASSEMBLE_THREADS, deterministic=True)
+        .prefetch(_PREFETCH_BATCHES)
+        .with_options(_fixed_options())
+    )
+
+
+def _fixed_options() -> tf.data.Options:
+    # No autotuning: tf.data's autotuner runs a background thread per iterator, and the
+    # iterator's destructor waits for that thread. On 2 busy cores the wait took about
+    # 30 s at one epoch start in two (py-spy: the training loop blocked in
+    # ~RootDataset::Iterator while dropping the previous epoch's iterator), some 10
+    # minutes of an hour's training. The pipeline only gathers and pads rows: a fixed
+    # parallelism and a small prefetch buffer lose nothing.
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return options
+
+
 def make_batches(pairs: TokenizedPairs, plan: BatchPlan, skip: int = 0) -> tf.data.Dataset:
     """The plan's batches as a dataset of (source int32 [B, S], target int32 [B, T]).
 
@@ -151,18 +198,10 @@ def make_batches(pairs: TokenizedPairs, plan: BatchPlan, skip: int = 0) -> tf.da
         target = tf.gather(target_ids, batch_indices).to_tensor(shape=tf.stack([rows, target_length]))  # [B, T]
         return source, target
 
-    # No autotuning: tf.data's autotuner runs a background thread per iterator, and the
-    # iterator's destructor waits for that thread. On 2 busy cores the wait took about
-    # 30 s at one epoch start in two (py-spy: the training loop blocked in
-    # ~RootDataset::Iterator while dropping the previous epoch's iterator), some 10
-    # minutes of an hour's training. The pipeline only gathers and pads rows: a fixed
-    # parallelism and a small prefetch buffer lose nothing.
-    options = tf.data.Options()
-    options.autotune.enabled = False
     return (
         tf.data.Dataset.from_tensor_slices((indices, plan.rows, plan.source_lengths, plan.target_lengths))
         .skip(skip)
         .map(assemble, num_parallel_calls=_ASSEMBLE_THREADS, deterministic=True)
         .prefetch(_PREFETCH_BATCHES)
-        .with_options(options)
+        .with_options(_fixed_options())
     )

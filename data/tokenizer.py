@@ -57,9 +57,10 @@ docs/lab-notebook.md#records-moved-from-code-comments-2026-11-26):
 """
 
 import io
+import itertools
 import os
 import re
-from typing import Callable, Iterable, List
+from typing import Callable, Iterable, Iterator, List
 
 import sentencepiece
 import tensorflow as tf
@@ -77,6 +78,8 @@ _CONTROL = r"\x{0}-\x{1f}\x{7f}-\x{9f}\x{2028}\x{2029}"
 _NOT_ON_ONE_LINE = rf" *[{_CONTROL}][ {_CONTROL}]*"
 
 MODEL_FILENAME = "subwords.model"
+# Sentences lowercased per TensorFlow call while the trainer reads them.
+_LOWERCASE_CHUNK = 10_000
 
 _TRAINER_OPTIONS = dict(
     normalization_rule_name="nmt_nfkc",
@@ -151,7 +154,7 @@ class SubwordTokenizer(tf.Module):
                 than `vocab_size` holds, or no sentence the trainer reads. Nothing is written.
         """
         if lowercase:
-            texts = lowercase_lines(list(texts))
+            texts = _lowercased(texts)
         model = io.BytesIO()
         try:
             sentencepiece.SentencePieceTrainer.train(
@@ -310,6 +313,16 @@ def lowercase_lines(lines: List[str]) -> List[str]:
     return [line.decode("utf-8") for line in lowercase_strings(tf.constant(lines, tf.string)).numpy()]
 
 
+def _lowercased(texts: Iterable[str]) -> Iterator[str]:
+    """`lowercase_lines` over `texts` a chunk at a time: never the whole sample twice in memory."""
+    texts = iter(texts)
+    while True:
+        chunk = list(itertools.islice(texts, _LOWERCASE_CHUNK))
+        if not chunk:
+            return
+        yield from lowercase_lines(chunk)
+
+
 def _trainer_spec(model_proto: bytes):
     model = sentencepiece_model_pb2.ModelProto()
     model.ParseFromString(model_proto)
@@ -333,11 +346,16 @@ def load_or_train(
     vocab_size: int,
     lowercase: bool = False,
     model_type: str = "bpe",
+    cached=None,
 ) -> SubwordTokenizer:
     """The vocabulary in `model_dir`, trained on `texts_fn()` first if it is not there yet.
 
     `lowercase` is not recorded in the vocabulary file: the run's settings.json holds it,
     and resuming with another value is refused there.
+
+    `cached`: a `data.vocabulary_cache.VocabularyCache`, or None. A vocabulary missing
+    from `model_dir` is copied from it when it holds one, instead of trained; one trained
+    is stored in it.
 
     Raises:
         DataError: the existing vocabulary was trained for another `vocab_size` or
@@ -345,9 +363,15 @@ def load_or_train(
     """
     model_path = os.path.join(model_dir, MODEL_FILENAME)
     if not os.path.exists(model_path):
-        return SubwordTokenizer.train(
-            texts_fn(), vocab_size, model_path, lowercase=lowercase, model_type=model_type
-        )
+        model_proto = cached.read() if cached is not None else None
+        if model_proto is None:
+            tokenizer = SubwordTokenizer.train(
+                texts_fn(), vocab_size, model_path, lowercase=lowercase, model_type=model_type
+            )
+            if cached is not None:
+                cached.write(tokenizer.model_proto)
+            return tokenizer
+        write_atomically(model_path, model_proto)
     tokenizer = SubwordTokenizer.load(model_path, lowercase=lowercase)
     trained_for = trained_vocab_size(tokenizer.model_proto)
     if trained_for != vocab_size:

@@ -2,10 +2,14 @@
 one small exported translator for the export and serving tests."""
 
 import os
+import tempfile
 
 # Set before TensorFlow or Keras is imported anywhere in the test session.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+# Trained vocabularies are cached (data/vocabulary_cache.py): in a directory of this test
+# process, never the user's ~/.cache.
+os.environ["TRANSFORMER_VOCAB_CACHE"] = tempfile.mkdtemp(prefix="vocab-cache-")
 
 # TensorFlow's start-up lines ignore TF_CPP_MIN_LOG_LEVEL. One pytest process hides them in
 # its capture of collection, but pytest-xdist's workers would print them after the summary.

@@ -104,9 +104,9 @@ def test_the_flag_reaches_the_config():
 
 def test_chunked_draws_keep_every_sentence_in_order(corpus, monkeypatch):
     """A big corpus is drawn in chunks; the chunks' ids must line up with their pairs."""
-    import data.pipeline
+    import data.prepare
 
-    monkeypatch.setattr(data.pipeline, "_SAMPLE_CHUNK", 7)
+    monkeypatch.setattr(data.prepare, "SAMPLE_CHUNK", 7)
     data = _prepare(corpus, bpe_dropout=0.1)
     sampled = data.train_tokens(epoch=0)
     tokenizer, fixed = data.tokenizer, data.tokens["train"]
@@ -114,3 +114,4 @@ def test_chunked_draws_keep_every_sentence_in_order(corpus, monkeypatch):
         want = tokenizer.detokenize(getattr(fixed, side)).numpy().tolist()
         assert tokenizer.detokenize(getattr(sampled, side)).numpy().tolist() == want
     assert _rows(_prepare(corpus, bpe_dropout=0.1).train_tokens(epoch=0)) == _rows(sampled)
+

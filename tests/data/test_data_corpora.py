@@ -6,13 +6,14 @@ import gzip
 import io
 import re
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
 from app.client import read_lines as client_read_lines
 from data.flags import add_data_arguments, data_config_from_args
 from data.config import DataConfig
-from data.corpora import load_corpus
+from data.corpora import load_corpus, open_corpus
 from data.dataset import prepare_data
 from data.errors import DataError
 from data import text_files
@@ -267,11 +268,12 @@ def test_tfds_translation_builder_under_mock_data(tmp_path):
     )
     with tfds.testing.mock_data(num_examples=40, policy=tfds.testing.MockPolicy.USE_CODE):
         data = prepare_data(config, str(tmp_path))
+        first_source, _ = next(iter(data.text["train"]))  # Train's text streams from TFDS.
     assert set(data.text) == {"train", "validation", "test"}
     assert data.counts["train"].read == 40
-    ids = data.tokenizer.tokenize([data.text["train"].source[0]]).to_list()[0]
+    ids = data.tokenizer.tokenize([first_source]).to_list()[0]
     decoded = data.tokenizer.detokenize([ids]).numpy()[0].decode("utf-8")
-    assert decoded == " ".join(data.text["train"].source[0].split())
+    assert decoded == " ".join(first_source.split())
     batches = list(data.train_batches(epoch=0))
     assert sum(int((source[:, 0] != 0).numpy().sum()) for source, _ in batches) == data.counts["train"].kept
 
@@ -308,3 +310,57 @@ def test_a_library_error_is_reported_by_its_first_line_or_its_type():
     )
     assert first_line(IndexError()) == "IndexError"  # an empty message
     assert first_line(OSError("  \n")) == "OSError"
+
+
+def test_tfds_streams_its_own_tf_data_stream_in_batches(monkeypatch):
+    """Pairs come from `builder.as_dataset(...)` batch by batch, as a generator: never a
+    list of the whole split."""
+    tfds = pytest.importorskip("tensorflow_datasets")
+    import types
+
+    import data.corpora
+
+    asked = []
+    as_dataset = tfds.core.DatasetBuilder.as_dataset
+
+    def recording(self, *args, **kwargs):
+        asked.append(kwargs.get("split"))
+        return as_dataset(self, *args, **kwargs)
+
+    monkeypatch.setattr(tfds.core.DatasetBuilder, "as_dataset", recording)
+    monkeypatch.setattr(data.corpora, "_TFDS_BATCH", 7)
+    with tfds.testing.mock_data(num_examples=40, policy=tfds.testing.MockPolicy.USE_CODE):
+        corpus = data.corpora.open_corpus("ted_hrlr_translate/pt_to_en", "pt", "en")
+        assert asked == []  # Opening reads nothing.
+        pairs = corpus.pairs("train")
+        assert isinstance(pairs, types.GeneratorType)
+        streamed = list(pairs)
+        expected = load_corpus("ted_hrlr_translate/pt_to_en", "pt", "en").splits["train"]
+    assert asked[0] == "train"
+    assert [source for source, _ in streamed] == expected.source
+    assert [target for _, target in streamed] == expected.target
+    assert corpus.read["train"] == 40 and corpus.dropped_empty["train"] == 40 - len(streamed)
+
+
+def test_a_misaligned_pair_of_files_names_both_and_where_they_part(tmp_path):
+    spec = f"files:{_write(tmp_path / 'a.en', ['x'] * 3)},{_write(tmp_path / 'b.de', ['y'] * 5)}"
+    stream = open_corpus(spec, "en", "de").pairs("train")
+    with pytest.raises(DataError) as error:
+        list(stream)
+    assert str(error.value) == (
+        f"parallel files differ in length: {tmp_path / 'a.en'} has 3 lines but {tmp_path / 'b.de'} has 5; "
+        "line N of one must translate line N of the other (they part after line 3)"
+    )
+
+
+def test_held_out_validation_streams_the_same_pairs_as_the_lists(tmp_path):
+    source = [f"sentence {i}" for i in range(450)] + ["", "x"]
+    target = [f"Satz {i}" for i in range(450)] + ["Satz", ""]
+    spec = f"files:{_write(tmp_path / 's.txt', source)},{_write(tmp_path / 't.txt', target)}"
+    stream = open_corpus(spec, "en", "de")
+    validation, train = list(stream.pairs("validation")), list(stream.pairs("train"))
+    kept = [(s, t) for s, t in zip(source, target) if s.strip() and t.strip()]
+    held = set(np.linspace(0, len(kept) - 1, 4).round().astype(int).tolist())
+    assert validation == [kept[i] for i in sorted(held)]
+    assert train == [pair for i, pair in enumerate(kept) if i not in held]
+    assert (stream.read, stream.dropped_empty) == ({"train": 448, "validation": 4}, {"train": 2, "validation": 0})

@@ -1,0 +1,93 @@
+"""Prepares a model directory's data once: the vocabulary, and every split as shards.
+
+    python -m app.prepare                                         # Multi30k en->de, runs/tiny-multi30k-en-de
+    python -m app.prepare --dataset wmt14_translate/de-en --vocab-size 37000 --model-dir runs/base-wmt
+    python -m app.prepare --dataset files:train.en,train.de --model-dir runs/mine --workers 8
+
+Like `fairseq-preprocess`: the text is tokenized in parallel over the machine's cores
+into binary shards under MODEL_DIR/data/<split>/ that training memory-maps
+(docs/data.md). `python train.py` runs this itself when the shards are missing or were
+made from other data or settings; run it alone to prepare a large corpus ahead of
+training, or on another machine. It takes the data flags of train.py.
+"""
+
+import argparse
+import os
+import sys
+import time
+
+
+def parse_args(argv=None):
+    from data.flags import add_data_arguments
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_data_arguments(parser)
+    parser.add_argument(
+        "--model-dir",
+        help="the model directory to prepare (default: train.py's for --size tiny, runs/tiny-<data>-<src>-<tgt>)",
+    )
+    parser.add_argument(
+        "--workers", type=int, default=None, help="preparation processes (default: one per core)"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    started = time.monotonic()
+    args = parse_args(argv)
+    from data.errors import DataError
+    from data.flags import data_config_from_args
+
+    if args.workers is not None and args.workers < 1:
+        print(f"error: --workers must be at least 1, got {args.workers}", file=sys.stderr)
+        return 1
+    model_dir = args.model_dir or _default_model_dir(args)
+    try:
+        # The batch size does not shape the shards; any valid one lets prepare_data plan.
+        config = data_config_from_args(args)
+        if config.batch_tokens is None:
+            import dataclasses
+
+            config = dataclasses.replace(config, batch_tokens=max(4096, config.max_length))
+        from data.dataset import prepare_data
+
+        data = prepare_data(config, model_dir, workers=args.workers)
+    except DataError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    for split, counts in data.counts.items():
+        print(
+            f"  {split:<10} {counts.kept:>11,} pairs kept of {counts.read:,} "
+            f"(dropped: {counts.dropped_empty:,} empty, {counts.dropped_too_long:,} too long)"
+        )
+    print(f"prepared {os.path.join(model_dir, 'data')} in {time.monotonic() - started:.0f} s")
+    print(f"next: python train.py --model-dir {model_dir}" + _data_flags(argv))
+    return 0
+
+
+def _default_model_dir(args):
+    from app.training.command import default_model_dir
+
+    args.size = getattr(args, "size", "tiny")
+    return default_model_dir(args)
+
+
+def _data_flags(argv):
+    """The flags given, repeated for train.py (less --workers and --model-dir)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg in ("--workers", "--model-dir"):
+            skip = True
+            continue
+        if arg.startswith(("--workers=", "--model-dir=")):
+            continue
+        kept.append(arg)
+    return "".join(f" {arg}" for arg in kept)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,370 @@
+"""The one-time preparation: every split's text tokenized into shards (data/shards.py).
+
+    manifests = prepare_splits(config, tokenizer.model_proto, corpus, data_dir)
+
+Like `fairseq-preprocess`: the corpus streams through once, in chunks that a pool of
+worker processes segments with the `sentencepiece` package (no TensorFlow in the
+workers; `data.lowercase` lowercases as the graph does, so the ids equal
+`SubwordTokenizer.tokenize`'s), and the parent writes the kept pairs in order. Memory
+holds a few chunks, whatever the corpus size. Pairs with an empty side are dropped by
+the stream (data/corpora.py) and over-long ones here, both counted in the manifest.
+
+A split is prepared when its directory has no manifest, or one whose fingerprint (data
+settings, vocabulary checksum, input files' sizes and mtimes or the TFDS name and
+version) differs: then it is rebuilt, and the reason printed. A split being written is a
+hidden temporary directory, renamed into place whole (data/shards.py), so an
+interrupted preparation leaves nothing training reads; the next start removes the
+leftovers and prepares the missing splits again.
+
+BPE-dropout's per-epoch segmentation is the same pass over train (`prepare_sampled_train`),
+written as the split "train-sampled", the previous epoch's replaced.
+"""
+
+import collections
+import dataclasses
+import hashlib
+import itertools
+import multiprocessing
+import os
+import sys
+import time
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+
+import numpy as np
+
+from data.errors import DataError
+from data.shards import FORMAT_VERSION, SplitWriter, read_manifest, remove_leftovers
+
+# Pairs per chunk handed to a worker: large enough to amortize the inter-process copy.
+_CHUNK = 20_000
+# Sentences per BPE-dropout draw, each with its own seed from (seed, side, first pair):
+# the same chunks as before preparation streamed, so the same seed gives the same ids.
+SAMPLE_CHUNK = 100_000
+# Chunks in flight per worker: bounds the parent's memory while keeping workers busy.
+_IN_FLIGHT_PER_WORKER = 2
+# The vocabulary is trained on at most this many sentences (source and target lines
+# together), evenly spaced through train. sentencepiece's trainer holds every sentence it
+# is given, with several copies and indexes of it, so that its peak grows with the
+# sample (not with the pieces asked): this cap keeps the preparation of any corpus within
+# about 1.5x of Multi30k's peak (docs/lab-notebook.md#memory-at-scale-2026-11-26).
+# Half a million sentences, some ten million words, is still plenty for a 37k shared
+# BPE; sentencepiece's own `input_sentence_size` and Marian's `--sentencepiece-max-lines`
+# sample a corpus the same way, at a few hundred thousand to a few million lines.
+MAX_VOCAB_TRAINING_SENTENCES = 500_000
+SAMPLED_TRAIN = "train-sampled"
+
+
+def fingerprint(config, model_proto: bytes, corpus) -> dict:
+    """What a split's shards are made from; a change means they must be made again."""
+    return {
+        "format": FORMAT_VERSION,
+        "data": {
+            field: getattr(config, field)
+            for field in (
+                "dataset", "source_lang", "target_lang", "vocab_size", "subword_model", "max_length", "lowercase",
+            )
+        },
+        "vocabulary_sha256": hashlib.sha256(model_proto).hexdigest(),
+        "input": corpus.fingerprint(),
+    }
+
+
+def default_workers() -> int:
+    """One worker per core this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def prepare_splits(
+    config, model_proto: bytes, corpus, data_dir: str, workers: Optional[int] = None, log: Callable = print
+) -> Dict[str, dict]:
+    """Prepares every split of `corpus` not yet prepared for this fingerprint.
+
+    Args:
+        config: the `DataConfig` (max_length, lowercase, and the fingerprint's fields).
+        model_proto: the vocabulary's sentencepiece model.
+        corpus: a `data.corpora.CorpusStream`.
+        data_dir: where the splits go (MODEL_DIR/data).
+        workers: worker processes (default: one per core); 1 segments in this process.
+        log: where the progress lines and the rebuild messages go.
+
+    Returns:
+        split -> its manifest.
+    """
+    removed = remove_leftovers(data_dir)
+    if removed:
+        log(f"prepare: removed what an interrupted preparation left in {data_dir}: {', '.join(removed)}")
+    wanted = fingerprint(config, model_proto, corpus)
+    manifests = {}
+    with _Segmenter(model_proto, config.lowercase, workers) as segmenter:
+        for split in corpus.splits:
+            manifest = read_manifest(data_dir, split)
+            if manifest is not None and manifest.get("fingerprint") == wanted:
+                manifests[split] = manifest
+                continue
+            if manifest is not None:
+                log(
+                    f"prepare: {os.path.join(data_dir, split)} was made from other data or settings "
+                    f"({_difference(manifest.get('fingerprint'), wanted)}); preparing it again"
+                )
+            manifests[split] = _write_split(split, corpus, config, segmenter, data_dir, wanted, log)
+    return manifests
+
+
+def _difference(old, new) -> str:
+    """Which fields of two fingerprints differ: "changed: data.vocab_size, vocabulary_sha256"."""
+    old = old if isinstance(old, dict) else {}
+    changed = []
+    for key in sorted(set(old) | set(new)):
+        before, after = old.get(key), new.get(key)
+        if before == after:
+            continue
+        if isinstance(before, dict) and isinstance(after, dict):
+            changed += [f"{key}.{k}" for k in sorted(set(before) | set(after)) if before.get(k) != after.get(k)]
+        else:
+            changed.append(key)
+    return "changed: " + ", ".join(changed)
+
+
+def _write_split(split, corpus, config, segmenter, data_dir, wanted, log):
+    keep_text = split != "train"  # Validation and test keep their raw pairs for BLEU.
+    sources, targets = [], []
+    too_long = 0
+    progress = _Progress(f"prepare {split}", log)
+    with SplitWriter(data_dir, split, config.vocab_size, config.max_length) as writer:
+        for chunk, encoded in segmenter.map(_chunks(corpus.pairs(split), _CHUNK), _encode_chunk):
+            too_long += _append_fitting(writer, encoded, config.max_length)
+            if keep_text:
+                sources += chunk[0]
+                targets += chunk[1]
+            progress.update(len(chunk[0]))
+        manifest = {
+            "split": split,
+            "read": corpus.read[split],
+            "dropped_empty": corpus.dropped_empty[split],
+            "dropped_too_long": too_long,
+            "validation_note": corpus.validation_note if split == "validation" else None,
+            "fingerprint": wanted,
+        }
+        writer.commit(manifest, (sources, targets) if keep_text else None)
+    progress.done()
+    return read_manifest(data_dir, split)
+
+
+def prepare_sampled_train(
+    config, model_proto: bytes, corpus, data_dir: str, draw_seed: int, workers: Optional[int] = None,
+    log: Callable = print,
+) -> dict:
+    """Writes train with a BPE-dropout segmentation drawn for `draw_seed` as the split
+    "train-sampled" (replacing the previous one) and returns its manifest.
+
+    Pairs the sampling makes longer than max_length are left out (`dropped_too_long`).
+    Reuses the split when it was drawn for this seed and fingerprint already.
+    """
+    wanted = dict(
+        fingerprint(config, model_proto, corpus), bpe_dropout=config.bpe_dropout, draw_seed=draw_seed,
+        sample_chunk=SAMPLE_CHUNK,  # The chunks' seeds depend on where chunks start.
+    )
+    manifest = read_manifest(data_dir, SAMPLED_TRAIN)
+    if manifest is not None and manifest.get("fingerprint") == wanted:
+        return manifest
+    too_long = 0
+    progress = _Progress("BPE-dropout segmentation of train", log)
+    with _Segmenter(model_proto, config.lowercase, workers) as segmenter:
+        with SplitWriter(data_dir, SAMPLED_TRAIN, config.vocab_size, config.max_length) as writer:
+            starts = itertools.count(0, SAMPLE_CHUNK)
+            chunks = (
+                (sources, targets, start, draw_seed, config.bpe_dropout)
+                for start, (sources, targets) in zip(starts, _chunks(corpus.pairs("train"), SAMPLE_CHUNK))
+            )
+            for chunk, encoded in segmenter.map(chunks, _sample_chunk):
+                too_long += _append_fitting(writer, encoded, config.max_length)
+                progress.update(len(chunk[0]))
+            writer.commit({"split": SAMPLED_TRAIN, "dropped_too_long": too_long, "fingerprint": wanted})
+    progress.done()
+    return read_manifest(data_dir, SAMPLED_TRAIN)
+
+
+def _append_fitting(writer, encoded, max_length) -> int:
+    """Appends the pairs of a segmented chunk that fit max_length; returns how many did not."""
+    source_ids, source_lengths, target_ids, target_lengths = encoded
+    fits = (source_lengths + 1 <= max_length) & (target_lengths + 2 <= max_length)
+    if not fits.all():
+        source_ids, source_lengths = _select(source_ids, source_lengths, fits)
+        target_ids, target_lengths = _select(target_ids, target_lengths, fits)
+    writer.append(source_ids, source_lengths, target_ids, target_lengths)
+    return int((~fits).sum())
+
+
+def _select(ids, lengths, keep):
+    """The rows where `keep` of flat `ids` cut by `lengths`."""
+    return ids[np.repeat(keep, lengths)], lengths[keep]
+
+
+def _chunks(pairs: Iterable[Tuple[str, str]], size: int) -> Iterator[Tuple[List[str], List[str]]]:
+    """(sources, targets) lists of up to `size` pairs each."""
+    iterator = iter(pairs)
+    while True:
+        chunk = list(itertools.islice(iterator, size))
+        if not chunk:
+            return
+        yield [source for source, _ in chunk], [target for _, target in chunk]
+
+
+def vocabulary_sample(corpus) -> Iterator[str]:
+    """Source then target sentences of train, evenly thinned to the trainer's cap.
+
+    The same sentences as the cap applied to train held in memory: every `step`-th line
+    of the source lines followed by the target lines. A counting pass over train first
+    (here, so that a bad input raises before the trainer starts), then, as the trainer
+    reads, one pass that yields the sampled source lines and keeps only the sampled
+    target lines, as UTF-8 in one buffer (no object per line), for after it: the trainer
+    holds its own copy of every sentence, and a Python one would come on top.
+    """
+    count = sum(1 for _ in corpus.pairs("train"))
+    step = max(1, -(-2 * count // MAX_VOCAB_TRAINING_SENTENCES))
+    return _every_step(corpus, count, step)
+
+
+def _every_step(corpus, count: int, step: int) -> Iterator[str]:
+    targets, ends = bytearray(), [0]
+    for index, (source, target) in enumerate(corpus.pairs("train")):
+        if index % step == 0:
+            yield source
+        if (count + index) % step == 0:
+            targets += target.encode("utf-8")
+            ends.append(len(targets))
+    for begin, end in zip(ends, ends[1:]):
+        yield targets[begin:end].decode("utf-8")
+
+
+# The workers: module-level state set once per process by `_start_worker`.
+_processor = None
+_lowercase = False
+
+
+def _start_worker(model_proto: bytes, lowercase: bool) -> None:
+    global _processor, _lowercase
+    import sentencepiece
+
+    _processor = sentencepiece.SentencePieceProcessor(model_proto=model_proto)
+    _lowercase = lowercase
+
+
+def _texts(sentences):
+    if not _lowercase:
+        return sentences
+    from data.lowercase import lowercase
+
+    return [lowercase(sentence) for sentence in sentences]
+
+
+def _flat(id_lists):
+    """(int32 [P] pieces, int64 [n] pieces per sentence) of a list of id lists."""
+    lengths = np.fromiter(map(len, id_lists), np.int64, len(id_lists))
+    return np.fromiter(itertools.chain.from_iterable(id_lists), np.int32, int(lengths.sum())), lengths
+
+
+def _encode_chunk(chunk):
+    """Segments a chunk as `SubwordTokenizer.tokenize` does: (source ids, lengths, target ids, lengths)."""
+    sources, targets = chunk[:2]
+    source_ids = _processor.encode(_texts(sources), out_type=int)
+    target_ids = _processor.encode(_texts(targets), out_type=int)
+    return (*_flat(source_ids), *_flat(target_ids))
+
+
+def _sample_chunk(chunk):
+    """A chunk's BPE-dropout segmentation, as `SubwordTokenizer.sample` draws it for the
+    chunk's seeds: one per side from (draw seed, side, the chunk's first pair)."""
+    import sentencepiece
+
+    sources, targets, start, draw_seed, dropout = chunk
+    encoded = []
+    for side, sentences in enumerate((sources, targets)):
+        chunk_seed = int(np.random.default_rng([draw_seed, side, start]).integers(2**31))
+        # The generator is process-wide; one thread keeps the draws in sentence order.
+        sentencepiece.set_random_generator_seed(chunk_seed)
+        ids = _processor.encode(
+            _texts(sentences), out_type=int, enable_sampling=True, alpha=dropout, nbest_size=-1, num_threads=1
+        )
+        encoded += _flat(ids)
+    return tuple(encoded)
+
+
+class _Segmenter:
+    """Maps a function over chunks in order: in this process for a single chunk, else in
+    a pool of `workers` spawned processes (started at the second chunk, and only then)."""
+
+    def __init__(self, model_proto: bytes, lowercase: bool, workers: Optional[int]):
+        self._args = (model_proto, lowercase)
+        self._workers = default_workers() if workers is None else workers
+        if self._workers < 1:
+            raise DataError(f"workers must be at least 1, got {self._workers}")
+        self._pool = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, *_):
+        if self._pool is not None:
+            # An error or an interrupt: stop the workers now; otherwise let them finish.
+            if exc_type is None:
+                self._pool.close()
+            else:
+                self._pool.terminate()
+            self._pool.join()
+            self._pool = None
+        return False
+
+    def map(self, chunks: Iterable, function) -> Iterator[tuple]:
+        """Yields (chunk, function(chunk)) in the chunks' order; a bounded number in flight."""
+        chunks = iter(chunks)
+        first = next(chunks, None)
+        if first is None:
+            return
+        second = next(chunks, None)
+        if second is None or self._workers == 1:
+            _start_worker(*self._args)
+            for chunk in itertools.chain([first], [] if second is None else [second], chunks):
+                yield chunk, function(chunk)
+            return
+        if self._pool is None:
+            # spawn: workers start from a fresh interpreter, without the parent's TensorFlow.
+            context = multiprocessing.get_context("spawn")
+            self._pool = context.Pool(self._workers, initializer=_start_worker, initargs=self._args)
+        pending = collections.deque()
+        for chunk in itertools.chain([first, second], chunks):
+            pending.append((chunk, self._pool.apply_async(function, (chunk,))))
+            while len(pending) >= _IN_FLIGHT_PER_WORKER * self._workers:
+                chunk, result = pending.popleft()
+                yield chunk, result.get()
+        while pending:
+            chunk, result = pending.popleft()
+            yield chunk, result.get()
+
+
+@dataclasses.dataclass
+class _Progress:
+    """Pairs done so far: one line redrawn on a terminal, else a line every million pairs."""
+
+    label: str
+    log: Callable
+    pairs: int = 0
+    started: float = dataclasses.field(default_factory=time.monotonic)
+    _reported: int = 0
+
+    def update(self, count: int) -> None:
+        self.pairs += count
+        if sys.stdout.isatty() and self.log is print:
+            print(f"\r{self._line()}", end="", flush=True)
+        elif self.pairs - self._reported >= 1_000_000:
+            self._reported = self.pairs
+            self.log(self._line())
+
+    def done(self) -> None:
+        if sys.stdout.isatty() and self.log is print:
+            print("\r", end="")
+        self.log(self._line())
+
+    def _line(self) -> str:
+        seconds = max(time.monotonic() - self.started, 1e-9)
+        return f"{self.label}: {self.pairs:,} pairs ({self.pairs / seconds:,.0f}/s)"

@@ -1,0 +1,366 @@
+"""The prepared token ids of a split on disk, and the memory-mapped reader that batches them.
+
+Like fairseq's binarized datasets: text is tokenized once (data/prepare.py) and training
+reads ids from files it memory-maps, so a corpus of any size costs disk, not memory. One
+directory per split, MODEL_DIR/data/<split>/:
+
+    source.ids, target.ids          the pieces of every kept pair, one after another, no
+                                    markers; uint16 when the vocabulary fits, else int32
+    source.offsets, target.offsets  int64 [N + 1]: pair i's pieces are ids[offsets[i]:offsets[i + 1]]
+    lengths                         int16 [N, 2] (int32 past 32,767 ids): (source, target)
+                                    ids per pair, markers included: what batching plans from
+    text.json                       validation and test only: the raw pairs, for BLEU
+    manifest.json                   FORMAT_VERSION, the counts, the id dtype and the
+                                    fingerprint of what the split was made from
+
+A batch row is, as in data/pipeline.py, source = pieces + [end], target = [start] +
+pieces + [end], int32, 0 = padding. A split is written under a hidden temporary name and
+renamed into place whole, its manifest written last (`SplitWriter`), so a directory
+without a manifest, or whose manifest's fingerprint differs, is never read.
+
+Numpy only, no TensorFlow: the preparation's worker processes import this module.
+"""
+
+import json
+import mmap
+import os
+import shutil
+from typing import Optional, Tuple
+
+import numpy as np
+
+from data.errors import DataError
+from data.special_tokens import END_ID, START_ID
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+TEXT = "text.json"  # Validation's and test's raw pairs, for BLEU: small splits only.
+_PARTIAL = ".partial-"  # Marks a split being written: "<data dir>/.<split>.partial-<pid>".
+# Rows a reader gathers between handing its mapped pages back to the kernel (see
+# `_Mapped.release`). A row read through a map can map more than its own page (the
+# kernel maps the cached pages around a fault), and rows of a batch lie anywhere in the
+# files: releasing every few hundred rows bounds what reads keep mapped, whatever the
+# corpus size, for the cost of a page-table walk.
+_RELEASE_EVERY_ROWS = 256
+
+
+def id_dtype(vocab_size: int) -> np.dtype:
+    """The narrowest dtype that holds every id of a vocabulary."""
+    return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.int32)
+
+
+def length_dtype(max_length: int) -> np.dtype:
+    """The narrowest dtype that holds every kept pair's length."""
+    return np.dtype(np.int16) if max_length < 1 << 15 else np.dtype(np.int32)
+
+
+def index_dtype(count: int) -> np.dtype:
+    """int32 indices where `count` rows fit, else int64."""
+    return np.dtype(np.int32) if count < 1 << 31 else np.dtype(np.int64)
+
+
+class SplitWriter:
+    """Writes one split: `append` chunks of kept pairs, then `commit` with the manifest.
+
+        with SplitWriter(data_dir, "train", vocab_size, max_length) as writer:
+            writer.append(source_ids, source_lengths, target_ids, target_lengths)
+            writer.commit(manifest)
+
+    Until `commit`, everything goes to a hidden temporary directory, removed if the block
+    fails; `commit` writes the manifest last, then renames the directory into place
+    (replacing an older one).
+    """
+
+    def __init__(self, data_dir: str, split: str, vocab_size: int, max_length: int):
+        self.path = os.path.join(data_dir, split)
+        self.temporary = os.path.join(data_dir, f".{split}{_PARTIAL}{os.getpid()}")
+        self._id_dtype = id_dtype(vocab_size)
+        self._length_dtype = length_dtype(max_length)
+        self.pairs = 0
+        self._ends = {"source": 0, "target": 0}
+        self._files = {}
+
+    def __enter__(self):
+        shutil.rmtree(self.temporary, ignore_errors=True)
+        os.makedirs(self.temporary)
+        for name in ("source.ids", "target.ids", "source.offsets", "target.offsets", "lengths"):
+            self._files[name] = open(os.path.join(self.temporary, name), "wb")
+        for side in ("source", "target"):
+            np.zeros([1], np.int64).tofile(self._files[f"{side}.offsets"])
+        return self
+
+    def append(self, source_ids, source_lengths, target_ids, target_lengths) -> None:
+        """Adds pairs: flat pieces (int [P]) and pieces per pair (int [n]) of each side,
+        markers not included."""
+        for side, ids, lengths in (("source", source_ids, source_lengths), ("target", target_ids, target_lengths)):
+            np.asarray(ids).astype(self._id_dtype, copy=False).tofile(self._files[f"{side}.ids"])
+            ends = self._ends[side] + np.cumsum(lengths, dtype=np.int64)
+            ends.tofile(self._files[f"{side}.offsets"])
+            if len(ends):
+                self._ends[side] = int(ends[-1])
+        with_markers = np.stack([np.asarray(source_lengths) + 1, np.asarray(target_lengths) + 2], axis=1)
+        with_markers.astype(self._length_dtype).tofile(self._files["lengths"])
+        self.pairs += len(source_lengths)
+
+    def commit(self, manifest: dict, text: Optional[Tuple[list, list]] = None) -> None:
+        """Closes the files, writes `text` (the split's raw (sources, targets), for
+        validation and test), then `manifest` (with the format and layout added), and
+        moves the split into place."""
+        if text is not None:
+            with open(os.path.join(self.temporary, TEXT), "w", encoding="utf-8") as file:
+                json.dump({"source": text[0], "target": text[1]}, file, ensure_ascii=False)
+        for file in self._files.values():
+            file.flush()
+            os.fsync(file.fileno())
+            file.close()
+        manifest = dict(
+            manifest, format=FORMAT_VERSION, pairs=self.pairs, id_dtype=self._id_dtype.name,
+            length_dtype=self._length_dtype.name,
+        )
+        with open(os.path.join(self.temporary, MANIFEST), "w", encoding="utf-8") as file:
+            json.dump(manifest, file, indent=1, sort_keys=True)
+            file.flush()
+            os.fsync(file.fileno())
+        if os.path.exists(self.path):  # A stale split: out of the way first, then removed.
+            stale = self.path + f"{_PARTIAL}stale-{os.getpid()}"
+            os.replace(self.path, stale)
+            os.replace(self.temporary, self.path)
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            os.replace(self.temporary, self.path)
+        self._files = {}
+
+    def __exit__(self, *exc_info):
+        for file in self._files.values():  # Not committed: an error, or an interrupt.
+            file.close()
+        shutil.rmtree(self.temporary, ignore_errors=True)
+        return False
+
+
+def remove_leftovers(data_dir: str) -> list:
+    """Removes what an interrupted preparation left under `data_dir`: temporary split
+    directories, and split directories without a manifest. Returns their names."""
+    removed = []
+    if not os.path.isdir(data_dir):
+        return removed
+    for name in sorted(os.listdir(data_dir)):
+        path = os.path.join(data_dir, name)
+        if not os.path.isdir(path):
+            continue
+        if _PARTIAL in name or not os.path.exists(os.path.join(path, MANIFEST)):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(name)
+    return removed
+
+
+def read_text(data_dir: str, split: str) -> Tuple[list, list]:
+    """(sources, targets): the raw non-empty pairs a validation or test split was made from."""
+    with open(os.path.join(data_dir, split, TEXT), encoding="utf-8") as file:
+        text = json.load(file)
+    return text["source"], text["target"]
+
+
+def read_manifest(data_dir: str, split: str) -> Optional[dict]:
+    """The split's manifest, or None where the split was not (completely) prepared."""
+    path = os.path.join(data_dir, split, MANIFEST)
+    try:
+        with open(path, encoding="utf-8") as file:
+            return json.load(file)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as error:
+        raise DataError(
+            f"{path}: not a readable manifest ({error}); remove {os.path.dirname(path)} to prepare it again"
+        ) from None
+
+
+class _Mapped:
+    """A file's contents as a read-only numpy array backed by a memory map."""
+
+    def __init__(self, path: str, dtype):
+        self._file = open(path, "rb")
+        size = os.fstat(self._file.fileno()).st_size
+        if size:
+            self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+            self.array = np.frombuffer(self._map, dtype=dtype)
+        else:  # mmap cannot map an empty file.
+            self._map = None
+            self.array = np.zeros([0], dtype)
+
+    def release(self) -> None:
+        """Hands the mapped pages back to the kernel: they stay in the page cache, but no
+        longer count as this process's memory, which an epoch's reads would otherwise
+        fill with the whole file."""
+        if self._map is not None and hasattr(mmap, "MADV_DONTNEED"):
+            self._map.madvise(mmap.MADV_DONTNEED)
+
+
+class ShardedPairs:
+    """One prepared split, read through memory maps.
+
+    `lengths()` are in memory (a few bytes a pair, what batching plans from); the ids
+    stay on disk until `assemble` gathers a batch's rows.
+    """
+
+    def __init__(self, data_dir: str, split: str):
+        self.path = os.path.join(data_dir, split)
+        self.manifest = read_manifest(data_dir, split)
+        if self.manifest is None:
+            raise DataError(f"{self.path} is not a prepared split (no {MANIFEST}); run python -m app.prepare")
+        if self.manifest.get("format") != FORMAT_VERSION:
+            raise DataError(
+                f"{self.path} has format {self.manifest.get('format')}, this code reads {FORMAT_VERSION}; "
+                "prepare it again (python -m app.prepare)"
+            )
+        ids = np.dtype(self.manifest["id_dtype"])
+        self._maps = {
+            name: _Mapped(os.path.join(self.path, name), dtype)
+            for name, dtype in (
+                ("source.ids", ids), ("target.ids", ids),
+                ("source.offsets", np.int64), ("target.offsets", np.int64),
+            )
+        }
+        lengths = np.fromfile(os.path.join(self.path, "lengths"), dtype=self.manifest["length_dtype"])
+        lengths = lengths.reshape([-1, 2])
+        # Two contiguous arrays: planning sorts and compares them per side.
+        self._lengths = (np.ascontiguousarray(lengths[:, 0]), np.ascontiguousarray(lengths[:, 1]))
+        self._gathered = 0
+
+    def __len__(self) -> int:
+        return len(self._lengths[0])
+
+    def lengths(self) -> Tuple[np.ndarray, np.ndarray]:
+        """(source lengths, target lengths), int16 [N] each (int32 past 32,767), markers included."""
+        return self._lengths
+
+    def fits(self, max_length: int) -> np.ndarray:
+        """bool [N]: both sides at most `max_length` ids long, markers included."""
+        source_lengths, target_lengths = self.lengths()
+        return (source_lengths <= max_length) & (target_lengths <= max_length)
+
+    def side(self, side: str) -> Tuple[np.ndarray, np.ndarray]:
+        """(pieces, offsets) of "source" or "target", memory-mapped."""
+        return self._maps[f"{side}.ids"].array, self._maps[f"{side}.offsets"].array
+
+    def assemble(self, indices, rows: int, source_length: int, target_length: int):
+        """The batch of pairs `indices`: (source int32 [rows, S], target int32 [rows, T]),
+        rows past len(indices) all padding."""
+        source = np.zeros([rows, source_length], np.int32)
+        target = np.zeros([rows, target_length], np.int32)
+        row_positions = np.arange(len(indices))
+        self._fill(source, row_positions, "source", indices, start=False)
+        self._fill(target, row_positions, "target", indices, start=True)
+        return source, target
+
+    def _fill(self, out, row_positions, side, indices, start):
+        """Writes pairs `indices` of `side` into rows `row_positions` of `out`, with the markers."""
+        pieces, offsets = self.side(side)
+        indices = np.asarray(indices, np.int64)
+        begins = offsets[indices]
+        counts = offsets[indices + 1] - begins  # int64 [n]
+        total = int(counts.sum())
+        lead = int(start)
+        # Row and column of every piece: pieces of row r are columns lead .. lead + counts[r] - 1.
+        row_of = np.repeat(row_positions, counts)
+        column = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+        out[row_of, column + lead] = pieces[np.repeat(begins, counts) + column]
+        if start:
+            out[row_positions, 0] = START_ID
+        out[row_positions, counts + lead] = END_ID
+        self._gathered += len(indices)
+        if self._gathered >= _RELEASE_EVERY_ROWS:
+            self._gathered = 0
+            for mapped in self._maps.values():
+                mapped.release()
+
+    def rows(self, side: str, start: bool):
+        """Every pair's ids of `side` as Python lists, markers included (small splits, tests)."""
+        pieces, offsets = self.side(side)
+        prefix = [START_ID] if start else []
+        return [prefix + pieces[offsets[i] : offsets[i + 1]].tolist() + [END_ID] for i in range(len(self))]
+
+    @property
+    def source(self):
+        """int32 RaggedTensor [N, None]: pieces + [end] (loads the whole side: small splits, tests)."""
+        return _ragged(self.rows("source", start=False))
+
+    @property
+    def target(self):
+        """int32 RaggedTensor [N, None]: [start] + pieces + [end] (small splits, tests)."""
+        return _ragged(self.rows("target", start=True))
+
+    def reversed(self) -> "BothDirections":
+        """The same pairs from target to source (`BothDirections` without the forward half)."""
+        return BothDirections(self, max_length=None, forward=False)
+
+
+class BothDirections:
+    """2N virtual pairs over one `ShardedPairs`: the pairs, then each reversed (source =
+    target pieces + [end], target = [start] + source pieces + [end]), minus reversed
+    pairs that outgrow `max_length`. Computed by index; nothing is copied.
+
+    `forward=False`: only the reversed pairs.
+    """
+
+    def __init__(self, pairs: ShardedPairs, max_length: Optional[int], forward: bool = True):
+        self.pairs = pairs
+        self.forward = forward
+        source_lengths, target_lengths = pairs.lengths()
+        # Reversed, the source loses the start marker and the target gains it.
+        reversed_source, reversed_target = target_lengths - 1, source_lengths + 1
+        if max_length is None:
+            fits = np.ones(len(pairs), bool)
+        else:  # As `TokenizedPairs.in_both_directions`: both reversed sides must fit.
+            fits = (reversed_source <= max_length) & (reversed_target <= max_length)
+        self.backward = np.flatnonzero(fits).astype(index_dtype(len(pairs)))  # pair of reversed row k
+        forward_count = len(pairs) if forward else 0
+        self._forward_count = forward_count
+        dtype = np.result_type(source_lengths.dtype, np.int16)
+        if forward:
+            self._lengths = (
+                np.concatenate([source_lengths, reversed_source[fits]]).astype(dtype),
+                np.concatenate([target_lengths, reversed_target[fits]]).astype(dtype),
+            )
+        else:
+            self._lengths = (reversed_source[fits].astype(dtype), reversed_target[fits].astype(dtype))
+
+    def __len__(self) -> int:
+        return len(self._lengths[0])
+
+    def lengths(self) -> Tuple[np.ndarray, np.ndarray]:
+        return self._lengths
+
+    def assemble(self, indices, rows: int, source_length: int, target_length: int):
+        source = np.zeros([rows, source_length], np.int32)
+        target = np.zeros([rows, target_length], np.int32)
+        indices = np.asarray(indices, np.int64)
+        is_forward = indices < self._forward_count
+        forward_rows, backward_rows = np.flatnonzero(is_forward), np.flatnonzero(~is_forward)
+        forward_pairs = indices[forward_rows]
+        backward_pairs = self.backward[indices[backward_rows] - self._forward_count]
+        self.pairs._fill(source, forward_rows, "source", forward_pairs, start=False)
+        self.pairs._fill(target, forward_rows, "target", forward_pairs, start=True)
+        self.pairs._fill(source, backward_rows, "target", backward_pairs, start=False)
+        self.pairs._fill(target, backward_rows, "source", backward_pairs, start=True)
+        return source, target
+
+    def _side_rows(self, side_name):
+        forward_side = self.pairs.rows(side_name, start=side_name == "target") if self.forward else []
+        other = "target" if side_name == "source" else "source"
+        other_rows = self.pairs.rows(other, start=side_name == "target")
+        return forward_side + [other_rows[i] for i in self.backward]
+
+    @property
+    def source(self):
+        return _ragged(self._side_rows("source"))
+
+    @property
+    def target(self):
+        return _ragged(self._side_rows("target"))
+
+
+def _ragged(rows):
+    import tensorflow as tf  # Only for these small-split and test views.
+
+    flat = np.fromiter((i for row in rows for i in row), np.int32)
+    return tf.RaggedTensor.from_row_lengths(flat, np.fromiter(map(len, rows), np.int64, len(rows)))
