@@ -239,7 +239,10 @@ class SubwordTokenizer(tf.Module):
         Args:
             sentences: raw text, N sentences.
             dropout: merge-skipping probability in (0, 1).
-            seed: the same seed gives the same segmentations, on any machine.
+            seed: seeds sentencepiece's process-wide generator. Within one process the same
+                seed gives the same segmentations; another process given the same seed
+                draws others (sentencepiece 0.2.3), so a run with BPE-dropout is not
+                reproduced to the digit by another process.
 
         Returns:
             N lists of ids, no start or end id added.
