@@ -1,7 +1,7 @@
 """Prepares a model directory's data once: the vocabulary, and every split as shards.
 
     python -m app.prepare                                         # Multi30k en->de, runs/tiny-multi30k-en-de
-    python -m app.prepare --dataset wmt14_translate/de-en --vocab-size 37000 --model-dir runs/base-wmt
+    python -m app.prepare --size base --dataset wmt14_translate/de-en --model-dir runs/base-wmt
     python -m app.prepare --dataset files:train.en,train.de --model-dir runs/mine --workers 8
 
 Like `fairseq-preprocess`: the text is tokenized in parallel over the machine's cores
@@ -18,10 +18,17 @@ import time
 
 
 def parse_args(argv=None):
+    from app.training.recipes import RECIPES
     from data.flags import add_data_arguments
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_data_arguments(parser)
+    # The vocabulary's default size is the model size's (train.py's --size): a directory
+    # prepared for base must hold base's vocabulary, or train.py --size base refuses it.
+    parser.add_argument(
+        "--size", choices=list(RECIPES), default="tiny",
+        help="the model size the data is for: it sets --vocab-size's default, as in train.py (default: tiny)",
+    )
     parser.add_argument(
         "--model-dir",
         help="the model directory to prepare (default: train.py's for --size tiny, runs/tiny-<data>-<src>-<tgt>)",
@@ -34,7 +41,14 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     started = time.monotonic()
+    from app.cli.quiet_tensorflow import import_tensorflow
+
+    import_tensorflow()  # first: the data modules import TensorFlow
     args = parse_args(argv)
+    if args.vocab_size is None:
+        from app.training.recipes import recipe_for
+
+        args.vocab_size = recipe_for(args.size).vocab_size_for(args.source_lang, args.target_lang)
     from data.errors import DataError
     from data.flags import data_config_from_args
 
@@ -68,7 +82,6 @@ def main(argv=None) -> int:
 def _default_model_dir(args):
     from app.training.command import default_model_dir
 
-    args.size = getattr(args, "size", "tiny")
     return default_model_dir(args)
 
 

@@ -277,3 +277,21 @@ def test_the_prepare_command_prepares_what_train_py_then_reads(tmp_path, capsys)
     assert lines == []  # train.py's preparation finds it done.
     assert prepare.main(argv[:-2] + ["--workers", "0"]) == 1
     assert capsys.readouterr().err == "error: --workers must be at least 1, got 0\n"
+
+
+def test_the_prepare_command_takes_the_sizes_vocabulary_so_train_py_of_that_size_accepts_it(tmp_path, monkeypatch):
+    """Without --vocab-size, the vocabulary is the one train.py --size would ask for."""
+    import data.dataset
+    from app import prepare
+
+    sizes = []
+
+    def record(config, model_dir, **kwargs):
+        sizes.append(config.vocab_size)
+        raise DataError("stopped before reading")
+
+    monkeypatch.setattr(data.dataset, "prepare_data", record)
+    for size, target in (("tiny", "de"), ("base", "de"), ("base", "fr"), ("big", "de")):
+        assert prepare.main(["--size", size, "--target-lang", target, "--model-dir", str(tmp_path / size)]) == 1
+    assert prepare.main(["--size", "base", "--vocab-size", "500", "--model-dir", str(tmp_path / "x")]) == 1
+    assert sizes == [8000, 37000, 32000, 37000, 500]
