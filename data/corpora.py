@@ -124,6 +124,8 @@ class CorpusStream:
         self.read: Dict[str, int] = {}
         self.dropped_empty: Dict[str, int] = {}
         self._held: Optional[np.ndarray] = None
+        self._train_before_hold_out: Optional[int] = None  # Non-empty pairs, held-out ones included.
+        self._counts: Dict[str, int] = {}  # split -> pairs `pairs(split)` yields, once counted
         # Train and validation first, then test where there is one.
         self.splits: Tuple[str, ...] = ("train", "validation") + tuple(
             split for split in raw if split not in ("train", "validation")
@@ -157,6 +159,21 @@ class CorpusStream:
             return self._held_out_pairs(split)
         return self._counted(split, self._raw[split]())
 
+    def count(self, split: str) -> int:
+        """How many pairs `pairs(split)` yields: a pass over the split the first time, none
+        after (with validation held out of train, the pass that chose it counted both).
+
+        Raises:
+            DataError: as `pairs`.
+        """
+        if split not in self._counts:
+            if self.holds_out_validation and split in ("train", "validation"):
+                held = len(self._held_out())
+                self._counts["validation"], self._counts["train"] = held, self._train_before_hold_out - held
+            else:
+                self._counts[split] = sum(1 for _ in self.pairs(split))
+        return self._counts[split]
+
     def _counted(self, split, raw):
         read = kept = 0
         for source, target in raw:
@@ -172,6 +189,7 @@ class CorpusStream:
     def _held_out(self):
         if self._held is None:
             kept = sum(1 for _ in self._counted("train", self._raw["train"]()))
+            self._train_before_hold_out = kept
             self._held = held_out_indices(kept)
         return self._held
 

@@ -215,12 +215,13 @@ def vocabulary_sample(corpus) -> Iterator[str]:
 
     The same sentences as the cap applied to train held in memory: every `step`-th line
     of the source lines followed by the target lines. A counting pass over train first
-    (here, so that a bad input raises before the trainer starts), then, as the trainer
+    (`CorpusStream.count`, here, so that a bad input raises before the trainer starts;
+    none of its own where holding out validation already counted train), then, as the trainer
     reads, one pass that yields the sampled source lines and keeps only the sampled
     target lines, as UTF-8 in one buffer (no object per line), for after it: the trainer
     holds its own copy of every sentence, and a Python one would come on top.
     """
-    count = sum(1 for _ in corpus.pairs("train"))
+    count = corpus.count("train")
     step = max(1, -(-2 * count // MAX_VOCAB_TRAINING_SENTENCES))
     return _every_step(corpus, count, step)
 

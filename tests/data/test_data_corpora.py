@@ -364,3 +364,32 @@ def test_held_out_validation_streams_the_same_pairs_as_the_lists(tmp_path):
     assert validation == [kept[i] for i in sorted(held)]
     assert train == [pair for i, pair in enumerate(kept) if i not in held]
     assert (stream.read, stream.dropped_empty) == ({"train": 448, "validation": 4}, {"train": 2, "validation": 0})
+
+
+@pytest.mark.parametrize("with_validation", [False, True])
+def test_a_split_is_counted_once_and_as_many_pairs_as_it_streams(with_validation):
+    """`CorpusStream.count` equals the pairs `pairs` yields; held-out validation's own
+    counting pass serves train's and validation's counts, so none is made again."""
+    from data.corpora import CorpusStream
+
+    passes = {"train": 0, "validation": 0}
+    train = [(f"s{i}", "" if i % 7 == 3 else f"t{i}") for i in range(300)]
+
+    def raw(split, pairs):
+        def stream():
+            passes[split] += 1
+            return iter(pairs)
+
+        return stream
+
+    splits = {"train": raw("train", train)}
+    if with_validation:
+        splits["validation"] = raw("validation", [("a", "b"), ("c", "")])
+    corpus = CorpusStream("test", splits, fingerprint={})
+    counts = {split: corpus.count(split) for split in ("train", "validation")}
+    expected_passes = {"train": 1, "validation": 1} if with_validation else {"train": 1, "validation": 0}
+    assert passes == expected_passes
+    assert counts == ({"train": 257, "validation": 1} if with_validation else {"train": 255, "validation": 2})
+    assert {split: corpus.count(split) for split in ("train", "validation")} == counts  # no pass again
+    assert passes == expected_passes
+    assert {split: len(list(corpus.pairs(split))) for split in ("train", "validation")} == counts

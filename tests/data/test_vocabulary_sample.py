@@ -20,6 +20,10 @@ class _Corpus:
         self.passes += 1
         yield from self._pairs
 
+    def count(self, split):
+        """A pass of its own, as `CorpusStream.count` makes the first time."""
+        return sum(1 for _ in self.pairs(split))
+
 
 def _reference(pairs, cap):
     """The sample as it was made before it streamed: both sides held, then thinned."""
