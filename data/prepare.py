@@ -21,6 +21,8 @@ written as the split "train-sampled", the previous epoch's replaced.
 """
 
 import collections
+import concurrent.futures
+import concurrent.futures.process
 import dataclasses
 import hashlib
 import itertools
@@ -70,8 +72,40 @@ def fingerprint(config, model_proto: bytes, corpus) -> dict:
 
 
 def default_workers() -> int:
-    """One worker per core this process may use."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    """One worker per core this process may use (`usable_cores`)."""
+    return usable_cores()
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity, capped by a cgroup CPU quota.
+
+    A container limited by a quota (Docker's `--cpus`, Kubernetes' CPU limit) still sees
+    every core of its host in `os.sched_getaffinity`; a pool sized from that alone would
+    start dozens of workers that share two cores' time.
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    quota = cgroup_cpu_quota()
+    return max(1, min(cores, quota)) if quota else cores
+
+
+def cgroup_cpu_quota(root: str = "/sys/fs/cgroup") -> Optional[int]:
+    """The cgroup's CPU quota rounded up to whole cores, or None where there is none."""
+    try:
+        with open(os.path.join(root, "cpu.max")) as f:  # cgroup v2: "max 100000" or "200000 100000"
+            quota, period = f.read().split()[:2]
+        if quota == "max":
+            return None
+        return -(-int(quota) // int(period))
+    except (OSError, ValueError):
+        pass
+    try:  # cgroup v1
+        with open(os.path.join(root, "cpu", "cpu.cfs_quota_us")) as f:
+            quota = int(f.read())
+        with open(os.path.join(root, "cpu", "cpu.cfs_period_us")) as f:
+            period = int(f.read())
+        return -(-quota // period) if quota > 0 and period > 0 else None
+    except (OSError, ValueError):
+        return None
 
 
 def prepare_splits(
@@ -293,7 +327,13 @@ def _sample_chunk(chunk):
 
 class _Segmenter:
     """Maps a function over chunks in order: in this process for a single chunk, else in
-    a pool of `workers` spawned processes (started at the second chunk, and only then)."""
+    a pool of `workers` spawned processes (started at the second chunk, and only then).
+
+    The pool is `concurrent.futures.ProcessPoolExecutor`, not `multiprocessing.Pool`: a
+    worker that dies (killed for memory, a crash, a failed start) breaks the pool with an
+    error here, where `multiprocessing.Pool` would start a new worker and wait forever
+    for the lost chunk's result.
+    """
 
     def __init__(self, model_proto: bytes, lowercase: bool, workers: Optional[int]):
         self._args = (model_proto, lowercase)
@@ -307,12 +347,9 @@ class _Segmenter:
 
     def __exit__(self, exc_type, *_):
         if self._pool is not None:
-            # An error or an interrupt: stop the workers now; otherwise let them finish.
-            if exc_type is None:
-                self._pool.close()
-            else:
-                self._pool.terminate()
-            self._pool.join()
+            # An error or an interrupt: drop the chunks not yet started; either way wait
+            # for the workers to exit, so that none outlives the preparation.
+            self._pool.shutdown(wait=True, cancel_futures=exc_type is not None)
             self._pool = None
         return False
 
@@ -330,17 +367,28 @@ class _Segmenter:
             return
         if self._pool is None:
             # spawn: workers start from a fresh interpreter, without the parent's TensorFlow.
-            context = multiprocessing.get_context("spawn")
-            self._pool = context.Pool(self._workers, initializer=_start_worker, initargs=self._args)
+            self._pool = concurrent.futures.ProcessPoolExecutor(
+                self._workers, mp_context=multiprocessing.get_context("spawn"),
+                initializer=_start_worker, initargs=self._args,
+            )
+        try:
+            yield from self._pooled(itertools.chain([first, second], chunks), function)
+        except concurrent.futures.process.BrokenProcessPool as error:
+            raise DataError(
+                f"a preparation worker process ended abruptly ({error}); if the machine ran out "
+                "of memory, prepare with fewer workers (python -m app.prepare --workers N)"
+            ) from error
+
+    def _pooled(self, chunks, function):
         pending = collections.deque()
-        for chunk in itertools.chain([first, second], chunks):
-            pending.append((chunk, self._pool.apply_async(function, (chunk,))))
+        for chunk in chunks:
+            pending.append((chunk, self._pool.submit(function, chunk)))
             while len(pending) >= _IN_FLIGHT_PER_WORKER * self._workers:
                 chunk, result = pending.popleft()
-                yield chunk, result.get()
+                yield chunk, result.result()
         while pending:
             chunk, result = pending.popleft()
-            yield chunk, result.get()
+            yield chunk, result.result()
 
 
 @dataclasses.dataclass

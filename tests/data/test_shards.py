@@ -295,3 +295,35 @@ def test_the_prepare_command_takes_the_sizes_vocabulary_so_train_py_of_that_size
         assert prepare.main(["--size", size, "--target-lang", target, "--model-dir", str(tmp_path / size)]) == 1
     assert prepare.main(["--size", "base", "--vocab-size", "500", "--model-dir", str(tmp_path / "x")]) == 1
     assert sizes == [8000, 37000, 32000, 37000, 500]
+
+
+def test_a_worker_that_dies_is_an_error_naming_it_not_a_wait_for_ever(tmp_path):
+    from tests.data.dying_worker import die
+
+    tokenizer_proto = prepare_data(
+        _config("files:" + ",".join(write_multi30k_slice(tmp_path, train=50, validation=10))), str(tmp_path / "m")
+    ).tokenizer.model_proto
+    chunks = [(["a"], ["b"])] * 3
+    with pytest.raises(DataError, match="a preparation worker process ended abruptly .* --workers N"):
+        with preparation._Segmenter(tokenizer_proto, False, workers=2) as segmenter:
+            list(segmenter.map(chunks, die))
+    assert multiprocessing.active_children() == []
+
+
+@pytest.mark.parametrize(
+    "files, quota",
+    [
+        ({"cpu.max": "200000 100000\n"}, 2),
+        ({"cpu.max": "150000 100000\n"}, 2),  # 1.5 cores: two workers share them
+        ({"cpu.max": "max 100000\n"}, None),
+        ({"cpu/cpu.cfs_quota_us": "50000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 1),
+        ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+        ({}, None),
+    ],
+)
+def test_the_default_workers_follow_a_cgroup_cpu_quota(files, quota, tmp_path):
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert preparation.cgroup_cpu_quota(str(tmp_path)) == quota
+    assert 1 <= preparation.usable_cores() <= len(os.sched_getaffinity(0))
