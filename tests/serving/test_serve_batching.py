@@ -15,9 +15,12 @@ from tests.tiny_run import ROOT
 class FakeVersion:
     """Echoes its inputs; records every call's signature and rows."""
 
-    def __init__(self, seconds=0.05, fail=False):
+    def __init__(self, seconds=0.05, fail=False, barrier=None):
         self.calls = []
         self.seconds = seconds
+        # A threading.Barrier every call waits at: it passes only once that many calls
+        # run at once, whatever the machine's load (a sleep alone would race it).
+        self.barrier = barrier
         self.fail = fail
         self.lock = threading.Lock()
         self.running = 0
@@ -27,6 +30,8 @@ class FakeVersion:
         with self.lock:
             self.running += 1
             self.most_running = max(self.most_running, self.running)
+        if self.barrier is not None:
+            self.barrier.wait(timeout=60)
         time.sleep(self.seconds)  # a model call; requests queue up meanwhile
         with self.lock:
             self.running -= 1
@@ -139,7 +144,9 @@ def test_without_batching_every_request_is_its_own_call():
 
 def test_without_batching_concurrent_requests_run_concurrently():
     # TF Serving runs each request on its own HTTP thread; one thread would answer at 1, 2, 3, 4 x.
-    version = FakeVersion(seconds=0.1)
+    # Each call waits until all four run: run one after another, the first would wait for
+    # ever (here: fail after the barrier's timeout).
+    version = FakeVersion(seconds=0.0, barrier=threading.Barrier(4))
     requests = [(version, "serving_default", {"inputs": strings(t)}) for t in "abcd"]
     outputs = run_all(Batcher(BatchingParameters(), enabled=False), requests)
     assert [o["echo"].tolist() for o in outputs] == [[b"a"], [b"b"], [b"c"], [b"d"]]
