@@ -15,9 +15,12 @@ class DecoderLayer(EncoderLayer):
     (look-ahead + padding, `masks.decoder_self_attention_mask`); cross-attention attends
     to the encoder output ("memory") under the source padding mask.
 
-    For step-by-step decoding it keeps a cache `{"self": {...}, "cross": {...}}`: a fixed
-    size self-attention cache written at the step index, and the memory's keys and values
-    projected once (`init_cache`).
+    For step-by-step decoding it takes two caches: a self-attention cache that grows by
+    the positions of each call (`self_attention.empty_cache`), one per hypothesis, and
+    the memory's keys and values projected once per sentence (`init_memory_cache`). A
+    batch of N = B x K hypotheses (K beams of each of B sentences, sentence-major) reads
+    its sentence's memory cache: the K beams' positions are one sentence's K x T queries
+    of cross-attention, so the memory is never copied per beam.
     """
 
     def build(self, inputs_shape, memory_shape=None):
@@ -28,22 +31,16 @@ class DecoderLayer(EncoderLayer):
             self._attention_block("cross_attention", inputs_shape, memory_shape)
         )
 
-    def init_cache(self, memory, max_length):
-        """The decoding cache for this layer.
+    def init_memory_cache(self, memory):
+        """The memory's keys and values for cross-attention, projected once per sentence.
 
         Args:
             memory: encoder output `[B, S, D]`.
-            max_length: L, the most target positions that will be decoded.
 
         Returns:
-            `{"self": {"key": [B, H, L, K], "value": [B, H, L, V]},
-              "cross": {"key": [B, H, S, K], "value": [B, H, S, V]}}`.
+            `{"key": [B, H, S, K], "value": [B, H, S, V]}`.
         """
-        batch_size = ops.shape(memory)[0]
-        return {
-            "self": self.self_attention.empty_cache(batch_size, max_length),
-            "cross": self.cross_attention.precompute_key_value(memory),
-        }
+        return self.cross_attention.precompute_key_value(memory)
 
     def call(
         self,
@@ -51,28 +48,33 @@ class DecoderLayer(EncoderLayer):
         memory=None,
         self_attention_mask=None,
         memory_mask=None,
-        cache=None,
-        cache_index=None,
+        self_cache=None,
+        memory_cache=None,
         return_attention_scores=False,
         training=None,
     ):
         """Decodes one layer.
 
         Args:
-            inputs: `[B, T, D]` (T = 1 when decoding step by step).
-            memory: encoder output `[B, S, D]`; unused when `cache` holds its projection.
-            self_attention_mask: bool `[B, T, T]`, or `[B or 1, T, L]` with a cache.
+            inputs: `[B, T, D]`; with the caches `[N, T, D]`, N = B x K hypotheses,
+                T = 1 when decoding step by step.
+            memory: encoder output `[B, S, D]`; unused with `memory_cache`.
+            self_attention_mask: bool `[B, T, T]`; with `self_cache` None, or
+                broadcastable to `[N, T, L + T]`.
             memory_mask: bool `[B, 1, S]`, the source padding mask.
-            cache: this layer's cache from `init_cache`, or None.
-            cache_index: int scalar, the position of `inputs[:, 0]` when using a cache.
+            self_cache: `{"key": [N, H, L, K], "value": [N, H, L, V]}`, the L positions
+                decoded so far (L = 0 at first), or None.
+            memory_cache: `init_memory_cache(memory)`, required with `self_cache`.
             return_attention_scores: also return the self- and cross-attention weights.
 
         Returns:
-            `[B, T, D]`, then `self_weights [B, H, T, T or L]` and
-            `cross_weights [B, H, T, S]` if asked for, then the updated cache if given.
+            `[B or N, T, D]`, then `self_weights [B, H, T, T]` (`[N, H, T, L + T]`) and
+            `cross_weights [B, H, T, S]` (`[B, H, K x T, S]`) if asked for, then the
+            self-attention cache of L + T positions if one was given.
         """
-        self_cache = None if cache is None else cache["self"]
-        cross_cache = None if cache is None else cache["cross"]
+        decoding = self_cache is not None
+        if decoding and memory_cache is None:
+            raise ValueError("a self-attention cache needs the memory_cache too")
 
         # Masked self-attention block.
         def self_attend(x):
@@ -81,7 +83,7 @@ class DecoderLayer(EncoderLayer):
                 x,
                 attention_mask=self_attention_mask,
                 cache=self_cache,
-                cache_index=cache_index,
+                append_to_cache=decoding,
                 return_attention_scores=return_attention_scores,
                 training=training,
             )
@@ -97,8 +99,11 @@ class DecoderLayer(EncoderLayer):
             )
         )
         self_weights = extras.pop(0) if return_attention_scores else None
-        if cache is not None:
+        if decoding:
             self_cache = extras.pop(0)
+            # [N, T, D] -> [B, K x T, D]: each sentence's beams read its memory together.
+            hypotheses, width = ops.shape(x)[0], ops.shape(x)[-1]
+            x = ops.reshape(x, (ops.shape(memory_cache["key"])[0], -1, width))
 
         # Encoder-decoder attention block.
         def cross_attend(x):
@@ -106,7 +111,7 @@ class DecoderLayer(EncoderLayer):
                 x,
                 memory,
                 attention_mask=memory_mask,
-                cache=cross_cache,
+                cache=memory_cache,
                 return_attention_scores=return_attention_scores,
                 training=training,
             )
@@ -122,6 +127,8 @@ class DecoderLayer(EncoderLayer):
             )
         )
         cross_weights = extras.pop(0) if return_attention_scores else None
+        if decoding:
+            x = ops.reshape(x, (hypotheses, -1, width))  # [N, T, D]
 
         # Feed-forward block.
         x = residual_block(
@@ -136,8 +143,8 @@ class DecoderLayer(EncoderLayer):
         results = (x,)
         if return_attention_scores:
             results += (self_weights, cross_weights)
-        if cache is not None:
-            results += ({"self": self_cache, "cross": cross_cache},)
+        if decoding:
+            results += (self_cache,)
         return results[0] if len(results) == 1 else results
 
     def compute_output_spec(self, inputs, memory=None, return_attention_scores=False, **_):

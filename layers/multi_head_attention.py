@@ -27,30 +27,6 @@ def merge_heads(x):
     return ops.reshape(x, (batch, length, num_heads * width))  # [B, T, H * K]
 
 
-def write_cache(cache, update, index):
-    """Writes `update` into `cache` at positions `index .. index + T - 1` of axis 2.
-
-    A select over the cache's positions rather than `ops.slice_update`: under TensorFlow
-    that becomes `XlaDynamicUpdateSlice`, an op TensorFlow Serving can only run through
-    XLA's on-demand compiler, which its builds may lack. The cache is read whole by the
-    attention that follows, so rewriting it costs the same order of work.
-
-    Args:
-        cache: `[B, H, L, K]`.
-        update: `[B, H, T, K]`.
-        index: int scalar (may be a tensor).
-
-    Returns:
-        `[B, H, L, K]`.
-    """
-    cache_length, update_length = ops.shape(cache)[2], ops.shape(update)[2]
-    offsets = ops.arange(cache_length, dtype="int32") - ops.cast(index, "int32")  # [L]
-    written = ops.logical_and(offsets >= 0, offsets < update_length)  # [L]
-    # For each cache position, the update row it would take (clipped where not written).
-    spread = ops.take(update, ops.clip(offsets, 0, update_length - 1), axis=2)  # [B, H, L, K]
-    return ops.where(ops.reshape(written, (1, 1, -1, 1)), spread, cache)
-
-
 def large_negative(dtype):
     """A finite stand-in for -inf that is safe in float16 (whose minimum is -65504)."""
     return -1e9 if keras.backend.standardize_dtype(dtype) in ("float32", "float64") else -3e4
@@ -64,13 +40,14 @@ class MultiHeadAttention(keras.layers.Layer):
     by reshape + transpose, attended in one batched matmul, merged back and projected.
 
     Key/value cache, for step-by-step decoding. A cache is a dict
-    `{"key": [B, H, L, K], "value": [B, H, L, V]}` of fixed size:
-    - self-attention: pass `cache` and `cache_index`; the new positions' keys and values
-      are written into the cache at `cache_index` (shapes never change, so it runs under
-      `tf.function` / `tf.while_loop`), and the query attends over the whole cache, whose
-      not-yet-written slots the caller hides with `causal_mask(..., offset=cache_index)`.
-    - cross-attention: pass `cache` from `precompute_key_value(memory)` and no
-      `cache_index`; the encoder output is projected once per sentence, not once per step.
+    `{"key": [B, H, L, K], "value": [B, H, L, V]}`:
+    - self-attention: pass `cache` with `append_to_cache=True`; this call's keys and
+      values are appended to the cache's L positions, and the query attends over all of
+      them. The cache grows by T positions a call (from `empty_cache`, L = 0), so a step
+      costs what the positions decoded so far cost, not what the longest output would;
+      under `tf.while_loop` its length axis is a loose shape invariant.
+    - cross-attention: pass `cache` from `precompute_key_value(memory)`; the encoder
+      output is projected once per sentence, not once per step.
 
     Args:
         num_heads: H.
@@ -161,12 +138,12 @@ class MultiHeadAttention(keras.layers.Layer):
             "value": split_heads(self.value_dense(value), self.num_heads),
         }
 
-    def empty_cache(self, batch_size, max_length, dtype=None):
-        """A zero self-attention cache: `{"key": [B, H, L, K], "value": [B, H, L, V]}`."""
+    def empty_cache(self, batch_size, dtype=None):
+        """An empty self-attention cache: `{"key": [B, H, 0, K], "value": [B, H, 0, V]}`."""
         dtype = dtype or self.compute_dtype
         return {
-            "key": ops.zeros((batch_size, self.num_heads, max_length, self.key_dim), dtype),
-            "value": ops.zeros((batch_size, self.num_heads, max_length, self.value_dim), dtype),
+            "key": ops.zeros((batch_size, self.num_heads, 0, self.key_dim), dtype),
+            "value": ops.zeros((batch_size, self.num_heads, 0, self.value_dim), dtype),
         }
 
     def call(
@@ -176,7 +153,7 @@ class MultiHeadAttention(keras.layers.Layer):
         key=None,
         attention_mask=None,
         cache=None,
-        cache_index=None,
+        append_to_cache=False,
         return_attention_scores=False,
         training=None,
     ):
@@ -189,8 +166,9 @@ class MultiHeadAttention(keras.layers.Layer):
             attention_mask: bool, broadcastable to `[B, T, S]` (or `[B, T, L]` with a
                 cache); True = may attend. See `layers/masks.py`.
             cache: a key/value cache dict (see the class docstring), or None.
-            cache_index: int scalar; where to write this call's keys and values in a
-                self-attention cache.
+            append_to_cache: with `cache`: self-attention decoding, which appends this
+                call's keys and values to the cache; without it the cache is a
+                cross-attention one from `precompute_key_value`.
             return_attention_scores: also return the attention weights `[B, H, T, S]`.
 
         Returns:
@@ -198,7 +176,7 @@ class MultiHeadAttention(keras.layers.Layer):
             by the updated cache if one was given.
         """
         query_heads = self.project_queries(query)  # [B, H, T, K], scaled by 1 / sqrt(K)
-        if cache is not None and cache_index is None:
+        if cache is not None and not append_to_cache:
             # Cross-attention: keys and values were projected once by precompute_key_value.
             key_heads, value_heads = cache["key"], cache["value"]
         else:
@@ -206,10 +184,9 @@ class MultiHeadAttention(keras.layers.Layer):
             key_heads = split_heads(self.key_dense(key), self.num_heads)  # [B, H, S, K]
             value_heads = split_heads(self.value_dense(value), self.num_heads)  # [B, H, S, V]
             if cache is not None:
-                # Self-attention decoding: write the new positions at cache_index, then
-                # attend over the whole fixed-size cache.
-                key_heads = write_cache(cache["key"], key_heads, cache_index)  # [B, H, L, K]
-                value_heads = write_cache(cache["value"], value_heads, cache_index)
+                # Self-attention decoding: the earlier positions, then this call's.
+                key_heads = ops.concatenate([cache["key"], key_heads], axis=2)  # [B, H, L + T, K]
+                value_heads = ops.concatenate([cache["value"], value_heads], axis=2)  # [B, H, L + T, V]
                 cache = {"key": key_heads, "value": value_heads}
 
         scores = ops.einsum("bhtk,bhsk->bhts", query_heads, key_heads)  # [B, H, T, S]

@@ -30,32 +30,39 @@ def greedy_decode(transformer: Transformer, source_ids, max_extra_length=50):
     batch_size = tf.shape(source_ids)[0]
     # As beam search: within the model's positions, and 1 for an empty batch.
     max_lengths = output_lengths(transformer, source_ids, max_extra_length)  # [B]
-    cache_length = longest_output(max_lengths)
+    output_length = longest_output(max_lengths)  # L
 
     memory, memory_mask = transformer.encode(source_ids, training=False)
-    cache = transformer.init_cache(memory, memory_mask, cache_length)
+    memory_cache = transformer.init_memory_cache(memory, memory_mask)
     vocab_size = transformer.config.vocab_size
     # Padding and the start token are never outputs.
     banned = tf.one_hot([PAD_ID, START_ID], vocab_size, on_value=-1e9, dtype=tf.float32)
     banned = tf.reduce_sum(banned, axis=0)  # [V]
 
     def body(step, tokens, outputs, finished, cache):
-        logits, cache = transformer.decode_step(tokens, step, cache)  # [B, V]
+        logits, cache = transformer.decode_step(tokens, step, cache, memory_cache)  # [B, V]
         next_tokens = tf.argmax(logits + banned, axis=-1, output_type=tf.int32)  # [B]
         # A sentence at its maximum length ends there.
         next_tokens = tf.where(step + 1 >= max_lengths, END_ID, next_tokens)
         next_tokens = tf.where(finished, PAD_ID, next_tokens)
-        outputs = outputs + tf.one_hot(step, cache_length, dtype=tf.int32)[None, :] * next_tokens[:, None]
+        outputs = outputs + tf.one_hot(step, output_length, dtype=tf.int32)[None, :] * next_tokens[:, None]
         finished = finished | tf.equal(next_tokens, END_ID)
         return step + 1, next_tokens, outputs, finished, cache
 
     def keep_going(step, tokens, outputs, finished, cache):
-        return tf.logical_and(step < cache_length, tf.logical_not(tf.reduce_all(finished)))
+        return tf.logical_and(step < output_length, tf.logical_not(tf.reduce_all(finished)))
 
     start = tf.fill([batch_size], START_ID)
-    outputs = tf.zeros([batch_size, cache_length], tf.int32)  # [B, L]
+    outputs = tf.zeros([batch_size, output_length], tf.int32)  # [B, L]
     finished = tf.zeros([batch_size], tf.bool)
+    cache = transformer.empty_self_cache(batch_size)
+    # The self-attention cache grows by a position a step (axis 2).
+    cache_invariants = tf.nest.map_structure(lambda x: tf.TensorShape([None, x.shape[1], None, x.shape[3]]), cache)
     _, _, outputs, _, _ = tf.while_loop(
-        keep_going, body, (tf.constant(0), start, outputs, finished, cache)
+        keep_going, body, (tf.constant(0), start, outputs, finished, cache),
+        shape_invariants=(
+            tf.TensorShape([]), tf.TensorShape([None]), tf.TensorShape([None, None]), tf.TensorShape([None]),
+            cache_invariants,
+        ),
     )
     return outputs

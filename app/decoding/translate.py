@@ -26,7 +26,7 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from app.decoding.beam_search import beam_search, largest_alpha, longest_output
+from app.decoding.beam_search import beam_search, largest_alpha
 from app.model.transformer import Transformer
 from data.special_tokens import END_ID, PAD_ID, START_ID
 
@@ -53,15 +53,18 @@ class DecodingConfig:
             raise ValueError(f"alpha must be a number >= 0, got {self.alpha!r}")
 
 
-def make_symbols_to_logits(transformer: Transformer):
+def make_symbols_to_logits(transformer: Transformer, memory_cache):
     """The `symbols_to_logits_fn` of `beam_search` for a model with a KV cache.
 
-    The cache holds every earlier position, so only the newest token `ids[:, step]` is
-    fed to the decoder.
+    The beam state's cache is the self-attention cache, one per hypothesis: it holds
+    every earlier position, so only the newest token `ids[:, step]` is fed to the
+    decoder. The memory's keys and values (`memory_cache`, one per sentence) are read by
+    all beams of a sentence alike, so they stay out of the state: never tiled over the
+    beams nor reordered with them.
     """
 
-    def symbols_to_logits(ids, step, cache):
-        return transformer.decode_step(ids[:, step], step, cache)  # [B * K, V], cache
+    def symbols_to_logits(ids, step, self_cache):
+        return transformer.decode_step(ids[:, step], step, self_cache, memory_cache)  # [B * K, V], cache
 
     return symbols_to_logits
 
@@ -123,7 +126,7 @@ def translate_ids(
     """Translates a batch of token ids with beam search.
 
     The source is encoded once and the memory's cross-attention keys and values are
-    projected once per sentence (`init_cache`), then the cache is tiled over the beams.
+    projected once per sentence (`init_memory_cache`), which every beam reads.
 
     Args:
         transformer: the model's decoding view.
@@ -145,12 +148,13 @@ def translate_ids(
     max_lengths = output_lengths(transformer, source_ids, max_extra_length)  # [B]
 
     memory, memory_mask = transformer.encode(source_ids, training=False)  # [B, S, D], [B, 1, S]
-    cache = transformer.init_cache(memory, memory_mask, longest_output(max_lengths))
-    initial_ids = tf.fill(tf.shape(source_ids)[:1], START_ID)  # [B]
+    memory_cache = transformer.init_memory_cache(memory, memory_mask)
+    batch_size = tf.shape(source_ids)[0]
+    initial_ids = tf.fill([batch_size], START_ID)  # [B]
     return beam_search(
-        make_symbols_to_logits(transformer),
+        make_symbols_to_logits(transformer, memory_cache),
         initial_ids,
-        cache,
+        transformer.empty_self_cache(batch_size),
         transformer.config.vocab_size,
         max_lengths=max_lengths,
         beam_size=beam_size,

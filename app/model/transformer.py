@@ -7,11 +7,12 @@
     memory, memory_mask = transformer.encode(source_ids)
     states = transformer.decoder_states(target_ids, memory, memory_mask)   # [B, T, D]
     logits = ops.matmul(states, ops.transpose(transformer.output_matrix()))  # as above
-    cache = transformer.init_cache(memory, memory_mask, max_length=64)
-    logits, cache = transformer.decode_step(token_ids, step, cache)   # [B, V]
+    memory_cache = transformer.init_memory_cache(memory, memory_mask)    # once per sentence
+    self_cache = transformer.empty_self_cache(batch_size * beams)
+    logits, self_cache = transformer.decode_step(token_ids, step, self_cache, memory_cache)  # [N, V]
 
-Dimension names: B batch, S source length, T target length, L cache length, D d_model,
-V vocabulary size.
+Dimension names: B batch, S source length, T target length, L positions decoded so far,
+N = B x K hypotheses (K beams per sentence, sentence-major), D d_model, V vocabulary size.
 """
 
 import keras
@@ -22,7 +23,7 @@ from layers.decoder_layer import DecoderLayer
 from layers.dropout import Dropout
 from layers.encoder_layer import EncoderLayer
 from layers.learned_positional_encoding import LearnedPositionalEncoding
-from layers.masks import causal_mask, decoder_self_attention_mask, padding_mask
+from layers.masks import decoder_self_attention_mask, padding_mask
 from layers.normalization import normalization_layer
 from layers.sinusoidal_positional_encoding import SinusoidalPositionalEncoding
 from layers.token_embedding import TokenEmbedding
@@ -99,7 +100,7 @@ class Transformer:
     """The model's computations, on the layers of a model built by `build_transformer`.
 
     `build_transformer` wires its functional graph with `encode` and `decode`; decoding
-    calls `encode`, `init_cache` and `decode_step` eagerly or inside a `tf.function`, on
+    calls `encode`, `init_memory_cache`, `empty_self_cache` and `decode_step` eagerly or inside a `tf.function`, on
     the very same layers (a loaded model works too), so the two paths cannot drift apart.
     """
 
@@ -230,48 +231,57 @@ class Transformer:
 
     # Decoder, one position at a time (inference).
 
-    def init_cache(self, memory, memory_mask, max_length):
-        """The decoding cache: every layer's fixed-size self-attention cache of L positions
-        and its projection of the memory, computed once per sentence.
+    def init_memory_cache(self, memory, memory_mask):
+        """What decoding reads of the source, computed once per sentence: every layer's
+        projection of the memory into cross-attention keys and values, and the mask.
 
         Returns:
-            `{"memory_mask": bool [B, 1, S], "layers": [per-layer cache, ...]}`; every
-            tensor in it has the batch on axis 0, so beam search can tile and gather it.
+            `{"memory_mask": bool [B, 1, S], "layers": [{"key": [B, H, S, K],
+            "value": [B, H, S, V]}, ...]}`; it stays at one entry per sentence however
+            many beams decode it.
         """
         return {
             "memory_mask": memory_mask,
-            "layers": [layer.init_cache(memory, max_length) for layer in self.decoder_layers],
+            "layers": [layer.init_memory_cache(memory) for layer in self.decoder_layers],
         }
 
-    def decode_step(self, token_ids, step, cache):
-        """Decodes one position with the cache.
+    def empty_self_cache(self, hypotheses):
+        """Every layer's self-attention cache before the first step, one per hypothesis:
+        `[{"key": [N, H, 0, K], "value": [N, H, 0, V]}, ...]`. Each `decode_step` appends
+        a position, so under `tf.while_loop` axis 2 needs a loose shape invariant."""
+        return [layer.self_attention.empty_cache(hypotheses) for layer in self.decoder_layers]
+
+    def decode_step(self, token_ids, step, self_cache, memory_cache):
+        """Decodes one position with the caches.
 
         Args:
-            token_ids: int32 `[B]`, the tokens at position `step`.
-            step: int32 scalar, the position being decoded (0 for the start token).
-            cache: from `init_cache` or the previous step.
+            token_ids: int32 `[N]`, the tokens at position `step`; N = B x K, the K
+                hypotheses of each sentence next to each other.
+            step: int32 scalar, the position being decoded (0 for the start token); the
+                self-attention cache holds positions 0 .. step - 1.
+            self_cache: from `empty_self_cache(N)` or the previous step.
+            memory_cache: `init_memory_cache(...)` of the B sentences.
 
         Returns:
-            `(logits float32 [B, V] for position step + 1, updated cache)`.
+            `(logits float32 [N, V] for position step + 1, self_cache of step + 1 positions)`.
         """
-        x = self.target_embedding(ops.expand_dims(token_ids, 1))  # [B, 1, D]
+        x = self.target_embedding(ops.expand_dims(token_ids, 1))  # [N, 1, D]
         x = self.target_positions(x, start_index=step)
-        cache_length = ops.shape(cache["layers"][0]["self"]["key"])[2]
-        # Earlier positions are all real tokens (decoding stops at the end token), so the
-        # look-ahead mask over the cache is the whole self-attention mask.
-        self_attention_mask = causal_mask(1, cache_length, offset=step)  # [1, 1, L]
-        new_layer_caches = []
-        for layer, layer_cache in zip(self.decoder_layers, cache["layers"]):
-            x, layer_cache = layer(
+        # Every cached position is an earlier real token (decoding stops at the end
+        # token), so the newest position may attend to all of them: no mask.
+        new_self_cache = []
+        for layer, layer_self_cache, layer_memory_cache in zip(
+            self.decoder_layers, self_cache, memory_cache["layers"]
+        ):
+            x, layer_self_cache = layer(
                 x,
-                self_attention_mask=self_attention_mask,
-                memory_mask=cache["memory_mask"],
-                cache=layer_cache,
-                cache_index=step,
+                memory_mask=memory_cache["memory_mask"],
+                self_cache=layer_self_cache,
+                memory_cache=layer_memory_cache,
             )
-            new_layer_caches.append(layer_cache)
-        logits = self._project(self._final_norm(x))[:, 0, :]  # [B, V]
-        return logits, {"memory_mask": cache["memory_mask"], "layers": new_layer_caches}
+            new_self_cache.append(layer_self_cache)
+        logits = self._project(self._final_norm(x))[:, 0, :]  # [N, V]
+        return logits, new_self_cache
 
     # The pre-softmax projection.
 

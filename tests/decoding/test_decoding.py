@@ -170,11 +170,12 @@ def test_an_empty_batch_decodes_to_empty_outputs(transformer):
 def test_symbols_to_logits_feeds_only_the_newest_token(transformer):
     transformer, _ = transformer
     memory, memory_mask = transformer.encode(SOURCE_IDS[:1], training=False)
-    cache = transformer.init_cache(memory, memory_mask, 4)
+    memory_cache = transformer.init_memory_cache(memory, memory_mask)
+    cache = transformer.empty_self_cache(1)
     ids = tf.constant([[1, 7, 0, 0, 0]])
-    fn = make_symbols_to_logits(transformer)
+    fn = make_symbols_to_logits(transformer, memory_cache)
     logits, _ = fn(ids, tf.constant(0), cache)
-    expected, _ = transformer.decode_step(tf.constant([1]), tf.constant(0), cache)
+    expected, _ = transformer.decode_step(tf.constant([1]), tf.constant(0), cache, memory_cache)
     np.testing.assert_array_equal(logits, expected)
 
 
@@ -240,5 +241,9 @@ def test_every_command_line_decodes_by_default_as_decoding_config(module_name, a
     # The flags' defaults are written out in app/cli/flags.py (so --help need not import
     # TensorFlow); they must stay the paper's decoding that DecodingConfig holds.
     args = importlib.import_module(module_name).parse_args(argv)
+    if module_name == "export":
+        # The export chooses alpha on validation unless given (app/export/alpha_search.py).
+        assert args.alpha is None
+        args.alpha = DecodingConfig.alpha
     assert DecodingConfig(args.beam_size, args.alpha, args.max_extra_length) == DecodingConfig()
     assert (args.checkpoint, args.average_last) == (None, None)

@@ -6,7 +6,7 @@ import pytest
 from keras import ops
 
 from layers.masks import causal_mask, padding_mask
-from layers.multi_head_attention import MultiHeadAttention, large_negative, merge_heads, split_heads, write_cache
+from layers.multi_head_attention import MultiHeadAttention, large_negative, merge_heads, split_heads
 
 B, T, S, D, H, K = 2, 3, 5, 16, 4, 8
 
@@ -141,17 +141,12 @@ def test_cached_self_attention_equals_masked_full_attention():
     layer = MultiHeadAttention(num_heads=H, key_dim=K)
     x = np.random.default_rng(3).normal(size=(B, T, D)).astype("float32")
     full = np.asarray(layer(x, x, attention_mask=causal_mask(T)))
-    cache = layer.empty_cache(B, max_length=T + 2)
+    cache = layer.empty_cache(B)
+    assert tuple(cache["key"].shape) == (B, H, 0, K)
     for step in range(T):
-        out, cache = layer(
-            x[:, step : step + 1],
-            x[:, step : step + 1],
-            attention_mask=causal_mask(1, T + 2, offset=step),
-            cache=cache,
-            cache_index=step,
-        )
+        out, cache = layer(x[:, step : step + 1], x[:, step : step + 1], cache=cache, append_to_cache=True)
         np.testing.assert_allclose(np.asarray(out)[:, 0], full[:, step], atol=1e-5)
-    assert tuple(cache["key"].shape) == (B, H, T + 2, K)
+        assert tuple(cache["key"].shape) == tuple(cache["value"].shape) == (B, H, step + 1, K)
 
 
 def test_cross_attention_cache_equals_attending_to_the_memory():
@@ -183,15 +178,6 @@ def test_softmax_stays_float32_under_mixed_precision():
     out, weights = layer(x, x, return_attention_scores=True)
     assert ops.dtype(out) == "bfloat16"
     np.testing.assert_allclose(np.asarray(ops.cast(weights, "float32")).sum(-1), 1.0, atol=1e-2)
-
-
-def test_write_cache_writes_only_the_given_positions():
-    cache = np.zeros((1, 1, 5, 2), "float32")
-    update = np.array([[[[1, 2], [3, 4]]]], "float32")  # two positions
-    written = np.asarray(write_cache(cache, update, 2))
-    expected = np.array([[[[0, 0], [0, 0], [1, 2], [3, 4], [0, 0]]]], "float32")
-    np.testing.assert_array_equal(written, expected)
-    np.testing.assert_array_equal(np.asarray(write_cache(cache, update[:, :, :1], 4))[0, 0, 4], [1, 2])
 
 
 def test_large_negative_is_finite_in_half_precision():

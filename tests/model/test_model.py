@@ -66,11 +66,39 @@ def test_cached_step_decoding_equals_the_full_forward_pass(model_and_config):
     full = np.asarray(model([SOURCE_IDS, TARGET_IDS]))
     transformer = Transformer(model, config)
     memory, memory_mask = transformer.encode(SOURCE_IDS)
-    cache = transformer.init_cache(memory, memory_mask, max_length=8)
+    memory_cache = transformer.init_memory_cache(memory, memory_mask)
+    cache = transformer.empty_self_cache(len(TARGET_IDS))
     for step in range(TARGET_IDS.shape[1]):
-        logits, cache = transformer.decode_step(TARGET_IDS[:, step], step, cache)
+        logits, cache = transformer.decode_step(TARGET_IDS[:, step], step, cache, memory_cache)
         real = TARGET_IDS[:, step] != 0
         np.testing.assert_allclose(np.asarray(logits)[real], full[real, step], atol=2e-5)
+    assert [tuple(layer["key"].shape)[:3] for layer in cache] == [(len(TARGET_IDS), config.num_heads, step + 1)] * 2
+
+
+def test_the_beams_of_a_sentence_share_its_memory_cache_and_decode_as_it_alone(model_and_config):
+    # N = B x 3 hypotheses, sentence-major, read one memory cache of B sentences: each
+    # gets the logits of its sentence decoded on its own, step after step.
+    model, config = model_and_config
+    transformer = Transformer(model, config)
+    memory, memory_mask = transformer.encode(SOURCE_IDS)
+    memory_cache = transformer.init_memory_cache(memory, memory_mask)
+    beams = 3
+    rng = np.random.default_rng(5)
+    tokens = rng.integers(3, config.vocab_size, size=(len(SOURCE_IDS), beams, 4)).astype("int32")  # [B, K, T]
+    cache = transformer.empty_self_cache(len(SOURCE_IDS) * beams)
+    alone = [
+        [transformer.empty_self_cache(1) for _ in range(beams)] for _ in range(len(SOURCE_IDS))
+    ]
+    for step in range(tokens.shape[2]):
+        logits, cache = transformer.decode_step(tokens[:, :, step].reshape(-1), step, cache, memory_cache)
+        logits = np.asarray(logits).reshape(len(SOURCE_IDS), beams, -1)
+        for sentence in range(len(SOURCE_IDS)):
+            own = transformer.init_memory_cache(memory[sentence : sentence + 1], memory_mask[sentence : sentence + 1])
+            for beam in range(beams):
+                expected, alone[sentence][beam] = transformer.decode_step(
+                    tokens[sentence, beam, step : step + 1], step, alone[sentence][beam], own
+                )
+                np.testing.assert_allclose(logits[sentence, beam], np.asarray(expected)[0], atol=1e-5)
 
 
 def test_model_round_trips_through_config_and_save(model_and_config, tmp_path):
@@ -94,7 +122,9 @@ def test_a_loaded_model_decodes_step_by_step(tmp_path):
     loaded = keras.models.load_model(tmp_path / "model.keras")
     transformer = Transformer(loaded, config)
     memory, memory_mask = transformer.encode(SOURCE_IDS)
-    logits, _ = transformer.decode_step(TARGET_IDS[:, 0], 0, transformer.init_cache(memory, memory_mask, 4))
+    memory_cache = transformer.init_memory_cache(memory, memory_mask)
+    self_cache = transformer.empty_self_cache(len(TARGET_IDS))
+    logits, _ = transformer.decode_step(TARGET_IDS[:, 0], 0, self_cache, memory_cache)
     np.testing.assert_allclose(np.asarray(logits), np.asarray(model([SOURCE_IDS, TARGET_IDS[:, :1]]))[:, 0], atol=1e-5)
 
 
