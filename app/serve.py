@@ -33,7 +33,7 @@ from aiohttp import web
 
 from app.cli.quiet_tensorflow import import_tensorflow
 from app.serving.batching import Batcher, BatchingParameters
-from app.serving.models import LoadedVersion, ModelManager
+from app.serving.models import ModelManager, load_version
 from app.serving.rest_api import MODEL_NAME, Limits
 from app.serving.server import Server
 
@@ -141,7 +141,7 @@ async def serve(args):
         args.model_base_path,
         args.num_versions,
         args.max_num_load_retries,
-        LoadedVersion,
+        load_version,
         load_retry_interval_seconds=args.load_retry_interval_micros / 1e6,
     )
     server = Server(

@@ -95,6 +95,16 @@ class LoadedVersion:
                 log.info("warm-up of %s version %s: %s", name, self.version, error)
 
 
+def load_version(version, path):
+    """The version in directory `path`: a CTranslate2 export (model.bin, app/export/ctranslate2.py)
+    or a SavedModel (saved_model.pb), with the same interface."""
+    if os.path.exists(os.path.join(path, "model.bin")) and not os.path.exists(os.path.join(path, "saved_model.pb")):
+        from app.serving.ctranslate2_version import CTranslate2Version
+
+        return CTranslate2Version(version, path)
+    return LoadedVersion(version, path)
+
+
 def _spec(tensor_spec):
     dtype = np.object_ if tensor_spec.dtype.name == "string" else tensor_spec.dtype.as_numpy_dtype
     return TensorSpec(np.dtype(dtype), tuple(tensor_spec.shape.as_list()))

@@ -1,0 +1,328 @@
+"""One CTranslate2 version (written by `python export.py --format ctranslate2`), served
+behind the same REST API and signatures as a SavedModel version (`models.LoadedVersion`).
+
+    python -m app.serve --model_base_path saved_models/translator/ctranslate2
+
+    version = CTranslate2Version(1, "saved_models/translator/ctranslate2/1")
+    version.run("serving_default", {"inputs": np.array([b"A man."], object)})
+    # {"translations": object [B], "scores": float32 [B]}
+
+Signatures as the SavedModel's (app/export/saved_model.py), batch B, beam K:
+
+    serving_default         inputs string [B] -> translations string [B], scores float32 [B]
+    nbest                   inputs string [B] -> translations string [B, K], scores float32 [B, K]
+    greedy                  inputs string [B] -> translations string [B], scores float32 [B]
+    translate_with_options  inputs string [B], alpha float32 [B], max_extra_length int32 [B]
+                            -> translations string [B], scores float32 [B]
+
+The text goes through the export's subwords.model with the `sentencepiece` package,
+lowercased first where the run was trained lowercased (data/lowercase.py), truncated to
+its first max_length - 1 pieces, then the end token, as the SavedModel does; an empty or
+whitespace-only input translates from the end token alone. Each sentence may write at
+most its source length + max_extra_length tokens, end token included, and never more
+than the model's max_length.
+
+Length penalty. CTranslate2 divides a finished hypothesis's log-probability by
+length ** length_penalty (its length without the end token) and ranks candidates by plain
+log-probability while searching; the SavedModel divides by GNMT's
+((5 + length) / 6) ** alpha, length counting the end token. So CTranslate2 is asked for
+its K finished hypotheses with the end token (`length_penalty=1`, from which the plain
+log-probability is recovered) and they are ranked here by the SavedModel's formula, per
+sentence with its own alpha. With alpha 0 both rank by log-probability: CTranslate2
+then stops once its best beam has ended (`length_penalty=0`), as the SavedModel's
+search does, and the best translations agree (tests/export/test_ctranslate2.py). With
+alpha > 0 the SavedModel keeps searching while a live beam could still beat its worst
+finished one, CTranslate2 stops at its first K finished: they may differ.
+
+Output limits: CTranslate2 takes one `max_decoding_length` per call. A batch is decoded
+with the largest limit of its sentences; a sentence whose translation came out longer
+than its own limit is decoded again alone (with the others of its limit). With alpha 0
+that is the translation a call at its own limit gives: the search up to that limit is
+the same, and the hypotheses it forces to end there score below the best.
+
+Imports no TensorFlow: CTranslate2's threads ran several times slower beside it.
+"""
+
+import json
+import math
+import os
+import re
+
+import numpy as np
+
+from app.serving.rest_api import ServingError, TensorSpec
+from data.special_tokens import END_ID, PAD_ID, START_ID
+
+EXPORT_INFO = "export_info.json"
+SUBWORDS = "subwords.model"
+
+# As data/tokenizer.py's _NOT_ON_ONE_LINE (RE2 there, Python's re here; a test compares
+# them): control characters, DEL and the line and paragraph separators, with the spaces
+# beside them, become one space, so one translation stays one line.
+_NOT_ON_ONE_LINE = re.compile(" *[\x00-\x1f\x7f-\x9f\u2028\u2029][ \x00-\x1f\x7f-\x9f\u2028\u2029]*")
+
+# The score of a missing hypothesis: the SavedModel's for its empty slots (finite, so
+# that a response stays JSON).
+EMPTY_SCORE = -1e9
+
+_STRING, _FLOAT, _INT = np.dtype(object), np.dtype(np.float32), np.dtype(np.int32)
+
+
+def gnmt_penalty(length, alpha):
+    """GNMT's length penalty ((5 + length) / 6) ** alpha, as the SavedModel's beam search
+    divides by it (app/decoding/beam_search.py)."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+class Engine:
+    """A CTranslate2 translator with the export's tokenizer: strings in, strings out.
+
+    Args:
+        path: a CTranslate2 version directory (model.bin, subwords.model, export_info.json).
+        compute_type: CTranslate2's ("default": as saved; "int8", "float32", ...).
+        intra_threads: threads per translation (0: CTranslate2's default).
+    """
+
+    def __init__(self, path, compute_type="default", intra_threads=0):
+        try:
+            import ctranslate2
+        except ImportError:
+            raise RuntimeError("CTranslate2 is not installed: pip install -r requirements-ctranslate2.txt") from None
+        import sentencepiece
+
+        with open(os.path.join(path, EXPORT_INFO)) as f:
+            self.info = json.load(f)
+        for key in ("max_length", "beam_size", "alpha", "max_extra_length"):
+            if key not in self.info:
+                raise RuntimeError(f"{os.path.join(path, EXPORT_INFO)} has no {key!r}: export it again")
+        self.max_length = int(self.info["max_length"])
+        self.lowercase = bool(self.info.get("lowercase", False))
+        self.processor = sentencepiece.SentencePieceProcessor(model_file=os.path.join(path, SUBWORDS))
+        self.pieces = [self.processor.id_to_piece(i) for i in range(self.processor.get_piece_size())]
+        self.translator = ctranslate2.Translator(
+            path, device="cpu", compute_type=compute_type, inter_threads=1, intra_threads=intra_threads,
+            files=_model_files(path, self.pieces[PAD_ID]),
+        )
+
+    def source_pieces(self, texts):
+        """str list [B] -> piece lists: each text's pieces, truncated to max_length - 1, then the end piece."""
+        if self.lowercase:
+            from data.lowercase import lowercase
+
+            texts = [lowercase(text) for text in texts]
+        ids = self.processor.encode(list(texts), out_type=int)
+        return [[self.pieces[i] for i in row[: self.max_length - 1]] + [self.pieces[END_ID]] for row in ids]
+
+    def output_limits(self, sources, max_extra_length):
+        """The most output tokens (end token included) of each source, as the SavedModel's
+        `output_lengths`: its length + max_extra_length, at most max_length."""
+        extra = np.minimum(np.broadcast_to(np.asarray(max_extra_length, np.int64), (len(sources),)), self.max_length)
+        return [int(min(len(source) + e, self.max_length)) for source, e in zip(sources, extra)]
+
+    def detokenize(self, pieces):
+        """One hypothesis's pieces -> its text: up to the end piece, without pad and start."""
+        ids = []
+        for piece in pieces:
+            i = self.processor.piece_to_id(piece)
+            if i == END_ID:
+                break
+            if i not in (PAD_ID, START_ID):
+                ids.append(i)
+        return _NOT_ON_ONE_LINE.sub(" ", self.processor.decode(ids))
+
+    def _decode(self, sources, beam_size, limit, alphas, nbest):
+        """CTranslate2's finished hypotheses per source: lists of `(pieces, log-probability)`,
+        K of them, or only the best where all alphas are 0 and `nbest` is False."""
+        plain = all(a == 0 for a in alphas)
+        results = self.translator.translate_batch(
+            sources,
+            beam_size=beam_size,
+            # Any alpha > 0 ranks CTranslate2's K hypotheses anew, so it must return them all.
+            num_hypotheses=beam_size if nbest or not plain else 1,
+            length_penalty=0.0 if plain else 1.0,
+            max_input_length=0,
+            max_decoding_length=limit,
+            # CTranslate2's default 1 forbids the end token at the first step (renormalizing
+            # the others' probabilities); the SavedModel allows an empty translation.
+            min_decoding_length=0,
+            return_scores=True,
+            end_token=self.pieces[END_ID],
+            return_end_token=True,
+        )
+        decoded = []
+        for result in results:
+            hypotheses = []
+            for pieces, score in zip(result.hypotheses, result.scores):
+                # With length_penalty 1 the score is log-probability / length.
+                hypotheses.append((pieces, score if plain else score * len(pieces)))
+            decoded.append(hypotheses)
+        return decoded
+
+    def translate(self, texts, beam_size, alphas, max_extra_lengths, nbest=False):
+        """`(texts [B][K], scores float64 [B][K])`, best first by the SavedModel's score:
+        log-probability / gnmt_penalty(length, alpha), length counting the end token.
+
+        Args:
+            texts: str [B].
+            alphas, max_extra_lengths: one per text.
+            nbest: all K are wanted; else the best, and the others may be missing
+                (an empty text scored EMPTY_SCORE).
+        """
+        if not len(texts):
+            return [], []
+        sources = self.source_pieces(texts)
+        limits = self.output_limits(sources, max_extra_lengths)
+        hypotheses = self._decode(sources, beam_size, max(limits), alphas, nbest)
+        # Longer than its own limit: decoded again at that limit, with the others of it.
+        again = [i for i, hyps in enumerate(hypotheses) if any(len(p) > limits[i] for p, _ in hyps)]
+        for limit in sorted({limits[i] for i in again}):
+            group = [i for i in again if limits[i] == limit]
+            redone = self._decode([sources[i] for i in group], beam_size, limit, [alphas[i] for i in group], nbest)
+            for i, hyps in zip(group, redone):
+                hypotheses[i] = hyps
+        all_texts, all_scores = [], []
+        for hyps, alpha in zip(hypotheses, alphas):
+            scored = sorted(
+                ((log_probability / gnmt_penalty(len(pieces), alpha), pieces) for pieces, log_probability in hyps),
+                key=lambda pair: -pair[0],
+            )[:beam_size]
+            # CTranslate2 returns K hypotheses; fewer only if its search ended without them.
+            scored += [(EMPTY_SCORE, [])] * (beam_size - len(scored))
+            all_texts.append([self.detokenize(pieces) for _, pieces in scored])
+            all_scores.append([score for score, _ in scored])
+        return all_texts, all_scores
+
+
+def _model_files(path, stand_in_end_token):
+    """CTranslate2's files of the model in `path`, read into memory for
+    `ctranslate2.Translator(files=...)`, with `stand_in_end_token` as config.json's end token.
+
+    CTranslate2 answers a source that is its start or end token alone with an empty
+    translation, without decoding it, where the SavedModel decodes an empty input from
+    the end token alone. Under another name that source is decoded; decoding still ends
+    at the real end token, which every call passes as `end_token`.
+    """
+    files = {}
+    for name in os.listdir(path):
+        if name == "model.bin" or name.endswith("vocabulary.json") or name.endswith("vocabulary.txt"):
+            with open(os.path.join(path, name), "rb") as f:
+                files[name] = f.read()
+    with open(os.path.join(path, "config.json")) as f:
+        config = json.load(f)
+    config["eos_token"] = stand_in_end_token
+    files["config.json"] = json.dumps(config).encode("utf-8")
+    return files
+
+
+class CTranslate2Version:
+    """One CTranslate2 version, with `LoadedVersion`'s interface: its signatures, their
+    specs and their metadata JSON, and `run` / `warm_up`."""
+
+    def __init__(self, version, path, intra_threads=0):
+        self.version = version
+        self.path = path
+        self.engine = Engine(path, intra_threads=intra_threads)
+        info = self.engine.info
+        self.beam_size = int(info["beam_size"])
+        self.alpha = float(info["alpha"])
+        self.max_extra_length = int(info["max_extra_length"])
+        # The SavedModel refuses an alpha whose penalty overflows float32 (checked_alpha).
+        self.max_alpha = float(info.get("max_alpha", math.inf))
+        vector = (None,)
+        one_each = {"translations": TensorSpec(_STRING, vector), "scores": TensorSpec(_FLOAT, vector)}
+        self.inputs = {
+            "serving_default": {"inputs": TensorSpec(_STRING, vector)},
+            "nbest": {"inputs": TensorSpec(_STRING, vector)},
+            "greedy": {"inputs": TensorSpec(_STRING, vector)},
+            "translate_with_options": {
+                "inputs": TensorSpec(_STRING, vector),
+                "alpha": TensorSpec(_FLOAT, vector),
+                "max_extra_length": TensorSpec(_INT, vector),
+            },
+        }
+        beams = (None, self.beam_size)
+        k_each = {"translations": TensorSpec(_STRING, beams), "scores": TensorSpec(_FLOAT, beams)}
+        self.outputs = {
+            "serving_default": one_each, "nbest": k_each, "greedy": one_each, "translate_with_options": one_each,
+        }
+        self.signatures = dict(self.inputs)
+        self.signature_def = signature_def_json(self.inputs, self.outputs)
+
+    def input_specs(self, signature_name):
+        if signature_name not in self.inputs:
+            raise ServingError(f'Serving signature name: "{signature_name}" not found in signature def')
+        return self.inputs[signature_name]
+
+    def run(self, signature_name, inputs):
+        """Calls a signature on arrays; returns name -> np.ndarray. Blocks (call from a thread)."""
+        texts = [_text(value) for value in np.asarray(inputs["inputs"]).ravel()]
+        n = len(texts)
+        beam_size, alphas, extras = self.beam_size, [self.alpha] * n, [self.max_extra_length] * n
+        if signature_name == "greedy":
+            beam_size = 1
+        elif signature_name == "translate_with_options":
+            alphas, extras = self._options(inputs, n)
+        translations, scores = self.engine.translate(texts, beam_size, alphas, extras, signature_name == "nbest")
+        translations = np.array(
+            [[t.encode("utf-8") for t in row] for row in translations] or np.zeros((0, beam_size)), dtype=object
+        ).reshape(n, beam_size)
+        scores = np.array(scores, dtype=np.float32).reshape(n, beam_size)
+        if signature_name == "nbest":
+            return {"translations": translations, "scores": scores}
+        return {"translations": translations[:, 0], "scores": scores[:, 0]}
+
+    def _options(self, inputs, n):
+        """translate_with_options' alpha and max_extra_length, checked as the SavedModel checks them."""
+        alpha = np.asarray(inputs["alpha"], np.float32).ravel()
+        extra = np.asarray(inputs["max_extra_length"], np.int64).ravel()
+        if alpha.size != n:
+            raise ServingError(f"assertion failed: one alpha per input: {alpha.size} alphas for {n} inputs")
+        if extra.size != n:
+            raise ServingError(f"assertion failed: one max_extra_length per input: {extra.size} for {n} inputs")
+        if not np.all(np.isfinite(alpha)):
+            raise ServingError(f"assertion failed: alpha must be finite, got {alpha.tolist()}")
+        if np.any(alpha < 0):
+            raise ServingError(f"assertion failed: alpha must not be negative, got {alpha.tolist()}")
+        if np.any(alpha > self.max_alpha):
+            raise ServingError(
+                f"assertion failed: alpha must be at most {self.max_alpha} for a model of "
+                f"{self.engine.max_length} positions, got {alpha.tolist()}"
+            )
+        if np.any(extra <= 0):
+            raise ServingError(f"assertion failed: max_extra_length must be positive, got {extra.tolist()}")
+        return [float(a) for a in alpha], [int(e) for e in extra]
+
+    def warm_up(self):
+        """One call per signature, so the first request is not the slow one."""
+        self.run("serving_default", {"inputs": np.array([b""], dtype=object)})
+
+
+def _text(value):
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+
+
+_DTYPES = {_STRING: "DT_STRING", _FLOAT: "DT_FLOAT", _INT: "DT_INT32"}
+
+
+def signature_def_json(inputs, outputs):
+    """The signatures as TF Serving's metadata endpoint writes a SavedModel's
+    (`models.signature_def_json`), from the specs."""
+
+    def tensor(name, spec):
+        dims = [{"size": str(-1 if d is None else d), "name": ""} for d in spec.shape]
+        return {"name": name, "dtype": _DTYPES[spec.dtype], "tensor_shape": {"dim": dims, "unknown_rank": False}}
+
+    return {
+        "signature_def": {
+            signature: {
+                "inputs": {k: tensor(f"{signature}_{k}:0", s) for k, s in inputs[signature].items()},
+                "outputs": {
+                    k: tensor(f"StatefulPartitionedCall:{i}", s)
+                    for i, (k, s) in enumerate(sorted(outputs[signature].items()))
+                },
+                "method_name": "tensorflow/serving/predict",
+                "defaults": {},
+            }
+            for signature in sorted(inputs)
+        }
+    }

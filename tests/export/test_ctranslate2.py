@@ -1,0 +1,252 @@
+"""The CTranslate2 export (app/export/ctranslate2.py) and its serving
+(app/serving/ctranslate2_version.py): the same translations as the SavedModel with the
+length penalty off, behind the same REST API; what it cannot express is refused by name."""
+
+import gzip
+import json
+import os
+import re
+import shutil
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import SENTENCES
+from tests.tiny_run import ROOT
+
+pytest.importorskip("ctranslate2")
+
+VALIDATION_SENTENCES = 200
+
+
+@pytest.fixture(scope="module")
+def ct2_export(model_dir, tmp_path_factory):
+    """`(path, translator)`: the fixture run exported for CTranslate2, decoding with alpha 0."""
+    from app.decoding.translate import DecodingConfig
+    from app.export.ctranslate2 import export_ctranslate2
+    from app.export.saved_model import export_metadata, load_translator
+
+    decoding = DecodingConfig(beam_size=4, alpha=0.0, max_extra_length=50)
+    translator, weights = load_translator(model_dir, decoding=decoding)
+    base = str(tmp_path_factory.mktemp("ct2") / "translator" / "ctranslate2")
+    path = export_ctranslate2(translator, base, metadata=export_metadata(model_dir, weights, decoding))
+    return path, translator
+
+
+@pytest.fixture(scope="module")
+def saved_model(exported):
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
+
+    return tf.saved_model.load(exported[2])
+
+
+def saved_model_translations(saved_model, texts, alpha=0.0, max_extra_length=50):
+    """translate_with_options of the SavedModel: `(texts [B] str, scores float32 [B])`."""
+    import tensorflow as tf
+
+    n = len(texts)
+    outputs = saved_model.signatures["translate_with_options"](
+        inputs=tf.constant(texts, tf.string), alpha=tf.fill([n], float(alpha)),
+        max_extra_length=tf.fill([n], max_extra_length),
+    )
+    return [t.decode("utf-8") for t in outputs["translations"].numpy()], outputs["scores"].numpy()
+
+
+def test_the_export_directory_holds_ctranslate2s_files_the_vocabulary_and_export_info(ct2_export, model_dir):
+    path, _ = ct2_export
+    assert os.path.basename(path) == "1"
+    assert sorted(os.listdir(path)) == [
+        "config.json", "export_info.json", "model.bin", "shared_vocabulary.json", "subwords.model",
+    ]
+    with open(os.path.join(model_dir, "subwords.model"), "rb") as f:
+        assert open(os.path.join(path, "subwords.model"), "rb").read() == f.read()
+    info = json.load(open(os.path.join(path, "export_info.json")))
+    assert (info["engine"], info["alpha"], info["beam_size"], info["max_length"]) == ("ctranslate2", 0.0, 4, 48)
+    config = json.load(open(os.path.join(path, "config.json")))
+    assert (config["bos_token"], config["eos_token"], config["unk_token"]) == ("<s>", "</s>", "<unk>")
+    assert config["decoder_start_token"] == "<s>" and not config["add_source_eos"]
+    vocabulary = json.load(open(os.path.join(path, "shared_vocabulary.json")))
+    assert vocabulary[:4] == ["<pad>", "<s>", "</s>", "<unk>"] and len(vocabulary) == 400
+
+
+def test_the_sinusoid_table_is_what_the_layer_adds():
+    from app.export.ctranslate2 import sinusoid_table
+    from layers.sinusoidal_positional_encoding import SinusoidalPositionalEncoding
+
+    added = SinusoidalPositionalEncoding(48)(np.zeros((1, 48, 32), np.float32))
+    np.testing.assert_allclose(sinusoid_table(48, 32), np.asarray(added)[0], atol=2e-6)
+
+
+# With alpha 0 the two searches agree by construction; with alpha > 0 CTranslate2 stops
+# at its first K finished hypotheses, so fewer may agree, and those that do score alike
+# only if its hypotheses are ranked by the SavedModel's GNMT formula.
+@pytest.mark.parametrize("alpha, agreeing", [(0.0, 0.99), (0.6, 0.95)])
+def test_ctranslate2_translates_validation_as_the_saved_model_does(ct2_export, saved_model, alpha, agreeing):
+    from app.serving.ctranslate2_version import Engine
+
+    with gzip.open(os.path.join(ROOT, "data", "multi30k", "val.en.gz"), "rt", encoding="utf-8") as f:
+        sources = [next(f).rstrip("\n") for _ in range(VALIDATION_SENTENCES)]
+    # One thread: beside TensorFlow in this process, more only wait on each other.
+    engine = Engine(ct2_export[0], intra_threads=1)
+    texts, scores = engine.translate(sources, 4, [alpha] * len(sources), [50] * len(sources))
+    want_texts, want_scores = saved_model_translations(saved_model, sources, alpha)
+    same = [got[0] == want for got, want in zip(texts, want_texts)]
+    differing = [(s, g[0], w) for s, g, w, e in zip(sources, texts, want_texts, same) if not e]
+    assert sum(same) >= agreeing * len(sources), differing
+    got_scores = np.array([s[0] for s, e in zip(scores, same) if e], np.float32)
+    np.testing.assert_allclose(got_scores, want_scores[same], rtol=1e-3, atol=1e-3)
+
+
+def test_overlong_empty_and_short_limited_inputs_as_the_saved_model(ct2_export, saved_model):
+    """Truncation, an empty and a blank input, and max_extra_length 2 (each sentence's own
+    output limit, below the batch's longest: decoded again at its own)."""
+    from app.serving.ctranslate2_version import Engine
+
+    engine = Engine(ct2_export[0], intra_threads=1)
+    for extra in (50, 2):
+        texts, scores = engine.translate(SENTENCES, 4, [0.0] * len(SENTENCES), [extra] * len(SENTENCES))
+        want_texts, want_scores = saved_model_translations(saved_model, SENTENCES, max_extra_length=extra)
+        assert [t[0] for t in texts] == want_texts
+        np.testing.assert_allclose([s[0] for s in scores], want_scores, rtol=1e-3, atol=1e-3)
+
+
+def test_outputs_stay_one_line_as_the_tokenizers_detokenize_leaves_them():
+    import tensorflow as tf
+
+    from app.serving.ctranslate2_version import _NOT_ON_ONE_LINE
+    from data.tokenizer import _NOT_ON_ONE_LINE as graph_pattern
+
+    text = "a \n b\tc\r\n\x85d\u2028 e\x7f f  \x01\x02g h"
+    graph = tf.strings.regex_replace(tf.constant(text), graph_pattern, " ").numpy().decode("utf-8")
+    assert _NOT_ON_ONE_LINE.sub(" ", text) == graph == "a b c d e f g h"
+
+
+# Refusals.
+
+
+def test_scale_norm_is_refused_by_name_and_nothing_is_written(model_dir, tmp_path, capsys):
+    import export
+    from app.export.ctranslate2 import export_ctranslate2
+    from app.export.saved_model import ExportError, Translator
+    from app.model.config import ModelConfig
+    from app.model.transformer import build_transformer
+    from data.tokenizer import SubwordTokenizer
+
+    message = "normalization: 'scale' (ScaleNorm) has no CTranslate2 equivalent"
+    config = ModelConfig.from_size("tiny", vocab_size=400, num_layers=1, d_model=32, d_ff=64, num_heads=2,
+                                   max_length=48, normalization="scale")
+    tokenizer = SubwordTokenizer.load(os.path.join(model_dir, "subwords.model"))
+    translator = Translator(build_transformer(config), config, tokenizer)
+    with pytest.raises(ExportError, match=re.escape(message)):
+        export_ctranslate2(translator, str(tmp_path / "ct2"))
+    assert not os.path.exists(tmp_path / "ct2" / "1")
+
+    # The command refuses a model directory with it before loading anything.
+    scale_dir = tmp_path / "scale-run"
+    scale_dir.mkdir()
+    settings = json.load(open(os.path.join(model_dir, "settings.json")))
+    settings["model"]["normalization"] = "scale"
+    (scale_dir / "settings.json").write_text(json.dumps(settings))
+    argv = ["--model-dir", str(scale_dir), "--format", "ctranslate2", "--output", str(tmp_path / "out"), "--alpha", "0"]
+    assert export.main(argv) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_missing_ctranslate2_gives_the_install_hint(monkeypatch, model_dir, tmp_path, capsys):
+    import export
+    from app.export.ctranslate2 import import_ctranslate2
+    from app.export.saved_model import ExportError
+
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)  # import ctranslate2 -> ImportError
+    with pytest.raises(ExportError, match="pip install -r requirements-ctranslate2.txt"):
+        import_ctranslate2()
+    argv = ["--model-dir", model_dir, "--format", "ctranslate2", "--output", str(tmp_path / "ct2"), "--alpha", "0"]
+    assert export.main(argv) == 1
+    assert "CTranslate2 is not installed: pip install -r requirements-ctranslate2.txt" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "ct2")
+
+
+def test_export_command_writes_the_next_version(model_dir, tmp_path, capsys):
+    import export
+
+    base = tmp_path / "ct2"
+    argv = ["--model-dir", model_dir, "--format", "ctranslate2", "--output", str(base), "--alpha", "0.6"]
+    assert export.main(argv) == 0 and export.main(argv) == 0
+    assert sorted(os.listdir(base)) == ["1", "2"]
+    assert f"serve it: python -m app.serve --model_base_path {base}" in capsys.readouterr().out
+    info = json.load(open(base / "2" / "export_info.json"))
+    assert (info["engine"], info["alpha"]) == ("ctranslate2", 0.6)
+
+
+# Serving: the local server over a CTranslate2 version answers as over the SavedModel.
+
+
+@pytest.fixture(scope="module")
+def ct2_server(ct2_export, tmp_path_factory):
+    from tests.serving.test_serve import Server
+
+    base = tmp_path_factory.mktemp("ct2-serving") / "translator"
+    shutil.copytree(ct2_export[0], base / "1")
+    with pytest.MonkeyPatch.context() as patch:
+        # CTranslate2's threads spin while they wait: on a shared CPU one is fastest.
+        patch.setenv("OMP_NUM_THREADS", "1")
+        server = Server(str(base), log_path=tmp_path_factory.mktemp("ct2-logs") / "serve.log")
+    yield server
+    server.stop()
+
+
+def test_the_server_answers_row_and_columnar_requests_as_over_the_saved_model(ct2_server, saved_model):
+    want_texts, want_scores = saved_model_translations(saved_model, SENTENCES)
+    status, rows = ct2_server.predict({"instances": SENTENCES})
+    assert status == 200, rows
+    assert [p["translations"] for p in rows["predictions"]] == want_texts
+    np.testing.assert_allclose([p["scores"] for p in rows["predictions"]], want_scores, rtol=1e-3, atol=1e-3)
+    status, columns = ct2_server.predict({"inputs": SENTENCES})
+    assert status == 200 and set(columns) == {"outputs"}
+    assert columns["outputs"]["translations"] == want_texts
+
+    n = len(SENTENCES)
+    want_short, _ = saved_model_translations(saved_model, SENTENCES, max_extra_length=3)
+    instances = [{"inputs": s, "alpha": 0.0, "max_extra_length": 3} for s in SENTENCES]
+    status, body = ct2_server.predict({"signature_name": "translate_with_options", "instances": instances})
+    assert status == 200 and [p["translations"] for p in body["predictions"]] == want_short
+    options = {"inputs": SENTENCES, "alpha": [0] * n, "max_extra_length": [3] * n}
+    status, body = ct2_server.predict({"signature_name": "translate_with_options", "inputs": options})
+    assert status == 200 and body["outputs"]["translations"] == want_short
+
+    status, nbest = ct2_server.predict({"signature_name": "nbest", "inputs": SENTENCES})
+    assert status == 200
+    assert np.array(nbest["outputs"]["scores"]).shape == (n, 4)
+    assert [row[0] for row in nbest["outputs"]["translations"]] == want_texts
+    assert all(row == sorted(row, reverse=True) for row in nbest["outputs"]["scores"])
+    status, greedy = ct2_server.predict({"signature_name": "greedy", "instances": SENTENCES})
+    assert status == 200 and len(greedy["predictions"]) == n
+    assert ct2_server.predict({"signature_name": "nbest", "inputs": []}) == (
+        200, {"outputs": {"scores": [], "translations": []}}
+    )
+
+
+def test_the_servers_metadata_and_errors_are_the_saved_models(ct2_server, exported):
+    from app.serving.models import signature_def_json
+
+    status, body = ct2_server.request("GET", "/v1/models/translator/metadata")
+    assert status == 200 and body["model_spec"] == {"name": "translator", "signature_name": "", "version": "1"}
+
+    def shapes(signature_def):
+        # Tensor names differ (a graph's, which CTranslate2 has not), and a SavedModel has
+        # its initializer too, which is no signature a client can call.
+        return {
+            (name, side): {k: (v["dtype"], v["tensor_shape"]) for k, v in s[side].items()}
+            for name, s in signature_def["signature_def"].items()
+            if not name.startswith("__")
+            for side in ("inputs", "outputs")
+        }
+
+    assert shapes(body["metadata"]["signature_def"]) == shapes(signature_def_json(exported[2]))
+    instance = {"inputs": "A man.", "alpha": -1.0, "max_extra_length": 5}
+    status, error = ct2_server.predict({"signature_name": "translate_with_options", "instances": [instance]})
+    assert status == 400 and "alpha must not be negative" in error["error"]
+    status, error = ct2_server.predict({"signature_name": "nope", "inputs": ["A man."]})
+    assert status == 400 and 'Serving signature name: "nope" not found' in error["error"]
