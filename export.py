@@ -4,10 +4,17 @@
     python export.py --model-dir DIR --checkpoint best           # the best by validation BLEU
     python export.py --model-dir DIR --average-last 5            # average the newest 5 checkpoints
     python export.py --model-dir DIR --name en-de --version 3    # saved_models/en-de/3/
+    python export.py --model-dir DIR --alpha 0.6                 # this alpha: no search on validation
+    python export.py --model-dir DIR --format ctranslate2        # saved_models/translator/ctranslate2/<next>/
 
 With neither --checkpoint nor --average-last, the run's settings.json says which weights:
 tiny averages its newest 10 checkpoints, base and big their newest 5 and 20, as the paper
 did; small takes the best by validation BLEU (`train.py --average-last`).
+
+Without --alpha, the length penalty of the default signature is the one of 0.0, 0.2, ...,
+1.6 whose translations of the validation split score the highest BLEU, as the paper chose
+its 0.6 on the development set (app/export/alpha_search.py); export_info.json records the
+grid and its scores.
 
 See app/export/saved_model.py for the signatures and guarantees.
 """
@@ -31,8 +38,19 @@ def parse_args(argv=None):
     )
     parser.add_argument("--output", help="export base directory instead of saved_models/<name>")
     parser.add_argument("--version", type=int, help="version number (default: the next free one)")
+    parser.add_argument(
+        "--format",
+        choices=("savedmodel", "ctranslate2"),
+        default="savedmodel",
+        help="savedmodel (default), or ctranslate2: a CTranslate2 model in saved_models/<name>/ctranslate2/<version>/ "
+        "(or --output), which python -m app.serve also serves (pip install -r requirements-ctranslate2.txt)",
+    )
     add_weights_arguments(parser)
-    add_decoding_arguments(parser, beam_size_help="beams of the default signature")
+    add_decoding_arguments(
+        parser,
+        beam_size_help="beams of the default signature",
+        alpha_chosen_by="the best of 0.0, 0.2, ..., 1.6 by BLEU on the run's validation split",
+    )
     return parser.parse_args(argv)
 
 
@@ -42,6 +60,7 @@ def main(argv=None):
 
     import_tensorflow()
     from app.decoding.translate import DecodingConfig
+    from app.export.alpha_search import choose_on_validation
     from app.export.saved_model import ExportError, check_export_base, export, export_metadata, load_translator
     from app.serving.rest_api import MODEL_NAME
 
@@ -52,12 +71,27 @@ def main(argv=None):
                 f"--name {args.name!r} is not a model name: use letters, digits, '.', '_' and '-', "
                 "not starting with '.'"
             )
-        decoding = DecodingConfig(args.beam_size, args.alpha, args.max_extra_length)
+        # Without --alpha, the paper's until the search on validation replaces it.
+        alpha = DecodingConfig.alpha if args.alpha is None else args.alpha
+        decoding = DecodingConfig(args.beam_size, alpha, args.max_extra_length)
         base = args.output or os.path.join("saved_models", args.name)
+        if args.format == "ctranslate2":
+            from app.export import ctranslate2
+
+            ctranslate2.check_model_dir(args.model_dir)  # before the slow part
+            # Beside the SavedModel versions: TF Serving passes over a non-numeric directory.
+            base = args.output or os.path.join(base, ctranslate2.SUBDIRECTORY)
         check_export_base(base)  # before the slow part
         translator, weights = load_translator(args.model_dir, args.checkpoint, args.average_last, decoding)
-        metadata = export_metadata(args.model_dir, weights, decoding)
-        path = export(translator, base, args.version, metadata)
+        alpha_search = None
+        if args.alpha is None:
+            alpha_search = choose_on_validation(translator, args.model_dir)
+            translator.set_default_alpha(alpha_search["chosen"])
+        metadata = {**export_metadata(args.model_dir, weights, translator.decoding), "alpha_search": alpha_search}
+        if args.format == "ctranslate2":
+            path = ctranslate2.export_ctranslate2(translator, base, args.version, metadata)
+        else:
+            path = export(translator, base, args.version, metadata)
     except (ExportError, FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

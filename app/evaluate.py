@@ -18,7 +18,7 @@ import re
 import sys
 import time
 
-from app.cli.flags import DEFAULT_BEAM_SIZE, add_decoding_arguments, add_weights_arguments
+from app.cli.flags import DEFAULT_ALPHA, DEFAULT_BEAM_SIZE, add_decoding_arguments, add_weights_arguments
 from app.cli.flag_types import positive_int
 from app.cli.quiet_tensorflow import import_tensorflow
 
@@ -33,6 +33,7 @@ EXPORT_INFO_FIELDS = (
     ("source_lang", str, "a string"),
     ("target_lang", str, "a string"),
     ("lowercase", bool, "true or false"),
+    ("alpha", (int, float), "a number"),
 )
 
 # Names a user may give a split, per the dataset's own names.
@@ -57,7 +58,11 @@ def parse_args(argv=None):
     )
     parser.add_argument("--source", help="a source file to translate instead of a split (with --reference)")
     parser.add_argument("--reference", help="the reference translations of --source")
-    add_decoding_arguments(parser, beam_size_help="beams, with --model-dir; a SavedModel uses its exported beam size")
+    add_decoding_arguments(
+        parser,
+        beam_size_help="beams, with --model-dir; a SavedModel uses its exported beam size",
+        alpha_chosen_by=f"with --saved-model the alpha it was exported with (export_info.json), else {DEFAULT_ALPHA}",
+    )
     parser.add_argument("--batch-size", type=positive_int, default=64, help="sentences per decoding batch")
     parser.add_argument("--limit", type=positive_int, metavar="N", help="score only the first N sentences")
     parser.add_argument("--output", help="write the translations here, one per line")
@@ -70,6 +75,8 @@ def parse_args(argv=None):
         parser.error(conflict)
     if args.beam_size is None:
         args.beam_size = DEFAULT_BEAM_SIZE
+    if args.alpha is None and not args.saved_model:
+        args.alpha = DEFAULT_ALPHA  # A SavedModel's is read in main, with its export_info.json.
     if args.split is None and not args.source:
         args.split = "validation"
     return args
@@ -434,9 +441,15 @@ def main(argv=None):
         # Every check before the model loads, so a mistake costs seconds, not a load.
         # The decoding options too for a SavedModel, whose signature would refuse bad
         # ones only once it runs, with a graph assertion instead of a message.
-        decoding = DecodingConfig(args.beam_size, args.alpha, args.max_extra_length)
+        decoding = DecodingConfig(
+            args.beam_size, DEFAULT_ALPHA if args.alpha is None else args.alpha, args.max_extra_length
+        )
         if args.saved_model:
             check_saved_model(args.saved_model)
+        if args.alpha is None:
+            # The alpha the export chose on validation (or was given), as it serves.
+            args.alpha = read_export_info(args.saved_model).get("alpha", DEFAULT_ALPHA)
+            decoding = DecodingConfig(args.beam_size, args.alpha, args.max_extra_length)
         data_config = read_data_config(args)
         sources, references, description = read_references(args, data_config)
         if args.output:

@@ -129,10 +129,14 @@ DEFAULT_ALPHA = 0.6
 DEFAULT_MAX_EXTRA_LENGTH = 50
 
 
-def add_decoding_arguments(parser: argparse.ArgumentParser, beam_size_help: str = "beams; 1 is greedy"):
+def add_decoding_arguments(
+    parser: argparse.ArgumentParser, beam_size_help: str = "beams; 1 is greedy", alpha_chosen_by: str = None
+):
     """--beam-size, --alpha and --max-extra-length, with the paper's values as defaults.
 
     `beam_size_help` says what --beam-size means to this command; the default is appended.
+    `alpha_chosen_by`: for a command that chooses alpha itself when --alpha is not given
+    (export.py, on validation), what it does, for the help; --alpha is then None by default.
     """
     parser.add_argument(
         "--beam-size",
@@ -143,8 +147,9 @@ def add_decoding_arguments(parser: argparse.ArgumentParser, beam_size_help: str 
     parser.add_argument(
         "--alpha",
         type=float,
-        default=DEFAULT_ALPHA,
-        help=f"length penalty exponent, GNMT's ((5 + length) / 6) ** alpha (default {DEFAULT_ALPHA})",
+        default=None if alpha_chosen_by else DEFAULT_ALPHA,
+        help="length penalty exponent, GNMT's ((5 + length) / 6) ** alpha "
+        f"(default {alpha_chosen_by or DEFAULT_ALPHA})",
     )
     parser.add_argument(
         "--max-extra-length",

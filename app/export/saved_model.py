@@ -33,6 +33,7 @@ to its version number. TF Serving ignores non-numeric directories, so it never s
 half-written version; an existing version is never overwritten.
 """
 
+import dataclasses
 import json
 import os
 import re
@@ -100,6 +101,29 @@ class Translator(tf.Module):
         """The model's decoding view (`app.model.transformer.Transformer`), for tools that need more
         than strings (`app.pictures` reads its attention weights)."""
         return self._transformer
+
+    @property
+    def decoding(self):
+        """The `DecodingConfig` of `serving_default`, `nbest` and `greedy`; `translate_with_options`
+        takes only its beam size."""
+        return self._decoding
+
+    def set_default_alpha(self, alpha):
+        """Makes `alpha` the length penalty of `serving_default`, `nbest` and `greedy`.
+
+        For export.py, which chooses it on validation with `translate_with_options` once the
+        weights are loaded (app/export/alpha_search.py). Refused once any of the three is
+        traced: its graph holds the old alpha as a constant.
+        """
+        functions = {"serve": self.serve, "serve_nbest": self.serve_nbest, "serve_greedy": self.serve_greedy}
+        traced = [name for name, function in functions.items() if function.experimental_get_tracing_count()]
+        if traced:
+            raise RuntimeError(
+                f"alpha {alpha} comes too late: {', '.join(traced)} already traced with alpha {self._decoding.alpha}"
+            )
+        decoding = dataclasses.replace(self._decoding, alpha=alpha)  # refuses a negative or NaN one
+        checked_alpha(decoding.alpha, self._max_source_length)
+        self._decoding = decoding
 
     def source_ids(self, inputs):
         """string `[B]` -> int32 `[B, S]`: subwords, truncated to fit, then the end token."""

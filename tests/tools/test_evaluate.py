@@ -173,6 +173,7 @@ def test_a_saved_model_without_data_names_the_flags_it_needs(tmp_path):
         ("lowercase", 0, "'lowercase' must be true or false, not 0"),
         ("target_lang", 7, "'target_lang' must be a string, not 7"),
         ("dataset", None, "'dataset' must be a string, not null"),
+        ("alpha", "high", "'alpha' must be a number, not \"high\""),
     ],
 )
 def test_an_export_info_field_of_the_wrong_type_is_named(tmp_path, field, value, message):
@@ -204,6 +205,23 @@ def test_a_saved_model_path_that_is_no_saved_model_is_refused_before_anything_lo
     assert capsys.readouterr().err.strip() == f"error: {base / '1'} is not a SavedModel (no saved_model.pb)"
     assert main(["--saved-model", str(tmp_path / "s"), *files]) == 1
     assert capsys.readouterr().err.strip() == f"error: {tmp_path / 's'} is not a SavedModel directory (it is a file)"
+
+
+def test_a_saved_model_is_scored_at_the_alpha_it_was_exported_with_unless_one_is_given(exported, tmp_path, capsys):
+    from app.evaluate import main
+
+    _, _, path, _ = exported
+    saved_model = tmp_path / "1"
+    shutil.copytree(path, saved_model)
+    (tmp_path / "src").write_text("A man rides a bike.\n", encoding="utf-8")
+    (tmp_path / "ref").write_text("Ein Mann fährt Fahrrad.\n", encoding="utf-8")
+    files = ["--source", str(tmp_path / "src"), "--reference", str(tmp_path / "ref"), "--json"]
+    info = {"source_lang": "en", "target_lang": "de"}
+    for recorded, flags, used in ((1.2, [], 1.2), (1.2, ["--alpha", "0.6"], 0.6), (None, [], 0.6)):
+        written = dict(info, alpha=recorded) if recorded is not None else info
+        (saved_model / "export_info.json").write_text(json.dumps(written))
+        assert main(["--saved-model", str(saved_model), *files, *flags]) == 0
+        assert json.loads(capsys.readouterr().out)["alpha"] == used
 
 
 def test_a_saved_model_scored_on_files_writes_what_it_serves_and_splits_its_own_language(
