@@ -50,23 +50,34 @@ FLOAT32_MAX = tf.float32.max
 
 
 class BeamState(typing.NamedTuple):
-    """The `tf.while_loop` state."""
+    """The `tf.while_loop` state. A sentences are still being searched (A <= B): the
+    others are done, and their results already written to `result_ids`/`result_scores`."""
 
     # int32 []: buffer position of the newest token of the live beams (0 = start token).
     step: tf.Tensor
-    # int32 [B, K, L + 1]: the live beams: start token, then `step` tokens, then 0.
+    # int32 [A, K, L + 1]: the live beams: start token, then `step` tokens, then 0.
     live_ids: tf.Tensor
-    # float32 [B, K]: sum of the live beams' log-probs, best first; <= NEG / 2 for a slot
+    # float32 [A, K]: sum of the live beams' log-probs, best first; <= NEG / 2 for a slot
     # that holds no real hypothesis (it went through a masked token).
     live_log_probs: tf.Tensor
-    # Nested tensors [B * K, ...]: the model's cache for the live beams.
+    # Nested tensors [A * K, ...]: the model's cache for the live beams.
     cache: typing.Any
-    # int32 [B, K, L + 1]: the finished hypotheses: start token, tokens, end token, 0.
+    # int32 [A, K, L + 1]: the finished hypotheses: start token, tokens, end token, 0.
     finished_ids: tf.Tensor
-    # float32 [B, K]: their length-normalized scores, best first; NEG in empty slots.
+    # float32 [A, K]: their length-normalized scores, best first; NEG in empty slots.
     finished_scores: tf.Tensor
-    # bool [B, K]: whether each finished slot holds a hypothesis.
+    # bool [A, K]: whether each finished slot holds a hypothesis.
     finished_flags: tf.Tensor
+    # int32 [A]: each sentence's row in the batch.
+    rows: tf.Tensor
+    # int32 [A] and float32 [A]: each sentence's most output tokens and alpha.
+    max_lengths: tf.Tensor
+    alpha: tf.Tensor
+    # Nested tensors [A, ...]: the per-sentence cache (`sentence_cache`).
+    sentence_cache: typing.Any
+    # int32 [B, K, L + 1] and float32 [B, K]: the results of the sentences done so far.
+    result_ids: tf.Tensor
+    result_scores: tf.Tensor
 
 
 # Shape helpers.
@@ -161,17 +172,27 @@ def beam_search(
     end_id=END_ID,
     pad_id=PAD_ID,
     start_id=START_ID,
+    sentence_cache=None,
 ):
     """Finds the K best output sequences of every sentence.
 
+    A sentence leaves the search as soon as it is done (no live beam can beat its worst
+    finished hypothesis): its result is written out, and its beams, cache and settings
+    are dropped from the loop's state, so later steps compute only the sentences still
+    searched, as CTranslate2 does. Its result is the one it would have at the end.
+
     Args:
-        symbols_to_logits_fn: `(ids, step, cache) -> (logits, new_cache)`. `ids` is int32
-            `[B * K, L + 1]`, the whole buffer of tokens so far (position 0 = start
-            token, positions <= `step` filled, the rest 0); `step` the int32 scalar
-            position of the newest token; `logits` `[B * K, V]` (any float dtype) are for
-            position `step + 1`. `cache` has `B * K` on axis 0 of every tensor.
+        symbols_to_logits_fn: `(ids, step, cache) -> (logits, new_cache)`, or with
+            `sentence_cache` `(ids, step, cache, sentence_cache) -> (logits, new_cache)`.
+            `ids` is int32 `[N, L + 1]`, N = A x K hypotheses of the A sentences still
+            searched (sentence-major), the whole buffer of tokens so far (position 0 =
+            start token, positions <= `step` filled, the rest 0); `step` the int32 scalar
+            position of the newest token; `logits` `[N, V]` (any float dtype) are for
+            position `step + 1`. `cache` has N on axis 0 of every tensor, and
+            `sentence_cache` A.
         initial_ids: int32 `[B]`, the start token of each sentence.
-        initial_cache: nested tensors with the batch `B` on axis 0; tiled K times here.
+        initial_cache: nested tensors with the batch `B` on axis 0; tiled K times here,
+            and reordered with the beams at every step.
         vocab_size: V, a Python int.
         max_lengths: int32 `[B]` (or a scalar for all): the most output tokens of each
             sentence, end token included, >= 1. A hypothesis of that length ends there.
@@ -179,6 +200,9 @@ def beam_search(
         alpha: the length-penalty exponent, float32 `[B]` (or a scalar for all, which
             may be a Python float); 0 ranks by plain log-probability.
         end_id, pad_id, start_id: the special token ids.
+        sentence_cache: nested tensors with the batch `B` on axis 0 that all beams of a
+            sentence read alike (such as the encoder output's keys and values): never
+            tiled nor reordered, only narrowed to the sentences still searched.
 
     Returns:
         `(ids, scores)`: ids int32 `[B, K, L]`, the output tokens without the start
@@ -201,86 +225,142 @@ def beam_search(
     max_output_length = longest_output(max_lengths)  # L
     # Per sentence, like the maximum lengths, so one batch can mix decoding settings.
     alpha = tf.broadcast_to(tf.cast(alpha, tf.float32), tf.shape(initial_ids))  # [B]
+    sentence_cache = {} if sentence_cache is None else sentence_cache
+    with_sentence_cache = bool(tf.nest.flatten(sentence_cache))
 
     # Padding and the start token are never outputs; at its maximum length, only the end.
     vocabulary = tf.range(vocab_size)  # [V]
     allowed_tokens = (vocabulary != pad_id) & (vocabulary != start_id)  # [V]
     is_end_token = tf.equal(vocabulary, end_id)  # [V]
 
-    def continuation_log_probs(logits, step):
-        """Log-probs `[B, K, V]` of the token at position `step + 1`, masked tokens NEG."""
-        log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32))  # [B * K, V]
-        log_probs = unflatten_beam_dim(log_probs, batch_size, k)  # [B, K, V]
-        must_end = step + 1 >= max_lengths  # [B]: the next token is the last allowed
-        allowed = allowed_tokens & (is_end_token | ~must_end[:, None])  # [B, V]
-        return tf.where(allowed[:, None, :], log_probs, NEG)  # [B, K, V]
+    def continuation_log_probs(logits, step, max_lengths):
+        """Log-probs `[A, K, V]` of the token at position `step + 1`, masked tokens NEG."""
+        log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32))  # [A * K, V]
+        log_probs = tf.reshape(log_probs, [-1, k, vocab_size])  # [A, K, V]
+        must_end = step + 1 >= max_lengths  # [A]: the next token is the last allowed
+        allowed = allowed_tokens & (is_end_token | ~must_end[:, None])  # [A, V]
+        return tf.where(allowed[:, None, :], log_probs, NEG)  # [A, K, V]
+
+    def done(state):
+        """bool [A]: whether each sentence's result is final."""
+        # A live beam of `step` tokens ends with between step + 1 and max_lengths tokens.
+        largest_penalty = tf.maximum(
+            length_penalty(state.step + 1, state.alpha), length_penalty(state.max_lengths, state.alpha)
+        )  # [A]
+        best_live_scores = state.live_log_probs[:, 0] / largest_penalty  # [A]
+        worst_finished_scores = tf.reduce_min(
+            tf.where(state.finished_flags, state.finished_scores, NEG), axis=1
+        )  # [A]
+        no_live_beam = state.live_log_probs[:, 0] <= NEG / 2  # [A]
+        return (worst_finished_scores > best_live_scores) | no_live_beam
+
+    def results(state):
+        """`(ids [A, K, L + 1], scores [A, K])`: the finished hypotheses; a sentence that
+        finished nothing falls back to its live beams."""
+        has_finished = tf.reduce_any(state.finished_flags, axis=1)  # [A]
+        live_scores = state.live_log_probs / length_penalty(state.step, state.alpha)[:, None]  # [A, K]
+        finished_ids = tf.where(state.finished_flags[:, :, None], state.finished_ids, 0)  # [A, K, L + 1]
+        ids = tf.where(has_finished[:, None, None], finished_ids, state.live_ids)  # [A, K, L + 1]
+        scores = tf.where(has_finished[:, None], state.finished_scores, live_scores)  # [A, K]
+        return ids, scores
+
+    def write_results(state, which):
+        """The state with the results of the sentences `which` (bool [A]) written out."""
+        ids, scores = results(state)
+        rows = tf.boolean_mask(state.rows, which)[:, None]  # [D, 1]
+        return state._replace(
+            result_ids=tf.tensor_scatter_nd_update(state.result_ids, rows, tf.boolean_mask(ids, which)),
+            result_scores=tf.tensor_scatter_nd_update(state.result_scores, rows, tf.boolean_mask(scores, which)),
+        )
+
+    def narrow(state, keep):
+        """The state of the sentences `keep` (bool [A]) only."""
+        kept = tf.where(keep)[:, 0]  # [A']
+        hypotheses = tf.reshape(kept[:, None] * k + tf.range(k, dtype=kept.dtype)[None, :], [-1])  # [A' * K]
+
+        def per_sentence(x):
+            return tf.gather(x, kept)
+
+        return state._replace(
+            live_ids=per_sentence(state.live_ids),
+            live_log_probs=per_sentence(state.live_log_probs),
+            cache=tf.nest.map_structure(lambda x: tf.gather(x, hypotheses), state.cache),
+            finished_ids=per_sentence(state.finished_ids),
+            finished_scores=per_sentence(state.finished_scores),
+            finished_flags=per_sentence(state.finished_flags),
+            rows=per_sentence(state.rows),
+            max_lengths=per_sentence(state.max_lengths),
+            alpha=per_sentence(state.alpha),
+            sentence_cache=tf.nest.map_structure(per_sentence, state.sentence_cache),
+        )
 
     def body(state):
         step = state.step
+        searched = tf.shape(state.rows)[0]  # A
 
         # Score every continuation of every live beam, keep the 2K best of each sentence.
-        logits, cache = symbols_to_logits_fn(flatten_beam_dim(state.live_ids), step, state.cache)
-        log_probs = continuation_log_probs(logits, step)  # [B, K, V]
-        candidate_log_probs = state.live_log_probs[:, :, None] + log_probs  # [B, K, V]
-        candidate_log_probs = tf.reshape(candidate_log_probs, [batch_size, k * vocab_size])  # [B, K * V]
-        topk_log_probs, topk_indices = tf.math.top_k(candidate_log_probs, k=2 * k)  # [B, 2K]
-        topk_beams = topk_indices // vocab_size  # [B, 2K]: the live beam each extends
-        topk_tokens = topk_indices % vocab_size  # [B, 2K]
-        topk_ids = gather_beams(state.live_ids, topk_beams)  # [B, 2K, L + 1]
+        live_ids = flatten_beam_dim(state.live_ids)
+        if with_sentence_cache:
+            logits, cache = symbols_to_logits_fn(live_ids, step, state.cache, state.sentence_cache)
+        else:
+            logits, cache = symbols_to_logits_fn(live_ids, step, state.cache)
+        log_probs = continuation_log_probs(logits, step, state.max_lengths)  # [A, K, V]
+        candidate_log_probs = state.live_log_probs[:, :, None] + log_probs  # [A, K, V]
+        candidate_log_probs = tf.reshape(candidate_log_probs, [searched, k * vocab_size])  # [A, K * V]
+        topk_log_probs, topk_indices = tf.math.top_k(candidate_log_probs, k=2 * k)  # [A, 2K]
+        topk_beams = topk_indices // vocab_size  # [A, 2K]: the live beam each extends
+        topk_tokens = topk_indices % vocab_size  # [A, 2K]
+        topk_ids = gather_beams(state.live_ids, topk_beams)  # [A, 2K, L + 1]
         # Positions after `step` are 0, so adding writes the new token at step + 1.
         new_position = tf.one_hot(step + 1, max_output_length + 1, dtype=tf.int32)  # [L + 1]
-        topk_ids += topk_tokens[:, :, None] * new_position  # [B, 2K, L + 1]
-        topk_ends = tf.equal(topk_tokens, end_id)  # [B, 2K]
+        topk_ids += topk_tokens[:, :, None] * new_position  # [A, 2K, L + 1]
+        topk_ends = tf.equal(topk_tokens, end_id)  # [A, 2K]
 
         # Live: the K best candidates that do not end.
-        live_scores = topk_log_probs + NEG * tf.cast(topk_ends, tf.float32)  # [B, 2K]
-        live_log_probs, live_positions = tf.math.top_k(live_scores, k=k)  # [B, K]
-        live_ids = gather_beams(topk_ids, live_positions)  # [B, K, L + 1]
+        live_scores = topk_log_probs + NEG * tf.cast(topk_ends, tf.float32)  # [A, 2K]
+        live_log_probs, live_positions = tf.math.top_k(live_scores, k=k)  # [A, K]
+        live_ids = gather_beams(topk_ids, live_positions)  # [A, K, L + 1]
         # Each new live beam's cache is that of the beam it extends.
-        source_beams = tf.gather(topk_beams, live_positions, batch_dims=1)  # [B, K]
+        source_beams = tf.gather(topk_beams, live_positions, batch_dims=1)  # [A, K]
         cache = tf.nest.map_structure(
-            lambda x: flatten_beam_dim(  # [B * K, ...]
-                gather_beams(unflatten_beam_dim(x, batch_size, k), source_beams)  # [B, K, ...]
+            lambda x: flatten_beam_dim(  # [A * K, ...]
+                gather_beams(unflatten_beam_dim(x, searched, k), source_beams)  # [A, K, ...]
             ),
             cache,
         )
 
         # Finished: the real candidates among the top K that end join the pool of K.
-        new_flags = topk_ends[:, :k] & (topk_log_probs[:, :k] > NEG / 2)  # [B, K]
-        new_scores = topk_log_probs[:, :k] / length_penalty(step + 1, alpha)[:, None]  # [B, K]
-        new_scores = tf.where(new_flags, new_scores, NEG)  # [B, K]
+        new_flags = topk_ends[:, :k] & (topk_log_probs[:, :k] > NEG / 2)  # [A, K]
+        new_scores = topk_log_probs[:, :k] / length_penalty(step + 1, state.alpha)[:, None]  # [A, K]
+        new_scores = tf.where(new_flags, new_scores, NEG)  # [A, K]
         # The old pool comes first, so on a tie it stays (top_k is stable).
-        pool_scores = tf.concat([state.finished_scores, new_scores], axis=1)  # [B, 2K]
-        pool_ids = tf.concat([state.finished_ids, topk_ids[:, :k]], axis=1)  # [B, 2K, L + 1]
-        pool_flags = tf.concat([state.finished_flags, new_flags], axis=1)  # [B, 2K]
+        pool_scores = tf.concat([state.finished_scores, new_scores], axis=1)  # [A, 2K]
+        pool_ids = tf.concat([state.finished_ids, topk_ids[:, :k]], axis=1)  # [A, 2K, L + 1]
+        pool_flags = tf.concat([state.finished_flags, new_flags], axis=1)  # [A, 2K]
         finished_scores, finished_ids, finished_flags = gather_topk_beams(
             (pool_scores, pool_ids, pool_flags), pool_scores, k
-        )  # [B, K], [B, K, L + 1], [B, K]
+        )  # [A, K], [A, K, L + 1], [A, K]
 
-        return (
-            BeamState(
-                step=step + 1,
-                live_ids=live_ids,
-                live_log_probs=live_log_probs,
-                cache=cache,
-                finished_ids=finished_ids,
-                finished_scores=finished_scores,
-                finished_flags=finished_flags,
-            ),
+        state = state._replace(
+            step=step + 1,
+            live_ids=live_ids,
+            live_log_probs=live_log_probs,
+            cache=cache,
+            finished_ids=finished_ids,
+            finished_scores=finished_scores,
+            finished_flags=finished_flags,
         )
+        # The sentences now done leave the search with their results.
+        finished = done(state)  # [A]
+        state = tf.cond(
+            tf.reduce_any(finished),
+            lambda: narrow(write_results(state, finished), ~finished),
+            lambda: state,
+        )
+        return (state,)
 
     def keep_going(state):
-        # A live beam of `step` tokens ends with between step + 1 and max_lengths tokens.
-        largest_penalty = tf.maximum(
-            length_penalty(state.step + 1, alpha), length_penalty(max_lengths, alpha)
-        )  # [B]
-        best_live_scores = state.live_log_probs[:, 0] / largest_penalty  # [B]
-        worst_finished_scores = tf.reduce_min(
-            tf.where(state.finished_flags, state.finished_scores, NEG), axis=1
-        )  # [B]
-        no_live_beam = state.live_log_probs[:, 0] <= NEG / 2  # [B]
-        done = (worst_finished_scores > best_live_scores) | no_live_beam  # [B]
-        return (state.step < max_output_length) & ~tf.reduce_all(done)
+        return (state.step < max_output_length) & (tf.size(state.rows) > 0)
 
     # Only beam 0 is live at the start: the others are copies that must not be extended.
     initial_log_probs = tf.concat([[0.0], tf.fill([k - 1], NEG)], axis=0)  # [K]
@@ -297,6 +377,12 @@ def beam_search(
         finished_ids=tf.zeros(buffer_shape, tf.int32),  # [B, K, L + 1]
         finished_scores=tf.fill([batch_size, k], NEG),  # [B, K]
         finished_flags=tf.zeros([batch_size, k], tf.bool),  # [B, K]
+        rows=tf.range(batch_size),  # [B]
+        max_lengths=max_lengths,
+        alpha=alpha,
+        sentence_cache=sentence_cache,
+        result_ids=tf.zeros(buffer_shape, tf.int32),  # [B, K, L + 1]
+        result_scores=tf.fill([batch_size, k], NEG),  # [B, K]
     )
     invariants = BeamState(
         step=tf.TensorShape([]),
@@ -306,15 +392,17 @@ def beam_search(
         finished_ids=tf.TensorShape([None, k, None]),
         finished_scores=tf.TensorShape([None, k]),
         finished_flags=tf.TensorShape([None, k]),
+        rows=tf.TensorShape([None]),
+        max_lengths=tf.TensorShape([None]),
+        alpha=tf.TensorShape([None]),
+        sentence_cache=tf.nest.map_structure(_loose_shape, sentence_cache),
+        result_ids=tf.TensorShape([None, k, None]),
+        result_scores=tf.TensorShape([None, k]),
     )
     (state,) = tf.while_loop(
         keep_going, body, (initial_state,), shape_invariants=(invariants,), parallel_iterations=1
     )
 
-    # Sentences that finished nothing fall back to their live beams.
-    has_finished = tf.reduce_any(state.finished_flags, axis=1)  # [B]
-    live_scores = state.live_log_probs / length_penalty(state.step, alpha)[:, None]  # [B, K]
-    finished_ids = tf.where(state.finished_flags[:, :, None], state.finished_ids, 0)  # [B, K, L + 1]
-    ids = tf.where(has_finished[:, None, None], finished_ids, state.live_ids)  # [B, K, L + 1]
-    scores = tf.where(has_finished[:, None], state.finished_scores, live_scores)  # [B, K]
-    return ids[:, :, 1:], scores  # [B, K, L], [B, K]
+    # The sentences still searched when the longest output was reached.
+    state = write_results(state, tf.ones_like(state.rows, tf.bool))
+    return state.result_ids[:, :, 1:], state.result_scores  # [B, K, L], [B, K]

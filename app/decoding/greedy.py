@@ -34,13 +34,14 @@ def greedy_decode(transformer: Transformer, source_ids, max_extra_length=50):
 
     memory, memory_mask = transformer.encode(source_ids, training=False)
     memory_cache = transformer.init_memory_cache(memory, memory_mask)
+    output_kernel = transformer.output_kernel()  # once, outside the loop
     vocab_size = transformer.config.vocab_size
     # Padding and the start token are never outputs.
     banned = tf.one_hot([PAD_ID, START_ID], vocab_size, on_value=-1e9, dtype=tf.float32)
     banned = tf.reduce_sum(banned, axis=0)  # [V]
 
     def body(step, tokens, outputs, finished, cache):
-        logits, cache = transformer.decode_step(tokens, step, cache, memory_cache)  # [B, V]
+        logits, cache = transformer.decode_step(tokens, step, cache, memory_cache, output_kernel)  # [B, V]
         next_tokens = tf.argmax(logits + banned, axis=-1, output_type=tf.int32)  # [B]
         # A sentence at its maximum length ends there.
         next_tokens = tf.where(step + 1 >= max_lengths, END_ID, next_tokens)

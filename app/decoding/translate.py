@@ -53,18 +53,19 @@ class DecodingConfig:
             raise ValueError(f"alpha must be a number >= 0, got {self.alpha!r}")
 
 
-def make_symbols_to_logits(transformer: Transformer, memory_cache):
+def make_symbols_to_logits(transformer: Transformer, output_kernel=None):
     """The `symbols_to_logits_fn` of `beam_search` for a model with a KV cache.
 
     The beam state's cache is the self-attention cache, one per hypothesis: it holds
     every earlier position, so only the newest token `ids[:, step]` is fed to the
-    decoder. The memory's keys and values (`memory_cache`, one per sentence) are read by
-    all beams of a sentence alike, so they stay out of the state: never tiled over the
-    beams nor reordered with them.
+    decoder. The memory's keys and values are beam search's `sentence_cache`, one per
+    sentence: all beams of a sentence read them alike, so they are never tiled over the
+    beams nor reordered with them. `output_kernel` is `transformer.output_kernel()`,
+    made once before the loop.
     """
 
-    def symbols_to_logits(ids, step, self_cache):
-        return transformer.decode_step(ids[:, step], step, self_cache, memory_cache)  # [B * K, V], cache
+    def symbols_to_logits(ids, step, self_cache, memory_cache):
+        return transformer.decode_step(ids[:, step], step, self_cache, memory_cache, output_kernel)  # [N, V], cache
 
     return symbols_to_logits
 
@@ -122,6 +123,7 @@ def translate_ids(
     beam_size=DecodingConfig.beam_size,
     alpha=DecodingConfig.alpha,
     max_extra_length=DecodingConfig.max_extra_length,
+    output_kernel=None,
 ):
     """Translates a batch of token ids with beam search.
 
@@ -137,6 +139,8 @@ def translate_ids(
         max_extra_length: a sentence may have at most (source length + this) output
             tokens, end token included, and never more than the model's `max_length`
             positions: an int, or int32 of shape [] or `[B]`.
+        output_kernel: `transformer.output_kernel()`, if the caller keeps it (an export
+            holds it as a variable); made here otherwise.
 
     Returns:
         `(ids int32 [B, K, L], scores float32 [B, K])`, as `beam_search` returns them:
@@ -152,7 +156,7 @@ def translate_ids(
     batch_size = tf.shape(source_ids)[0]
     initial_ids = tf.fill([batch_size], START_ID)  # [B]
     return beam_search(
-        make_symbols_to_logits(transformer, memory_cache),
+        make_symbols_to_logits(transformer, transformer.output_kernel() if output_kernel is None else output_kernel),
         initial_ids,
         transformer.empty_self_cache(batch_size),
         transformer.config.vocab_size,
@@ -162,4 +166,5 @@ def translate_ids(
         end_id=END_ID,
         pad_id=PAD_ID,
         start_id=START_ID,
+        sentence_cache=memory_cache,
     )

@@ -91,6 +91,10 @@ class Translator(tf.Module):
         # (The Keras model itself is not attached: only its variables need saving.)
         self.model_variables = [weight.value for weight in model.weights]
         self._transformer = Transformer(model, model_config)
+        # The pre-softmax projection laid out for decoding ([D, V]), kept rather than
+        # transposed from the shared embedding at every call (a copy of V x D weights:
+        # `Transformer.output_kernel` says why).
+        self.output_kernel = tf.Variable(self._transformer.output_kernel(), trainable=False, name="output_kernel")
         # Refused here rather than when `serve` is first traced, mid-export.
         checked_alpha(decoding.alpha, model_config.max_length)
         self._decoding = decoding
@@ -143,7 +147,7 @@ class Translator(tf.Module):
         """`(translations string [B, K], scores float32 [B, K])`, best first."""
         inputs = one_per_sentence(inputs)
         ids, scores = translate_ids(
-            self._transformer, self.source_ids(inputs), beam_size, alpha, max_extra_length
+            self._transformer, self.source_ids(inputs), beam_size, alpha, max_extra_length, self.output_kernel
         )  # [B, K, L], [B, K]
         batch_size = tf.shape(ids)[0]
         texts = self.tokenizer.detokenize(tf.reshape(ids, [batch_size * beam_size, -1]))  # [B * K]

@@ -251,7 +251,19 @@ class Transformer:
         a position, so under `tf.while_loop` axis 2 needs a loose shape invariant."""
         return [layer.self_attention.empty_cache(hypotheses) for layer in self.decoder_layers]
 
-    def decode_step(self, token_ids, step, self_cache, memory_cache):
+    def output_kernel(self):
+        """The pre-softmax projection laid out for `states @ kernel`: `[D, V]` in the
+        compute dtype, a copy made once, for `decode_step`.
+
+        A decoding loop computes it before its first step: the shared embedding's `[V, D]`
+        multiplied transposed (`MatMul` with `transpose_b`) ran several times slower on
+        CPU for the few rows of a decoding step than a `[D, V]` operand.
+        """
+        if self.output_projection is not None:
+            return ops.cast(self.output_projection.kernel, self.output_projection.compute_dtype)
+        return ops.transpose(ops.cast(self.target_embedding.embeddings, self.target_embedding.compute_dtype))
+
+    def decode_step(self, token_ids, step, self_cache, memory_cache, output_kernel=None):
         """Decodes one position with the caches.
 
         Args:
@@ -261,6 +273,8 @@ class Transformer:
                 self-attention cache holds positions 0 .. step - 1.
             self_cache: from `empty_self_cache(N)` or the previous step.
             memory_cache: `init_memory_cache(...)` of the B sentences.
+            output_kernel: `output_kernel()`, computed once outside the decoding loop;
+                without it the projection is computed from the weights as in `decode`.
 
         Returns:
             `(logits float32 [N, V] for position step + 1, self_cache of step + 1 positions)`.
@@ -280,7 +294,11 @@ class Transformer:
                 memory_cache=layer_memory_cache,
             )
             new_self_cache.append(layer_self_cache)
-        logits = self._project(self._final_norm(x))[:, 0, :]  # [N, V]
+        states = self._final_norm(x)  # [N, 1, D]
+        if output_kernel is None:
+            logits = self._project(states)[:, 0, :]  # [N, V]
+        else:
+            logits = ops.cast(ops.matmul(states[:, 0, :], output_kernel), "float32")  # [N, V]
         return logits, new_self_cache
 
     # The pre-softmax projection.

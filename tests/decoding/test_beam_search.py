@@ -399,3 +399,56 @@ def test_rejects_a_beam_size_that_is_not_a_positive_int():
 def test_rejects_a_vocabulary_of_fewer_than_two_tokens():
     with pytest.raises(ValueError, match=r"^vocab_size must be a Python int >= 2, got 1$"):
         beam_search(table_fn(TRACED_TABLE, 5), start_ids(1), {}, 1, max_lengths=[3], beam_size=1)
+
+
+def sentence_bias_fn(vocab_size, beam_size, rows=None):
+    """`random_fn`'s model with its per-sentence bias read from `sentence_cache`
+    (`{"bias": [A, V]}`, one row per sentence still searched) instead of the tiled cache.
+    `rows`, a `tf.Variable`, sums the hypotheses of every call."""
+    tiled = random_fn(vocab_size)
+
+    def fn(ids, step, cache, sentence_cache):
+        if rows is not None:
+            rows.assign_add(tf.shape(ids)[0])
+        bias = tf.repeat(sentence_cache["bias"], beam_size, axis=0)  # [A * K, V]
+        logits, new_cache = tiled(ids, step, {"hash": cache["hash"], "bias": bias})
+        return logits, {"hash": new_cache["hash"]}
+
+    return fn
+
+
+def test_a_sentence_cache_is_read_per_sentence_like_a_tiled_one():
+    args = dict(max_lengths=[6, 3, 9], beam_size=3, alpha=0.6)
+    cache = random_cache(3, 9)
+    tiled = beam_search(random_fn(9), start_ids(3), cache, 9, **args)
+    per_sentence = beam_search(
+        sentence_bias_fn(9, 3), start_ids(3), {"hash": cache["hash"]}, 9, sentence_cache={"bias": cache["bias"]},
+        **args,
+    )
+    np.testing.assert_array_equal(per_sentence[0], tiled[0])
+    np.testing.assert_array_equal(per_sentence[1], tiled[1])
+
+
+def test_a_done_sentence_leaves_the_search_and_keeps_its_result():
+    # Sentence 0 may write one token: at step 0 it must end, and then has no live beam.
+    # From step 1 on only sentence 1's 3 hypotheses are computed.
+    rows, calls = tf.Variable(0), tf.Variable(0)
+    cache = random_cache(2, 9)
+    fn = sentence_bias_fn(9, 3, rows)
+
+    def counted(ids, step, cache, sentence_cache):
+        calls.assign_add(1)
+        return fn(ids, step, cache, sentence_cache)
+
+    ids, scores = beam_search(
+        counted, start_ids(2), {"hash": cache["hash"]}, 9, max_lengths=[1, 6], beam_size=3,
+        sentence_cache={"bias": cache["bias"]},
+    )
+    assert int(calls.numpy()) > 1
+    assert int(rows.numpy()) == 6 + 3 * (int(calls.numpy()) - 1)
+    np.testing.assert_array_equal(ids[0, 0, :1], [END])
+    assert scores[0, 1] == NEG and scores[0, 2] == NEG
+    alone = beam_search(random_fn(9), start_ids(1), tf.nest.map_structure(lambda x: x[1:], cache), 9,
+                        max_lengths=[6], beam_size=3)
+    np.testing.assert_array_equal(ids[1], alone[0][0])
+    np.testing.assert_array_equal(scores[1], alone[1][0])

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from app.decoding.beam_search import largest_alpha, length_penalty
+from app.decoding.beam_search import beam_search, largest_alpha, length_penalty
 from app.model.config import ModelConfig
-from app.decoding.translate import DecodingConfig, make_symbols_to_logits, translate_ids
+from app.decoding.translate import DecodingConfig, make_symbols_to_logits, output_lengths, translate_ids
 from app.decoding.greedy import greedy_decode
 from app.model.transformer import Transformer, build_transformer
 
@@ -65,6 +65,28 @@ def test_scores_equal_a_full_forward_pass(transformer):
             expected = total / length_penalty(length, 0.6).numpy()
             np.testing.assert_allclose(scores[sentence, beam], expected, rtol=1e-4, atol=1e-4)
         assert np.all(np.diff(scores[sentence]) <= 0)
+
+
+def test_cached_decoding_finds_what_a_search_over_the_whole_model_finds(transformer):
+    # The reference runs the full model over the whole prefix at every step: no caches,
+    # no per-sentence memory, no output kernel made in advance. The sentences have other
+    # output limits, so they leave the cached search at different steps.
+    transformer, model = transformer
+    extra = tf.constant([3, EXTRA, 5])
+    max_lengths = output_lengths(transformer, SOURCE_IDS, extra)
+
+    def whole_model(ids, step, cache, sentences):
+        sources = tf.repeat(sentences["source_ids"], 3, axis=0)  # [A * K, S]
+        return model([sources, ids[:, : step + 1]])[:, -1], cache
+
+    for alpha in (0.0, 0.6, 1.4):
+        ids, scores = translate_ids(transformer, SOURCE_IDS, beam_size=3, alpha=alpha, max_extra_length=extra)
+        expected_ids, expected_scores = beam_search(
+            whole_model, tf.fill([3], 1), {}, 40, max_lengths=max_lengths, beam_size=3, alpha=alpha,
+            sentence_cache={"source_ids": tf.constant(SOURCE_IDS)},
+        )
+        np.testing.assert_array_equal(ids, expected_ids)
+        np.testing.assert_allclose(scores, expected_scores, rtol=1e-5, atol=1e-5)
 
 
 def test_batching_does_not_change_results(transformer):
@@ -173,8 +195,8 @@ def test_symbols_to_logits_feeds_only_the_newest_token(transformer):
     memory_cache = transformer.init_memory_cache(memory, memory_mask)
     cache = transformer.empty_self_cache(1)
     ids = tf.constant([[1, 7, 0, 0, 0]])
-    fn = make_symbols_to_logits(transformer, memory_cache)
-    logits, _ = fn(ids, tf.constant(0), cache)
+    fn = make_symbols_to_logits(transformer)
+    logits, _ = fn(ids, tf.constant(0), cache, memory_cache)
     expected, _ = transformer.decode_step(tf.constant([1]), tf.constant(0), cache, memory_cache)
     np.testing.assert_array_equal(logits, expected)
 
