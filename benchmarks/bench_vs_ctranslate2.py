@@ -32,7 +32,6 @@ import argparse
 import gzip
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -42,6 +41,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 
 from app.cli.flag_types import float_at_least, int_list, positive_int  # noqa: E402
+from benchmarks import machine  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir)
 ENGINES = ("savedmodel", "ctranslate2-float32", "ctranslate2-int8")
@@ -198,19 +198,7 @@ def machine_header():
     import ctranslate2
     import tensorflow as tf
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return [
-        "command: " + " ".join([os.path.basename(sys.executable)] + sys.argv),
-        f"machine: {cpu}, {cores} cores usable, load average {load:.2f} at start; "
-        f"TensorFlow {tf.__version__}, CTranslate2 {ctranslate2.__version__}, {time.strftime('%Y-%m-%d %H:%M')}",
-    ]
+    return machine.machine_header([f"TensorFlow {tf.__version__}", f"CTranslate2 {ctranslate2.__version__}"])
 
 
 def target_tokens(translations, model_path):

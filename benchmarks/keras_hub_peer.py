@@ -19,13 +19,9 @@ Dimension names: N layers, D d_model, F d_ff, H heads, V vocabulary, s / t the
 non-padding source / decoder positions of one sentence.
 """
 
-import os
-import platform
-import sys
-import time
-
 import numpy as np
 
+from benchmarks import machine
 from data.special_tokens import END_ID, PAD_ID
 
 # The example's fixed padded length, and its batch size in sentences.
@@ -200,17 +196,6 @@ def machine_header():
     import keras_hub
     import tensorflow as tf
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return [
-        "command: " + " ".join([os.path.basename(sys.executable)] + sys.argv),
-        f"machine: {cpu}, {cores} cores usable, load average {load:.2f} at start; "
-        f"TensorFlow {tf.__version__}, Keras {keras.__version__}, keras-hub {keras_hub.__version__}, "
-        f"{time.strftime('%Y-%m-%d %H:%M')}",
-    ]
+    return machine.machine_header(
+        [f"TensorFlow {tf.__version__}", f"Keras {keras.__version__}", f"keras-hub {keras_hub.__version__}"]
+    )

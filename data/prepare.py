@@ -71,11 +71,6 @@ def fingerprint(config, model_proto: bytes, corpus) -> dict:
     }
 
 
-def default_workers() -> int:
-    """One worker per core this process may use (`usable_cores`)."""
-    return usable_cores()
-
-
 def usable_cores() -> int:
     """The cores this process may run on: its CPU affinity, capped by a cgroup CPU quota.
 
@@ -337,7 +332,7 @@ class _Segmenter:
 
     def __init__(self, model_proto: bytes, lowercase: bool, workers: Optional[int]):
         self._args = (model_proto, lowercase)
-        self._workers = default_workers() if workers is None else workers
+        self._workers = usable_cores() if workers is None else workers  # one per core
         if self._workers < 1:
             raise DataError(f"workers must be at least 1, got {self._workers}")
         self._pool = None

@@ -146,7 +146,7 @@ def largest_alpha(max_length):
     return math.floor(exact * 100.0) / 100.0
 
 
-def _loose_shape(x):
+def loose_shape(x):
     """A `tf.while_loop` shape invariant that lets every axis but the last change."""
     return tf.TensorShape([None] * (x.shape.rank - 1) + x.shape[-1:].as_list())
 
@@ -388,14 +388,14 @@ def beam_search(
         step=tf.TensorShape([]),
         live_ids=tf.TensorShape([None, k, None]),
         live_log_probs=tf.TensorShape([None, k]),
-        cache=tf.nest.map_structure(_loose_shape, initial_state.cache),
+        cache=tf.nest.map_structure(loose_shape, initial_state.cache),
         finished_ids=tf.TensorShape([None, k, None]),
         finished_scores=tf.TensorShape([None, k]),
         finished_flags=tf.TensorShape([None, k]),
         rows=tf.TensorShape([None]),
         max_lengths=tf.TensorShape([None]),
         alpha=tf.TensorShape([None]),
-        sentence_cache=tf.nest.map_structure(_loose_shape, sentence_cache),
+        sentence_cache=tf.nest.map_structure(loose_shape, sentence_cache),
         result_ids=tf.TensorShape([None, k, None]),
         result_scores=tf.TensorShape([None, k]),
     )

@@ -7,7 +7,7 @@ checkpoints the same way.
 
 import tensorflow as tf
 
-from app.decoding.beam_search import longest_output
+from app.decoding.beam_search import longest_output, loose_shape
 from app.decoding.translate import output_lengths
 from app.model.transformer import Transformer
 from data.special_tokens import END_ID, PAD_ID, START_ID
@@ -58,7 +58,7 @@ def greedy_decode(transformer: Transformer, source_ids, max_extra_length=50):
     finished = tf.zeros([batch_size], tf.bool)
     cache = transformer.empty_self_cache(batch_size)
     # The self-attention cache grows by a position a step (axis 2).
-    cache_invariants = tf.nest.map_structure(lambda x: tf.TensorShape([None, x.shape[1], None, x.shape[3]]), cache)
+    cache_invariants = tf.nest.map_structure(loose_shape, cache)
     _, _, outputs, _, _ = tf.while_loop(
         keep_going, body, (tf.constant(0), start, outputs, finished, cache),
         shape_invariants=(

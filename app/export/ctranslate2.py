@@ -26,11 +26,10 @@ versions. CTranslate2 is optional: `pip install -r requirements-ctranslate2.txt`
 import json
 import math
 import os
-import shutil
 
 import numpy as np
 
-from app.export.saved_model import EXPORT_INFO, ExportError, check_export_base, next_version
+from app.export.saved_model import EXPORT_INFO, ExportError, new_version
 from data.special_tokens import END_ID, START_ID, UNKNOWN_ID
 from data.tokenizer import MODEL_FILENAME
 
@@ -229,25 +228,13 @@ def export_ctranslate2(translator, base, version=None, metadata=None, quantizati
     Returns:
         the version's path.
     """
-    version = next_version(base) if version is None else version
-    if not isinstance(version, int) or version < 1:
-        raise ExportError(f"a version must be a positive integer, got {version!r}")
-    final = os.path.join(base, str(version))
-    check_export_base(base)
-    if os.path.exists(final):
-        raise ExportError(f"{final} exists; versions are never overwritten (choose another --version)")
-    model_proto = translator.tokenizer.model_proto
-    spec = transformer_spec(translator.transformer, vocabulary_pieces(model_proto))
-    os.makedirs(base, exist_ok=True)
-    temporary = os.path.join(base, f".tmp-{version}-{os.getpid()}")
-    try:
+    with new_version(base, version) as (temporary, final):
+        model_proto = translator.tokenizer.model_proto
+        spec = transformer_spec(translator.transformer, vocabulary_pieces(model_proto))
         os.makedirs(temporary)
         save_spec(spec, temporary, quantization)
         with open(os.path.join(temporary, MODEL_FILENAME), "wb") as f:
             f.write(model_proto)
         with open(os.path.join(temporary, EXPORT_INFO), "w") as f:
             json.dump(ctranslate2_metadata(translator, metadata, quantization), f, indent=2)
-        os.rename(temporary, final)
-    finally:
-        shutil.rmtree(temporary, ignore_errors=True)
     return final

@@ -33,6 +33,7 @@ to its version number. TF Serving ignores non-numeric directories, so it never s
 half-written version; an existing version is never overwritten.
 """
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -301,8 +302,14 @@ def check_export_base(base):
         raise ExportError(f"{base} is a file, not a directory of versions; give another --output")
 
 
-def export(translator, base=DEFAULT_BASE, version=None, metadata=None):
-    """Writes `translator` to `base/<version>/` atomically; returns that path."""
+@contextlib.contextmanager
+def new_version(base, version=None):
+    """Writes a version atomically: yields `(temporary directory, final path)`, and renames
+    the first (not yet created) to the second if the block succeeds; removes it otherwise.
+
+    The version defaults to the next free one; an existing version is never overwritten.
+    TF Serving ignores the hidden temporary name, so it never sees a half-written version.
+    """
     version = next_version(base) if version is None else version
     if not isinstance(version, int) or version < 1:
         raise ExportError(f"a version must be a positive integer, got {version!r}")
@@ -313,6 +320,15 @@ def export(translator, base=DEFAULT_BASE, version=None, metadata=None):
     os.makedirs(base, exist_ok=True)
     temporary = os.path.join(base, f".tmp-{version}-{os.getpid()}")
     try:
+        yield temporary, final
+        os.rename(temporary, final)
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
+
+
+def export(translator, base=DEFAULT_BASE, version=None, metadata=None):
+    """Writes `translator` to `base/<version>/` atomically; returns that path."""
+    with new_version(base, version) as (temporary, final):
         tf.saved_model.save(translator, temporary, signatures=translator.signatures())
         with open(os.path.join(temporary, EXPORT_INFO), "w") as f:
             json.dump(metadata or {}, f, indent=2)
@@ -322,9 +338,6 @@ def export(translator, base=DEFAULT_BASE, version=None, metadata=None):
                 "the exported graph uses ops that TensorFlow Serving does not register: "
                 + ", ".join(sorted(unsupported))
             )
-        os.rename(temporary, final)
-    finally:
-        shutil.rmtree(temporary, ignore_errors=True)
     return final
 
 
