@@ -346,6 +346,9 @@ result.update(
     read_wall_s=time.perf_counter() - start, read_cpu_s=cpu(resource.RUSAGE_SELF) - cpu_start,
     read_batches=count, read_target_tokens=target_tokens, read_source_tokens=source_tokens,
 )
+# Freed here, not while the interpreter finalizes: an older revision's pipeline has no
+# exit hook, and its iterator would hang the exit (data/pipeline.py).
+del batches
 print("RESULT " + json.dumps(result))
 """
 

@@ -16,7 +16,9 @@ in memory, tokenized in-graph: the reference that the prepared shards are tested
 (tests/data/test_shards.py), and what benchmarks use on small corpora.
 """
 
+import atexit
 import dataclasses
+import gc
 from typing import Tuple
 
 import numpy as np
@@ -143,6 +145,7 @@ def shard_batches(pairs, plan: BatchPlan, skip: int = 0) -> tf.data.Dataset:
         plan: which pairs form each batch and its padded shape.
         skip: batches to leave out at the start (resuming mid-epoch).
     """
+    _release_iterators_before_exit()
 
     def assemble(batch):  # int64 scalar -> (int32 [B, S], int32 [B, T]), in numpy
         batch = int(batch)
@@ -162,6 +165,43 @@ def shard_batches(pairs, plan: BatchPlan, skip: int = 0) -> tf.data.Dataset:
         .prefetch(_PREFETCH_BATCHES)
         .with_options(_fixed_options())
     )
+
+
+_exit_hook_registered = False
+
+
+def _release_iterators_before_exit() -> None:
+    """Makes sure no iterator over a `shard_batches` dataset outlives Python's atexit phase.
+
+    The batches come from a Python function (`tf.numpy_function`), which tf.data's threads
+    run under the GIL. Once the interpreter starts finalizing, a thread that asks for the
+    GIL is ended on the spot, so a batch being assembled then never arrives; an iterator
+    still alive at that point (a module global, a cycle the last collection frees) is
+    destroyed during finalization, and its destructor waits for that batch for ever. This
+    hung a process after its work was done in about one exit in three.
+
+    The hook runs at exit, while threads can still take the GIL: it deletes every live
+    tf.data iterator's resource, whose destructor then stops the pipeline's threads.
+    """
+    global _exit_hook_registered
+    if not _exit_hook_registered:
+        _exit_hook_registered = True
+        atexit.register(_delete_live_iterators)
+
+
+def _delete_live_iterators() -> None:
+    from tensorflow.python.data.ops import iterator_ops, multi_device_iterator_ops
+
+    gc.collect()  # Iterators in unreachable cycles go now, the usual way.
+    resources = {
+        iterator_ops.OwnedIterator: "_iterator_resource",
+        multi_device_iterator_ops.OwnedMultiDeviceIterator: "_multi_device_iterator_resource",
+    }
+    for obj in gc.get_objects():
+        for kind, attribute in resources.items():
+            if isinstance(obj, kind):
+                # The handle's last reference: the resource and its threads go with it.
+                vars(obj).pop(attribute, None)
 
 
 def _fixed_options() -> tf.data.Options:

@@ -150,7 +150,7 @@ def test_a_run_end_to_end_prints_the_table_and_removes_what_it_made(tmp_path):
     command = [sys.executable, os.path.join(bench.ROOT, "benchmarks", "bench_data_scale.py"), "--pairs", "2000",
                "--cache-dir", str(tmp_path), "--pipelines", "tree", "--no-multi30k", "--train-steps", "0",
                "--read-seconds", "0.5", "--warmup-batches", "1", "--batch-tokens", "1024"]
-    output = subprocess.run(command, capture_output=True, text=True, check=True).stdout.splitlines()
+    output = subprocess.run(command, capture_output=True, text=True, check=True, timeout=300).stdout.splitlines()
     assert output[-3:-1] == bench.table_lines([])
     cells = [cell.strip() for cell in output[-1].strip("|").split("|")]
     assert cells[:2] == ["2,000 pairs", "working tree"]
