@@ -4,6 +4,7 @@
     python -m app.client --nbest "A man rides a bike."          # every hypothesis, best first
     python -m app.client < sentences.txt > translations.txt     # one line in, one line out
     python -m app.client --scores --alpha 1.0 "A man rides a bike."
+    python -m app.client --model-name en-de "A man rides a bike."   # the server's --model_name
 
 Prints one translation per input line (with --scores: score, a tab, the translation).
 Standard library only, so it runs without TensorFlow.
@@ -11,11 +12,12 @@ Standard library only, so it runs without TensorFlow.
 
 import argparse
 import json
-import math
 import sys
 import urllib.error
 import urllib.parse
 import urllib.request
+
+from app.cli.flag_types import add_hidden_alias, float_at_least, int_at_least, model_name, positive_int
 
 
 class ClientError(RuntimeError):
@@ -96,18 +98,34 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sentences", nargs="*", help="sentences to translate (default: read lines from stdin)")
     parser.add_argument("--url", default="http://localhost:8501", help="the server (default http://localhost:8501)")
-    parser.add_argument("--model", default="translator", help="model name (default translator)")
-    parser.add_argument("--version", type=int, help="a specific version (default: the newest served)")
-    parser.add_argument("--nbest", action="store_true", help="print every hypothesis (signature nbest)")
-    parser.add_argument("--scores", action="store_true", help="print each score before its translation")
-    parser.add_argument("--alpha", type=float, help="length penalty (signature translate_with_options)")
-    parser.add_argument(
-        "--max-extra-length", type=int, help="output length beyond the input's (translate_with_options)"
+    name = parser.add_argument(
+        "--model-name",
+        type=model_name,
+        default="translator",
+        help="the model's name, the server's --model_name (default translator)",
     )
-    parser.add_argument("--batch-size", type=int, default=32, help="stdin lines per request (default 32)")
+    add_hidden_alias(parser, name, "--model")  # its name before; scripts that use it keep working
+    parser.add_argument("--version", type=int_at_least(0), help="a specific version (default: the newest served)")
+    parser.add_argument(
+        "--nbest", action="store_true", help="print every hypothesis (signature nbest; default: the best)"
+    )
+    parser.add_argument(
+        "--scores", action="store_true", help="print each score before its translation (default: translations only)"
+    )
+    parser.add_argument(
+        "--alpha",
+        type=float_at_least(0),
+        help="length penalty (signature translate_with_options; default: the model's, as exported)",
+    )
+    parser.add_argument(
+        "--max-extra-length",
+        type=positive_int,
+        help="output length beyond the input's (translate_with_options; default: the model's, as exported)",
+    )
+    parser.add_argument("--batch-size", type=positive_int, default=32, help="stdin lines per request (default 32)")
     args = parser.parse_args(argv)
-    if args.alpha is not None and not (math.isfinite(args.alpha) and args.alpha >= 0):
-        parser.error(f"--alpha must be a finite number >= 0, got {args.alpha}")
+    if args.nbest and (args.alpha is not None or args.max_extra_length is not None):
+        parser.error("--nbest cannot be combined with --alpha or --max-extra-length")
     return args
 
 
@@ -132,18 +150,12 @@ def read_lines(stream):
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.nbest and (args.alpha is not None or args.max_extra_length is not None):
-        print("error: --nbest cannot be combined with --alpha or --max-extra-length", file=sys.stderr)
-        return 2
-    if args.batch_size < 1:
-        print(f"error: --batch-size must be at least 1, got {args.batch_size}", file=sys.stderr)
-        return 2
     try:
         lines = args.sentences or read_lines(sys.stdin.buffer)
         for start in range(0, len(lines), args.batch_size):
             batch = lines[start : start + args.batch_size]
             for hypotheses in translate(
-                args.url, args.model, batch, args.nbest, args.alpha, args.max_extra_length, args.version
+                args.url, args.model_name, batch, args.nbest, args.alpha, args.max_extra_length, args.version
             ):
                 for text, score in hypotheses:
                     print(f"{score:.4f}\t{text}" if args.scores else text)

@@ -387,9 +387,13 @@ def parse_args(argv=None):
     attention = commands.add_parser("attention", help="attention heatmaps for one sentence")
     attention.add_argument("--model-dir", required=True, help="a training run's directory")
     attention.add_argument("--sentence", required=True, help="the source sentence")
-    attention.add_argument("--target", help="show this translation instead of the model's own")
+    attention.add_argument(
+        "--target", help="show this translation instead of the model's own (default: the model's own)"
+    )
     attention.add_argument("--output", help="directory for the PNGs (default: MODEL_DIR/pictures/attention)")
-    attention.add_argument("--per-layer", action="store_true", help="also one figure per kind and layer")
+    attention.add_argument(
+        "--per-layer", action="store_true", help="also one figure per kind and layer (default: one per kind)"
+    )
     add_weights_arguments(attention)
     add_decoding_arguments(attention)
 

@@ -18,6 +18,8 @@ import time
 
 
 def parse_args(argv=None):
+    # None of these imports TensorFlow: --help and a bad value answer at once.
+    from app.cli.flag_types import positive_int
     from app.training.recipes import RECIPES
     from data.flags import add_data_arguments
 
@@ -34,17 +36,17 @@ def parse_args(argv=None):
         help="the model directory to prepare (default: train.py's for --size tiny, runs/tiny-<data>-<src>-<tgt>)",
     )
     parser.add_argument(
-        "--workers", type=int, default=None, help="preparation processes (default: one per core)"
+        "--workers", type=positive_int, default=None, help="preparation processes (default: one per core)"
     )
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> int:
     started = time.monotonic()
+    args = parse_args(argv)
     from app.cli.quiet_tensorflow import import_tensorflow
 
-    import_tensorflow()  # first: the data modules import TensorFlow
-    args = parse_args(argv)
+    import_tensorflow()  # before the data modules, which import it
     if args.vocab_size is None:
         from app.training.recipes import recipe_for
 
@@ -52,9 +54,6 @@ def main(argv=None) -> int:
     from data.errors import DataError
     from data.flags import data_config_from_args
 
-    if args.workers is not None and args.workers < 1:
-        print(f"error: --workers must be at least 1, got {args.workers}", file=sys.stderr)
-        return 1
     model_dir = args.model_dir or _default_model_dir(args)
     try:
         # The batch size does not shape the shards; any valid one lets prepare_data plan.

@@ -5,12 +5,14 @@
     python -m app.serve --batching_parameters_file serving/batching_parameters.txt
 
 Flags carry `tensorflow_model_server`'s names, so clients, tests and the page work the same
-against either server. Endpoints (TF Serving's, plus the page and the batch metrics):
+against either server; each is also accepted dashed, as the other commands spell theirs
+(--model-base-path, --model-name). Endpoints (TF Serving's, plus the page and the batch metrics):
 
     GET  /v1/models/{name}[/versions/{v}]              version status
     GET  /v1/models/{name}[/versions/{v}]/metadata     signature definitions
     POST /v1/models/{name}[/versions/{v}]:predict      row ("instances") or columnar ("inputs")
     GET  /                                             the translation page (app/serving/static/)
+    GET  /page.json                                    what the page shows: version, language pair, limits
     GET  /monitoring/prometheus/metrics                requests and batch sizes, Prometheus text
 
 As in TF Serving, "/v1/models" matches in any case, and a version label
@@ -29,13 +31,10 @@ import os
 import signal
 import sys
 
-from aiohttp import web
-
+from app.cli.flag_types import add_hidden_alias
 from app.cli.quiet_tensorflow import import_tensorflow
-from app.serving.batching import Batcher, BatchingParameters
-from app.serving.models import ModelManager, load_version
+from app.serving.batching import BatchingParameters
 from app.serving.rest_api import MODEL_NAME, Limits
-from app.serving.server import Server
 
 log = logging.getLogger("app.serve")
 
@@ -109,6 +108,10 @@ def parse_args(argv=None):
         default=Limits.max_text_length,
         help=f"most characters per input text (default {Limits.max_text_length})",
     )
+    for action in list(parser._actions):
+        for option in action.option_strings:
+            if "_" in option:
+                add_hidden_alias(parser, action, option.replace("_", "-"))
     args = parser.parse_args(argv)
     # Checked before TensorFlow loads anything, each naming its flag, as argparse does.
     if not MODEL_NAME.fullmatch(args.model_name):
@@ -135,6 +138,13 @@ def parse_args(argv=None):
 
 
 async def serve(args):
+    # Here, not at the top: --help and a bad flag answer without loading the web server.
+    from aiohttp import web
+
+    from app.serving.batching import Batcher
+    from app.serving.models import ModelManager, load_version
+    from app.serving.server import Server
+
     parameters = args.batching_parameters
     manager = ModelManager(
         args.model_name,

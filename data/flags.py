@@ -8,6 +8,7 @@
 
 import argparse
 
+from app.cli.flag_types import float_at_least, positive_int
 from data.config import DEFAULT_MAX_LENGTH, DEFAULT_VOCAB_SIZE, SUBWORD_MODELS, DataConfig
 
 
@@ -45,7 +46,7 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--target-lang", default="de", help="target language code (default: de)")
     group.add_argument(
         "--vocab-size",
-        type=int,
+        type=positive_int,
         default=None,
         help="shared subword vocabulary size (default: per model size and language pair, the paper's for base and "
         f"big: 37,000, and 32,000 for en-fr; {DEFAULT_VOCAB_SIZE:,} for tiny and small, and where no size is given; "
@@ -60,21 +61,22 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--batch-tokens",
-        type=int,
+        # Not `batch_tokens`, which checks against the default --max-length, not the one given.
+        type=positive_int,
         default=None,
         help="source (and target) tokens per batch across all replicas, padding "
         "included (default: chosen per model size)",
     )
     group.add_argument(
         "--max-length",
-        type=int,
+        type=positive_int,
         default=DEFAULT_MAX_LENGTH,
         help="longest source or target sequence in ids, start/end included; longer "
         f"pairs are dropped and counted (default: {DEFAULT_MAX_LENGTH})",
     )
     group.add_argument(
         "--bpe-dropout",
-        type=float,
+        type=float_at_least(0),
         default=0.0,
         help="BPE-dropout for training batches: the probability of skipping each merge, "
         "giving each epoch a fresh segmentation (default: 0, off; 0.1 in Provilkov et al.)",

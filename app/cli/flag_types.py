@@ -1,6 +1,9 @@
 """argparse types for count and list flags: whole (or finite) numbers with a least value,
 and comma-separated lists of whole numbers or of known names.
 
+`add_hidden_alias` gives a flag a second name that --help does not list. Standard library
+only: app.client uses them too.
+
 A bad value fails in `parse_args`, so argparse names the flag in its message and the
 command exits (status 2) before it loads TensorFlow, prepares data or starts a process:
 
@@ -11,6 +14,7 @@ command exits (status 2) before it loads TensorFlow, prepares data or starts a p
 
 import argparse
 import math
+import re
 
 
 def _whole_number(text):
@@ -87,3 +91,34 @@ def name_list(known, what):
 
     parse.__name__ = f"{what}_list"
     return parse
+
+
+# A model name: a directory under saved_models/ and the <name> of the REST API's
+# /v1/models/<name> (app.serving.rest_api), so no '/' and no leading '.'.
+MODEL_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+
+
+def model_name(text):
+    """The type of a model name (`MODEL_NAME`): letters, digits, '.', '_' and '-', not
+    starting with '.'."""
+    if not MODEL_NAME.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a model name: use letters, digits, '.', '_' and '-', not starting with '.'"
+        )
+    return text
+
+
+def add_hidden_alias(parser, action, alias):
+    """Adds `alias` (e.g. "--name"), another spelling of the flag `action` that
+    `parser.add_argument` returned: it sets the same value, and --help does not list it.
+
+    For the names a flag had before it was renamed, so that no script breaks, and for the
+    dashed spellings of the server's TF Serving names. Store and store_true/false flags.
+    """
+    hidden = dict(dest=action.dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    if isinstance(action, argparse._StoreAction):
+        extra = dict(nargs=action.nargs, const=action.const, type=action.type, choices=action.choices)
+        return parser.add_argument(alias, metavar=action.metavar, **extra, **hidden)
+    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
+        return parser.add_argument(alias, action=type(action), **hidden)
+    raise TypeError(f"no alias for {'/'.join(action.option_strings)}: a {type(action).__name__}")

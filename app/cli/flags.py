@@ -3,20 +3,22 @@ of a run's weights to load and how to decode them (export.py, app.evaluate, app.
 
 import argparse
 
+from app.cli.flag_types import float_at_least, int_at_least, positive_int
 from app.model.config import NORMALIZATION_KINDS, POSITIONAL_KINDS, SHARING_MODES, SIZES, TABLE3_VARIANTS, ModelConfig
 
+_fraction = float_at_least(0)
 # Flag name -> ModelConfig field, for the Table 3 knobs a user may override.
 _OVERRIDES = {
-    "num_layers": (int, "N, layers in the encoder and in the decoder"),
-    "d_model": (int, "model width"),
-    "d_ff": (int, "feed-forward inner width"),
-    "num_heads": (int, "attention heads h"),
-    "key_dim": (int, "d_k per head (default d_model / h)"),
-    "value_dim": (int, "d_v per head (default d_k)"),
-    "dropout": (float, "P_drop on sub-layer outputs and embeddings"),
-    "attention_dropout": (float, "dropout on attention weights"),
-    "inner_dropout": (float, "dropout after the feed-forward ReLU"),
-    "label_smoothing": (float, "epsilon_ls of the loss"),
+    "num_layers": (positive_int, "N, layers in the encoder and in the decoder (default: per size)"),
+    "d_model": (positive_int, "model width (default: per size)"),
+    "d_ff": (positive_int, "feed-forward inner width (default: per size)"),
+    "num_heads": (positive_int, "attention heads h (default: per size)"),
+    "key_dim": (positive_int, "d_k per head (default d_model / h)"),
+    "value_dim": (positive_int, "d_v per head (default d_k)"),
+    "dropout": (_fraction, "P_drop on sub-layer outputs and embeddings (default: per size)"),
+    "attention_dropout": (_fraction, "dropout on attention weights (default: per size)"),
+    "inner_dropout": (_fraction, "dropout after the feed-forward ReLU (default: per size)"),
+    "label_smoothing": (_fraction, "epsilon_ls of the loss (default: per size)"),
 }
 
 
@@ -26,12 +28,14 @@ def add_model_arguments(parser: argparse.ArgumentParser):
     group.add_argument(
         "--variant",
         choices=sorted(TABLE3_VARIANTS),
-        help="a row of the paper's Table 3, which varies the base model: with --size base only",
+        help="a row of the paper's Table 3, which varies the base model: with --size base only (default: none)",
     )
     for field, (kind, text) in _OVERRIDES.items():
         group.add_argument("--" + field.replace("_", "-"), type=kind, help=text)
-    group.add_argument("--positional", choices=POSITIONAL_KINDS, help="positional encoding")
-    group.add_argument("--share-embeddings", choices=SHARING_MODES, help="which embedding matrices are shared")
+    group.add_argument("--positional", choices=POSITIONAL_KINDS, help="positional encoding (default: per size)")
+    group.add_argument(
+        "--share-embeddings", choices=SHARING_MODES, help="which embedding matrices are shared (default: per size)"
+    )
     group.add_argument(
         "--normalization",
         choices=NORMALIZATION_KINDS,
@@ -53,7 +57,9 @@ def add_model_arguments(parser: argparse.ArgumentParser):
         help="biases in the attention projections (--attention-bias) or none, as in the paper "
         "(--no-attention-bias); default per size: biases for tiny, none otherwise",
     )
-    group.add_argument("--max-positions", type=int, help="most positions the positional encoding covers")
+    group.add_argument(
+        "--max-positions", type=positive_int, help="most positions the positional encoding covers (default: per size)"
+    )
     return group
 
 
@@ -115,7 +121,7 @@ def add_weights_arguments(parser: argparse.ArgumentParser, applies_to: str = "")
     )
     parser.add_argument(
         "--average-last",
-        type=int,
+        type=int_at_least(0),
         metavar="K",
         help=f"{applies_to}average the newest K kept checkpoints; 0: do not "
         "(default: as the run's settings.json says)",
@@ -140,20 +146,20 @@ def add_decoding_arguments(
     """
     parser.add_argument(
         "--beam-size",
-        type=int,
+        type=positive_int,
         default=DEFAULT_BEAM_SIZE,
         help=f"{beam_size_help} (default {DEFAULT_BEAM_SIZE})",
     )
     parser.add_argument(
         "--alpha",
-        type=float,
+        type=float_at_least(0),
         default=None if alpha_chosen_by else DEFAULT_ALPHA,
         help="length penalty exponent, GNMT's ((5 + length) / 6) ** alpha "
         f"(default {alpha_chosen_by or DEFAULT_ALPHA})",
     )
     parser.add_argument(
         "--max-extra-length",
-        type=int,
+        type=positive_int,
         default=DEFAULT_MAX_EXTRA_LENGTH,
         help=f"output length limit beyond the input's (default {DEFAULT_MAX_EXTRA_LENGTH})",
     )

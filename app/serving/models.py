@@ -8,7 +8,8 @@ the newest `num_versions` versions. A new version is loaded and warmed up beside
 served; only then does it become AVAILABLE and "latest", and only then are versions
 outside the newest `num_versions` unloaded (TF Serving's availability-preserving policy).
 A request holds its `LoadedVersion` until it is answered, so unloading never fails one in
-flight. Status states and messages follow TF Serving's GetModelStatus.
+flight. Status states and messages follow TF Serving's GetModelStatus; where the base path
+holds no version at all, the 404 answers add what to do (`no_export_yet`).
 """
 
 import dataclasses
@@ -149,6 +150,17 @@ def signature_def_json(path):
 # read as TF Serving reads it, an int64; a larger number is not a version.
 VERSION_NAME = re.compile(r"[0-9]+")
 MAX_VERSION = 2**63 - 1
+# export.py's base path by default, and the server's.
+DEFAULT_BASE_PATH = os.path.join("saved_models", "translator")
+
+
+def no_export_yet(base_path):
+    """What to do where `base_path` holds no version: "no model exported under PATH yet: run
+    python export.py" (with its --model-base-path where that is not the default)."""
+    command = "python export.py"
+    if os.path.normpath(base_path) != DEFAULT_BASE_PATH:
+        command += f" --model-base-path {base_path}"
+    return f"no model exported under {base_path} yet: run {command}"
 
 
 def version_directories(base_path):
@@ -210,11 +222,13 @@ class ModelManager:
         self.status = {}  # version -> VersionStatus, every version ever seen
         self._failed_at = {}  # version -> clock time of its last failed load
         self._base_path_problem = None  # what was wrong with base_path at the last poll
+        self.versions_on_disk = 0  # how many version directories the last poll found
 
     def to_load(self):
         """The (version, path) pairs to load now, newest first."""
         self._check_base_path()
         directories = version_directories(self.base_path)
+        self.versions_on_disk = len(directories)
         for version in [v for v in self._failed_at if v not in directories]:
             del self._failed_at[version]  # gone from disk: a new one of that number starts afresh
             self.status[version].failed_loads = 0
@@ -293,21 +307,28 @@ class ModelManager:
     def latest(self):
         return self.loaded[max(self.loaded)] if self.loaded else None
 
+    def not_found(self, message):
+        """A 404 `ServingError` with TF Serving's `message`, and what to do where nothing is
+        loaded because the base path holds no version (nothing was exported yet)."""
+        if not self.loaded and not self.versions_on_disk:
+            message = f"{message}: {no_export_yet(self.base_path)}"
+        return ServingError(message, status=404)
+
     def get(self, version=None):
         """The version to serve (the newest when `version` is None), or a 404 error."""
         if version is None:
             loaded = self.latest()
             if loaded is None:
-                raise ServingError(f"Servable not found for request: Latest({self.name})", status=404)
+                raise self.not_found(f"Servable not found for request: Latest({self.name})")
             return loaded
         if version not in self.loaded:
-            raise ServingError(f"Servable not found for request: Specific({self.name}, {version})", status=404)
+            raise self.not_found(f"Servable not found for request: Specific({self.name}, {version})")
         return self.loaded[version]
 
     def status_json(self, version=None):
         """GetModelStatus's response, newest version first."""
         if not self.status:
-            raise ServingError(f"Could not find any versions of model {self.name}", status=404)
+            raise self.not_found(f"Could not find any versions of model {self.name}")
         if version is not None:
             if version not in self.status:
                 raise ServingError(f"Could not find version {version} of model {self.name}", status=404)

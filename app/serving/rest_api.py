@@ -27,6 +27,8 @@ import re
 
 import numpy as np
 
+from app.cli import flag_types
+
 ROW, COLUMNAR = "row", "columnar"
 DEFAULT_SIGNATURE = "serving_default"
 
@@ -49,8 +51,8 @@ class TensorSpec:
 
 
 # A model name: one part of /v1/models/<name>[/versions/<v>]:predict, and the directory
-# saved_models/<name> that export.py writes to.
-MODEL_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+# saved_models/<name> that export.py writes to; with the flags that take one.
+MODEL_NAME = flag_types.MODEL_NAME
 
 
 @dataclasses.dataclass(frozen=True)

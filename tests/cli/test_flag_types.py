@@ -1,10 +1,19 @@
 """app.cli.flag_types: count and list flags fail in parse_args, with argparse naming the flag."""
 
 import argparse
+import re
 
 import pytest
 
-from app.cli.flag_types import float_at_least, int_at_least, int_list, name_list, positive_int
+from app.cli.flag_types import (
+    add_hidden_alias,
+    float_at_least,
+    int_at_least,
+    int_list,
+    model_name,
+    name_list,
+    positive_int,
+)
 
 
 def parser():
@@ -43,3 +52,34 @@ def test_a_bad_value_is_a_usage_error_naming_the_flag(flags, message, capsys):
         parser().parse_args(flags)
     assert exit.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1] == f"bench: error: {message}"
+
+
+def test_a_hidden_alias_sets_the_same_value_and_is_not_in_help():
+    parser = argparse.ArgumentParser(prog="p")
+    name = parser.add_argument("--model-name", type=str.upper, default="translator", help="the name (default x)")
+    quiet = parser.add_argument("--quiet", action="store_true", help="say less (default: off)")
+    enable = parser.add_argument("--enable_it", nargs="?", const="yes", default="no", help="(default no)")
+    add_hidden_alias(parser, name, "--name")
+    add_hidden_alias(parser, quiet, "--silent")
+    add_hidden_alias(parser, enable, "--enable-it")
+    assert vars(parser.parse_args([])) == {"model_name": "TRANSLATOR", "quiet": False, "enable_it": "no"}
+    assert vars(parser.parse_args(["--name", "en", "--silent", "--enable-it"])) == {
+        "model_name": "EN", "quiet": True, "enable_it": "yes"
+    }
+    assert parser.parse_args(["--enable-it", "x"]).enable_it == "x"
+    shown = parser.format_help()
+    assert all(name in shown for name in ("--model-name", "--quiet", "--enable_it"))
+    assert not any(name in shown for name in ("--name", "--silent", "--enable-it"))
+    with pytest.raises(TypeError, match="no alias for --count: a _CountAction"):
+        add_hidden_alias(parser, parser.add_argument("--count", action="count"), "--c")
+
+
+@pytest.mark.parametrize("name", ["translator", "en-de", "v1.2_x", "_a"])
+def test_a_model_name_is_accepted(name):
+    assert model_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["", ".hidden", "en/de", "../x", "a b"])
+def test_a_model_name_that_is_no_directory_name_or_url_part_is_refused_by_value(name):
+    with pytest.raises(argparse.ArgumentTypeError, match=f"^{re.escape(repr(name))} is not a model name"):
+        model_name(name)

@@ -275,8 +275,10 @@ def test_the_prepare_command_prepares_what_train_py_then_reads(tmp_path, capsys)
     config = DataConfig(dataset=spec, vocab_size=400, max_length=48, batch_tokens=2048)
     prepare_data(config, model_dir, log=lines.append)
     assert lines == []  # train.py's preparation finds it done.
-    assert prepare.main(argv[:-2] + ["--workers", "0"]) == 1
-    assert capsys.readouterr().err == "error: --workers must be at least 1, got 0\n"
+    with pytest.raises(SystemExit) as exited:  # refused by argparse, before TensorFlow loads
+        prepare.main(argv[:-2] + ["--workers", "0"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith("error: argument --workers: must be at least 1, got 0")
 
 
 def test_the_prepare_command_takes_the_sizes_vocabulary_so_train_py_of_that_size_accepts_it(tmp_path, monkeypatch):

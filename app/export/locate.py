@@ -1,0 +1,56 @@
+"""Where an export is: a SavedModel version directory from the path a user gives.
+
+    saved_model_version("saved_models/translator")     # -> "saved_models/translator/3", the newest
+    saved_model_version("saved_models/translator/2")   # -> itself
+
+Every command that reads an export (app.evaluate, app.translate, app.score) takes either
+the export base, as the server does (`--model_base_path`), or one version in it. Numeric
+directories are versions, as TensorFlow Serving reads them; export.py's hidden temporary
+directories are not. No TensorFlow here: commands check the path before importing it.
+"""
+
+import os
+import re
+
+SAVED_MODEL_FILE = "saved_model.pb"
+_VERSION_NAME = re.compile(r"[0-9]+")
+
+
+class ExportNotFound(FileNotFoundError):
+    """No SavedModel at the path given; the message says what to do."""
+
+
+def versions(base):
+    """`{version: directory}` of the numeric subdirectories of `base`, oldest first."""
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return {}
+    found = {}
+    for name in sorted(names, key=lambda name: (len(name), name), reverse=True):  # "7" wins over "007"
+        if _VERSION_NAME.fullmatch(name) and os.path.isdir(os.path.join(base, name)):
+            found[int(name)] = os.path.join(base, name)
+    return dict(sorted(found.items()))
+
+
+def saved_model_version(path):
+    """The SavedModel directory `path` names: `path` itself if it holds saved_model.pb,
+    else the newest version under it.
+
+    Raises:
+        ExportNotFound: `path` does not exist, is a file, or holds neither a SavedModel
+            nor a version of one.
+    """
+    if not os.path.exists(path):
+        raise ExportNotFound(f"no model exported under {path} yet: run python export.py (no such directory)")
+    if not os.path.isdir(path):
+        raise ExportNotFound(f"{path} is a file, not an export directory")
+    if os.path.exists(os.path.join(path, SAVED_MODEL_FILE)):
+        return path
+    for version, directory in reversed(versions(path).items()):
+        if os.path.exists(os.path.join(directory, SAVED_MODEL_FILE)):
+            return directory
+    raise ExportNotFound(
+        f"no model exported under {path} yet: run python export.py (it holds no {SAVED_MODEL_FILE} "
+        "and no numbered version directory with one)"
+    )

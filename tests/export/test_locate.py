@@ -1,0 +1,44 @@
+"""`saved_model_version`: the export base or one version, as the commands take it."""
+
+import os
+
+import pytest
+
+from app.export.locate import ExportNotFound, saved_model_version
+
+
+def _version(base, name, complete=True):
+    path = os.path.join(base, name)
+    os.makedirs(path)
+    if complete:
+        open(os.path.join(path, "saved_model.pb"), "wb").close()
+    return path
+
+
+def test_a_version_directory_is_itself(tmp_path):
+    version = _version(tmp_path, "3")
+    assert saved_model_version(version) == version
+
+
+def test_a_base_gives_its_newest_complete_version(tmp_path):
+    _version(tmp_path, "2")
+    newest = _version(tmp_path, "10")  # by number, not by name
+    _version(tmp_path, "11", complete=False)  # no saved_model.pb: not a SavedModel
+    _version(tmp_path, ".tmp-export-12")  # export.py's temporary directory
+    _version(tmp_path, "notes")
+    assert saved_model_version(str(tmp_path)) == newest
+
+
+@pytest.mark.parametrize("make", ["missing", "empty", "file"])
+def test_no_export_is_named_with_what_to_do(tmp_path, make):
+    path = tmp_path / "translator"
+    if make == "empty":
+        path.mkdir()
+    elif make == "file":
+        path.write_text("")
+    with pytest.raises(ExportNotFound) as error:
+        saved_model_version(str(path))
+    message = str(error.value)
+    assert str(path) in message
+    assert ("is a file" in message) if make == "file" else ("no model exported under" in message)
+    assert make == "file" or "run python export.py" in message
