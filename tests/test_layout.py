@@ -10,7 +10,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # that a serving host needs none of it; the model, decoding and the model directory are
 # what both sides share.
 NOT_FROM_TRAINING = [
-    "export.py", "app/export", "app/serving", "app/serve.py", "app/client.py",
+    "export.py", "app/export_model.py", "app/export", "app/serving", "app/serve.py", "app/client.py",
+    "app/translate.py", "app/score.py",
     "app/model", "app/decoding", "app/model_dir", "app/cli",
 ]
 

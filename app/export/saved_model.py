@@ -11,6 +11,12 @@ signature takes raw strings. Signatures (batch B, beam K):
     greedy                  inputs string [B] -> translations string [B], scores float32 [B]
     translate_with_options  inputs string [B], alpha float32 [B], max_extra_length int32 [B]
                             -> translations string [B], scores float32 [B]
+    score                   inputs string [B], targets string [B] -> log_prob float32 [B],
+                            token_log_probs float32 [B, T], target_lengths int32 [B],
+                            truncated bool [B]  (forced decoding: app/decoding/forced.py)
+    sample                  inputs string [B], seed int64 [B], top_k int32 [B], top_p float32 [B],
+                            temperature float32 [B], max_extra_length int32 [B]
+                            -> translations string [B], scores float32 [B]  (app/decoding/sampling.py)
 
 Every input is a vector `[B]`, checked when the graph runs (TF Serving does not check a
 request's shapes): a scalar or a `[B, N]` tensor is refused, naming its shape.
@@ -39,10 +45,13 @@ import json
 import os
 import re
 import shutil
+import time
 
 import tensorflow as tf
 
 from app.model_dir import checkpoints
+from app.decoding.forced import forced_log_probs, target_ids
+from app.decoding.sampling import checked_settings, sample_ids
 from app.decoding.translate import DecodingConfig, checked_alpha, translate_ids
 from app.model.transformer import Transformer, build_transformer
 from app.model_dir.settings import load_settings
@@ -197,12 +206,59 @@ class Translator(tf.Module):
         texts, scores = self.translate(inputs, self._decoding.beam_size, alpha, extra)
         return {"translations": texts[:, 0], "scores": scores[:, 0]}
 
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None], tf.string, name="inputs"),
+            tf.TensorSpec([None], tf.string, name="targets"),
+        ]
+    )
+    def serve_score(self, inputs, targets):
+        """Forced decoding of each target given its input (app/decoding/forced.py): natural-log
+        log-probs, no length penalty. `target_lengths`: the tokens scored, the end token
+        included. `truncated`: the input was cut as for translation, or the target was scored
+        on its first `max_length` tokens only (its end token unscored), to fit the positions."""
+        inputs, targets = one_per_sentence(inputs), one_per_sentence(targets)
+        check = tf.debugging.assert_equal(tf.size(targets), tf.size(inputs), message="one target per input")
+        with tf.control_dependencies([check]):
+            inputs = tf.identity(inputs)
+        ids, target_cut = target_ids(self.tokenizer.tokenize(targets), self._max_source_length)  # [B, T], [B]
+        token_log_probs, log_prob = forced_log_probs(self._transformer, self.source_ids(inputs), ids)
+        source_cut = self.source_lengths(inputs)["lengths"] > self._max_source_length  # [B]
+        return {
+            "log_prob": log_prob,
+            "token_log_probs": token_log_probs,
+            "target_lengths": tf.reduce_sum(tf.cast(ids != 0, tf.int32), axis=1),
+            "truncated": source_cut | target_cut,
+        }
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None], tf.string, name="inputs"),
+            tf.TensorSpec([None], tf.int64, name="seed"),
+            tf.TensorSpec([None], tf.int32, name="top_k"),
+            tf.TensorSpec([None], tf.float32, name="top_p"),
+            tf.TensorSpec([None], tf.float32, name="temperature"),
+            tf.TensorSpec([None], tf.int32, name="max_extra_length"),
+        ]
+    )
+    def serve_sample(self, inputs, seed, top_k, top_p, temperature, max_extra_length):
+        """One random translation per input (top-k / nucleus sampling), reproducible from its
+        seed: app/decoding/sampling.py. Scores: the model's log-probability of the output,
+        not normalized by length. Settings per instance, as `translate_with_options`'."""
+        inputs = one_per_sentence(inputs)
+        settings = [one_per_sentence(value) for value in (seed, top_k, top_p, temperature, max_extra_length)]
+        settings = checked_settings(tf.size(inputs), *settings)
+        ids, scores = sample_ids(self._transformer, self.source_ids(inputs), *settings, self.output_kernel)
+        return {"translations": self.tokenizer.detokenize(ids), "scores": scores}
+
     def signatures(self):
         return {
             "serving_default": self.serve.get_concrete_function(),
             "nbest": self.serve_nbest.get_concrete_function(),
             "greedy": self.serve_greedy.get_concrete_function(),
             "translate_with_options": self.serve_with_options.get_concrete_function(),
+            "score": self.serve_score.get_concrete_function(),
+            "sample": self.serve_sample.get_concrete_function(),
         }
 
 
@@ -326,12 +382,21 @@ def new_version(base, version=None):
         shutil.rmtree(temporary, ignore_errors=True)
 
 
-def export(translator, base=DEFAULT_BASE, version=None, metadata=None):
-    """Writes `translator` to `base/<version>/` atomically; returns that path."""
+def export(translator, base=DEFAULT_BASE, version=None, metadata=None, log=None):
+    """Writes `translator` to `base/<version>/` atomically; returns that path.
+
+    `log`: called with a line as each slow part starts (tracing and writing the
+    signatures, then checking their ops), or None.
+    """
+    log = log or (lambda line: None)
     with new_version(base, version) as (temporary, final):
+        log(f"writing the SavedModel to {final}: tracing its signatures, then saving")
+        started = time.monotonic()
         tf.saved_model.save(translator, temporary, signatures=translator.signatures())
         with open(os.path.join(temporary, EXPORT_INFO), "w") as f:
             json.dump(metadata or {}, f, indent=2)
+        seconds = time.monotonic() - started
+        log(f"checking that TensorFlow Serving registers every op of the graph (written in {seconds:.1f} s)")
         unsupported = unsupported_serving_ops(temporary)
         if unsupported:
             raise ExportError(

@@ -1,0 +1,221 @@
+"""Random translations for back-translation: top-k and nucleus (top-p) sampling with the
+key/value cache, as one `tf.while_loop`, reproducible from a seed per sentence.
+
+    ids, scores = sample_ids(transformer, source_ids, seeds, top_k=10, top_p=0.9, temperature=0.8)
+    # ids int32 [B, L] (no start token, end token then 0s), scores float32 [B]
+
+At each step the next token is drawn from the model's distribution at `temperature`,
+cut to its `top_k` most likely tokens (0: all of them) and to the smallest set of most
+likely tokens whose probability reaches `top_p` (1: all), then renormalized. `top_k` 1
+is greedy decoding. Every setting may differ per sentence (`[B]`), so a serving batch
+may mix requests.
+
+The randomness is a function of the sentence's seed and the step only, not of any
+state: step t of a sentence with seed s draws its uniform number from an integer hash
+of (s, t) (`uniform_per_sentence`), the same on every machine and device. TensorFlow's
+stateless random ops take one seed per op, not one per row, and the `vectorized_map` of
+them falls back to a loop per sentence; a hash gives each sentence its own stream in one
+op, so a sentence's sample depends on its seed and its text, not on the batch it is
+decoded in. The hash is integer arithmetic, which has GPU kernels: a hash of strings
+would send every step of the loop back to the host.
+
+Dimension names: B batch, S source length, V vocabulary, L the most output tokens,
+C the candidates a step sorts (the largest top_k of the batch, or V).
+"""
+
+import tensorflow as tf
+
+from app.decoding.beam_search import longest_output, loose_shape
+from app.decoding.translate import output_lengths
+from app.model.transformer import Transformer
+from data.special_tokens import END_ID, PAD_ID, START_ID
+
+# The uniform numbers' resolution: the top 24 bits of a 32-bit hash, exact in float32.
+_BITS = 24
+_LOW_32 = 0xFFFFFFFF
+
+
+def _mix32(x):
+    """A 32-bit integer hash (the xor-shift-multiply finalizer of "lowbias32"), on int64
+    holding values in [0, 2**32). Its multipliers are below 2**31, so no product
+    overflows int64."""
+    x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, 16))
+    x = tf.bitwise.bitwise_and(x * 0x7FEB352D, _LOW_32)
+    x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, 15))
+    x = tf.bitwise.bitwise_and(x * 0x5BD1E995, _LOW_32)
+    return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, 16))
+
+
+def uniform_per_sentence(seeds, step):
+    """float32 `[B]` in [0, 1): one number per sentence, a function of its seed (int64
+    `[B]`) and `step` (int32 scalar) only."""
+    seeds = tf.convert_to_tensor(seeds, tf.int64)
+    low = tf.bitwise.bitwise_and(seeds, _LOW_32)  # [B]
+    high = tf.bitwise.bitwise_and(tf.bitwise.right_shift(seeds, 32), _LOW_32)  # [B]
+    # The golden ratio's bits keep step 0 of seed 0 away from the hash's fixed point 0.
+    mixed = _mix32(tf.bitwise.bitwise_xor(tf.cast(step, tf.int64), 0x9E3779B9) + tf.zeros_like(seeds))
+    mixed = _mix32(tf.bitwise.bitwise_xor(mixed, high))
+    mixed = _mix32(tf.bitwise.bitwise_xor(mixed, low))  # [B], in [0, 2**32)
+    return tf.cast(tf.bitwise.right_shift(mixed, 32 - _BITS), tf.float32) / 2**_BITS
+
+
+def choose_tokens(logits, uniform, top_k, top_p, temperature):
+    """One token per row, drawn by inverting the cumulative distribution at `uniform`.
+
+    Args:
+        logits: float32 `[B, V]`; banned tokens are -inf.
+        uniform: float32 `[B]` in [0, 1).
+        top_k: int32 `[B]`, 0 = the whole vocabulary.
+        top_p: float32 `[B]` in (0, 1].
+        temperature: float32 `[B]`, > 0.
+
+    Returns:
+        int32 `[B]`, the tokens.
+    """
+    vocab_size = tf.shape(logits)[1]
+    top_k = tf.where(top_k > 0, tf.minimum(top_k, vocab_size), vocab_size)  # [B]
+    # Shifted to a maximum of 0 first, so that a small temperature gives -inf, never NaN.
+    shifted = logits - tf.reduce_max(logits, axis=1, keepdims=True)
+    log_probs = tf.nn.log_softmax(shifted / temperature[:, None])  # [B, V]
+    # Only the candidates some sentence may draw are sorted: top_k 1 sorts nothing.
+    candidates = tf.where(top_p < 1, vocab_size, top_k)  # [B]
+    values, indices = tf.math.top_k(log_probs, k=tf.reduce_max(candidates))  # [B, C], best first
+    probs = tf.exp(values)
+    ranks = tf.range(tf.shape(values)[1])[None, :]  # [1, C]
+    # A prefix of the sorted tokens: the top k, those before the mass reaches top_p (the
+    # first always), and never one of probability 0 (a banned token).
+    keep = (ranks < top_k[:, None]) & (tf.cumsum(probs, axis=1, exclusive=True) < top_p[:, None]) & (probs > 0)
+    kept = tf.where(keep, probs, 0.0)
+    cumulative = tf.cumsum(kept, axis=1)  # [B, C]
+    threshold = uniform * cumulative[:, -1]  # [B]
+    choice = tf.reduce_sum(tf.cast(cumulative <= threshold[:, None], tf.int32), axis=1)
+    # Rounding may put the threshold on the total: the last kept token then.
+    choice = tf.minimum(choice, tf.reduce_sum(tf.cast(keep, tf.int32), axis=1) - 1)  # [B]
+    return tf.gather(indices, choice, batch_dims=1)
+
+
+def sample_ids(
+    transformer: Transformer,
+    source_ids,
+    seeds,
+    top_k=0,
+    top_p=1.0,
+    temperature=1.0,
+    max_extra_length=50,
+    output_kernel=None,
+):
+    """Translates a batch by sampling, one translation per sentence.
+
+    Args:
+        transformer: the model's decoding view.
+        source_ids: int32 `[B, S]`, 0 = padding.
+        seeds: int64 `[B]` (or a scalar for all): each sentence's random stream.
+        top_k: int32, scalar or `[B]`: draw among the k most likely tokens; 0 = all.
+        top_p: float32, scalar or `[B]`, in (0, 1]: among the fewest most likely tokens
+            whose probability reaches p; 1 = all.
+        temperature: float32, scalar or `[B]`, > 0: the logits are divided by it.
+        max_extra_length: int32, scalar or `[B]`: a sentence has at most (source length
+            + this) output tokens, end token included, and never more than the model's
+            `max_length` positions.
+        output_kernel: `transformer.output_kernel()`, if the caller keeps it.
+
+    Settings given as Python numbers are checked at once (ValueError); tensors are the
+    caller's to check (the `sample` signature checks them).
+
+    Returns:
+        `(ids int32 [B, L], scores float32 [B])`: the tokens without the start token,
+        each row ending with the end token (unless cut at its maximum length) and padded
+        with 0; the score is the sum of the model's log-probabilities of the drawn tokens,
+        end token included, at temperature 1 and before top-k / top-p: how likely the
+        model finds the translation, not normalized by length.
+    """
+    _check_python_settings(top_k, top_p, temperature, max_extra_length)
+    source_ids = tf.convert_to_tensor(source_ids, tf.int32)
+    batch_size = tf.shape(source_ids)[0]
+
+    def per_sentence(value, dtype):
+        return tf.broadcast_to(tf.cast(value, dtype), [batch_size])  # [B]
+
+    seeds = per_sentence(seeds, tf.int64)
+    top_k, top_p = per_sentence(top_k, tf.int32), per_sentence(top_p, tf.float32)
+    temperature = per_sentence(temperature, tf.float32)
+    max_lengths = output_lengths(transformer, source_ids, max_extra_length)  # [B]
+    output_length = longest_output(max_lengths)  # L
+
+    memory, memory_mask = transformer.encode(source_ids, training=False)
+    memory_cache = transformer.init_memory_cache(memory, memory_mask)
+    if output_kernel is None:
+        output_kernel = transformer.output_kernel()  # once, outside the loop
+    # Padding and the start token are never outputs.
+    banned = tf.reduce_sum(tf.one_hot([PAD_ID, START_ID], transformer.config.vocab_size, dtype=tf.int32), 0) > 0
+
+    def body(step, tokens, outputs, scores, finished, cache):
+        logits, cache = transformer.decode_step(tokens, step, cache, memory_cache, output_kernel)  # [B, V]
+        allowed = tf.where(banned[None, :], float("-inf"), logits)
+        next_tokens = choose_tokens(allowed, uniform_per_sentence(seeds, step), top_k, top_p, temperature)  # [B]
+        # A sentence at its maximum length ends there.
+        next_tokens = tf.where(step + 1 >= max_lengths, END_ID, next_tokens)
+        # As beam search and forced decoding (app.score) score: over the whole vocabulary.
+        log_probs = tf.gather(tf.nn.log_softmax(logits), next_tokens, batch_dims=1)  # [B]
+        scores = scores + tf.where(finished, 0.0, log_probs)
+        next_tokens = tf.where(finished, PAD_ID, next_tokens)
+        outputs = outputs + tf.one_hot(step, output_length, dtype=tf.int32)[None, :] * next_tokens[:, None]
+        finished = finished | tf.equal(next_tokens, END_ID)
+        return step + 1, next_tokens, outputs, scores, finished, cache
+
+    def keep_going(step, tokens, outputs, scores, finished, cache):
+        return tf.logical_and(step < output_length, tf.logical_not(tf.reduce_all(finished)))
+
+    start = tf.fill([batch_size], START_ID)
+    outputs = tf.zeros([batch_size, output_length], tf.int32)  # [B, L]
+    scores = tf.zeros([batch_size], tf.float32)
+    finished = tf.zeros([batch_size], tf.bool)
+    cache = transformer.empty_self_cache(batch_size)
+    # The self-attention cache grows by a position a step (axis 2).
+    cache_invariants = tf.nest.map_structure(loose_shape, cache)
+    _, _, outputs, scores, _, _ = tf.while_loop(
+        keep_going, body, (tf.constant(0), start, outputs, scores, finished, cache),
+        shape_invariants=(
+            tf.TensorShape([]), tf.TensorShape([None]), tf.TensorShape([None, None]), tf.TensorShape([None]),
+            tf.TensorShape([None]), cache_invariants,
+        ),
+    )
+    return outputs, scores
+
+
+def _check_python_settings(top_k, top_p, temperature, max_extra_length):
+    """ValueError for a setting given as a Python number that cannot apply."""
+    for name, value, bad, wanted in (
+        ("top_k", top_k, lambda v: v < 0, "a whole number >= 0 (0: the whole vocabulary)"),
+        ("top_p", top_p, lambda v: not 0 < v <= 1, "in (0, 1]"),
+        ("temperature", temperature, lambda v: not 0 < v < float("inf"), "a finite number > 0"),
+        ("max_extra_length", max_extra_length, lambda v: v < 1, "at least 1"),
+    ):
+        if isinstance(value, (int, float)) and bad(value):
+            raise ValueError(f"{name} must be {wanted}, got {value!r}")
+
+
+def checked_settings(batch_size, seeds, top_k, top_p, temperature, max_extra_length):
+    """The `sample` signature's settings, each one per sentence (`[B]`), checked when the
+    graph runs: a request's values, which TF Serving passes on unchecked. An assertion
+    (InvalidArgumentError) names the setting and its value."""
+    settings = {
+        "seed": seeds, "top_k": top_k, "top_p": top_p, "temperature": temperature,
+        "max_extra_length": max_extra_length,
+    }
+    checks = [
+        tf.debugging.assert_equal(tf.size(value), batch_size, message=f"one {name} per input")
+        for name, value in settings.items()
+    ]
+    checks += [
+        tf.debugging.assert_non_negative(top_k, message="top_k must be >= 0 (0: the whole vocabulary)"),
+        tf.debugging.Assert(tf.reduce_all((top_p > 0) & (top_p <= 1)), ["top_p must be in (0, 1], got", top_p]),
+        # Written as a positive test, so that NaN fails it.
+        tf.debugging.Assert(
+            tf.reduce_all((temperature > 0) & tf.math.is_finite(temperature)),
+            ["temperature must be a finite number > 0, got", temperature],
+        ),
+        tf.debugging.assert_positive(max_extra_length, message="max_extra_length must be positive"),
+    ]
+    with tf.control_dependencies(checks):
+        return tuple(tf.identity(value) for value in settings.values())
