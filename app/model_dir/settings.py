@@ -2,7 +2,8 @@
 
 Training writes it (`save_settings`) at every start; export, evaluation and the pictures
 read it (`load_settings`) to rebuild the model and its data settings. A run resumes only
-with the model and data it began with (`check_resumable`).
+with the model and data it began with (`check_resumable`). A run fine-tuned from another
+(`train.py --init-from`) also records where its first weights came from (`load_init_from`).
 """
 
 import dataclasses
@@ -52,13 +53,15 @@ def check_resumable(model_dir, model_config, data_config, train_config, ignore=(
     return previous_train
 
 
-def save_settings(model_dir, model_config, data_config, train_config, log=print, replicas=None):
+def save_settings(model_dir, model_config, data_config, train_config, log=print, replicas=None, init_from=None):
     """Writes settings.json atomically; refuses to resume a run with another model or data.
 
     Training settings may change between starts (a longer run, another time budget):
     each change is logged; `check_resumable` says which may not. `replicas`, the
     strategy's replica count, is kept with the training settings: the batches are cut
-    for it.
+    for it. `init_from`, a dict, is written as the "init_from" section (a fine-tuned run's
+    origin: `app.training.init_from.InitRun.record`); without it, the section the file
+    already holds is kept.
     """
     path = os.path.join(model_dir, "settings.json")
     settings = {
@@ -67,6 +70,9 @@ def save_settings(model_dir, model_config, data_config, train_config, log=print,
         "train": {**dataclasses.asdict(train_config), **({"replicas": replicas} if replicas else {})},
     }
     previous_train = check_resumable(model_dir, model_config, data_config, train_config)
+    init_from = init_from or (load_init_from(model_dir) if previous_train is not None else None)
+    if init_from:
+        settings["init_from"] = init_from
     if previous_train is not None:
         changed = {
             k: (previous_train[k], v)
@@ -98,6 +104,16 @@ def load_settings(model_dir):
         return ModelConfig.from_dict(settings["model"]), DataConfig(**settings["data"]), settings["train"]
     except TypeError as error:  # A field this version does not know, or one missing.
         raise ValueError(f"{path} does not match this version's configuration: {error}") from error
+
+
+def load_init_from(model_dir):
+    """The "init_from" section of a model directory's settings.json: where a run
+    fine-tuned with `train.py --init-from` took its first weights from (the init run's
+    `model_dir`, the `weights` and their `checkpoints`); None for a run trained from scratch."""
+    path = os.path.join(model_dir, "settings.json")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{model_dir} is not a model directory: no settings.json in it")
+    return _read_settings(path).get("init_from")
 
 
 def _read_settings(path):

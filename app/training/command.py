@@ -3,6 +3,7 @@
 The model directory it writes is described in `app.model_dir`.
 """
 
+import argparse
 import dataclasses
 import os
 import re
@@ -11,46 +12,59 @@ import sys
 import tempfile
 import time
 
+from app.cli.flag_types import float_at_least, int_at_least, positive_int
 from app.model_dir.lock import ModelDirInUse, ModelDirLock
 from app.model_dir.settings import check_resumable, load_settings, save_settings
-from app.training.config import TrainConfig
 from app.training.precision import AUTO, BFLOAT16_MIN_SPEEDUP, PRECISIONS, choose_auto_precision, resolve_precision
 from app.training.recipes import RECIPES, recipe_for
 
 
-def add_training_arguments(parser):
-    from app.training.strategy import STRATEGIES
+# app.training.strategy.STRATEGIES, written out: that module imports TensorFlow, and the
+# flags are parsed before it loads (a test pins the two equal).
+STRATEGIES = ("auto", "mirrored", "multi-worker")
+non_negative_int = int_at_least(0)
+non_negative_float = float_at_least(0)
 
+
+def add_training_arguments(parser):
+    """The training flags. Importing this module imports no TensorFlow (TrainConfig's
+    module does, so it is imported where the configuration is built)."""
     group = parser.add_argument_group("training")
     group.add_argument(
         "--model-dir", help="where checkpoints, settings and logs go (default: runs/<size>-<data>-<src>-<tgt>)"
     )
-    group.add_argument("--train-steps", type=int, help="total optimizer updates (default: per size)")
-    group.add_argument("--epochs", type=int, help="passes over the training data")
-    group.add_argument("--accumulate", type=int, default=1, help="micro-batches per update (gradient accumulation)")
+    group.add_argument("--train-steps", type=positive_int, help="total optimizer updates (default: per size)")
     group.add_argument(
-        "--steps-per-loop", type=int,
+        "--epochs", type=positive_int, help="passes over the training data (default: as many as --train-steps takes)"
+    )
+    group.add_argument(
+        "--accumulate", type=positive_int, default=1, help="micro-batches per update (gradient accumulation; default 1)"
+    )
+    group.add_argument(
+        "--steps-per-loop", type=positive_int,
         help="updates per call of the training function: the host waits for the device once per call "
         "(default: per size, 1 for tiny and small, 10 for base and big)",
     )
-    group.add_argument("--warmup-steps", type=int, help="warmup steps (default: 4000, or 8%% of a shorter run)")
     group.add_argument(
-        "--learning-rate-scale", type=float, help="multiplier on the paper's schedule (default: per size)"
+        "--warmup-steps", type=non_negative_int, help="warmup steps (default: 4000, or 8%% of a shorter run)"
+    )
+    group.add_argument(
+        "--learning-rate-scale", type=non_negative_float, help="multiplier on the paper's schedule (default: per size)"
     )
     group.add_argument(
         "--weight-decay",
-        type=float,
+        type=non_negative_float,
         help="decoupled weight decay (AdamW) of the weight matrices and embeddings: each step multiplies them by "
         f"1 - learning rate * this; 0: the paper's Adam (default: {_per_size('weight_decay')})",
     )
     group.add_argument(
         "--cooldown-fraction",
-        type=float,
+        type=non_negative_float,
         help="final fraction of the run over which the learning rate falls linearly to zero (default: per size)",
     )
     group.add_argument(
         "--bidirectional-fraction",
-        type=float,
+        type=non_negative_float,
         metavar="F",
         help="bidirectional training: the first epochs, as many whole ones as fit in this fraction of the run, also "
         "train on every pair reversed, target to source (Ding et al., 2021, pretrain on a third; it did not help "
@@ -64,49 +78,105 @@ def add_training_arguments(parser):
         "or without GPUs on a CPU that has bfloat16 instructions (AMX or AVX512-BF16) and, timed at the start, "
         f"multiplies bfloat16 matrices at least {BFLOAT16_MIN_SPEEDUP}x as fast as float32 ones; float32 elsewhere",
     )
-    group.add_argument("--jit", action="store_true", help="compile forward and backward passes with XLA")
-    group.add_argument("--log-every", type=int, default=50, help="steps between metrics records")
     group.add_argument(
-        "--eval-every", type=int, help="steps between evaluations (0: only at the end; default: per size, else 1000)"
+        "--jit", action="store_true", help="compile forward and backward passes with XLA (default: off)"
     )
-    group.add_argument("--eval-sentences", type=int, help="validation sentences decoded for BLEU (default: all)")
-    group.add_argument("--no-bleu", action="store_true", help="evaluate validation loss only")
-    group.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (default: per size)")
-    group.add_argument("--checkpoint-minutes", type=float, help="also checkpoint every this many minutes")
-    group.add_argument("--keep-checkpoints", type=int, help="newest checkpoints kept (default: per size)")
+    group.add_argument("--log-every", type=positive_int, default=50, help="steps between metrics records (default 50)")
+    group.add_argument(
+        "--eval-every",
+        type=non_negative_int,
+        help="steps between evaluations (0: only at the end; default: per size, else 1000)",
+    )
+    group.add_argument(
+        "--eval-sentences", type=positive_int, help="validation sentences decoded for BLEU (default: all)"
+    )
+    group.add_argument(
+        "--no-bleu", action="store_true", help="evaluate validation loss only (default: BLEU too)"
+    )
+    group.add_argument(
+        "--checkpoint-every", type=non_negative_int, help="steps between checkpoints (default: per size)"
+    )
+    group.add_argument(
+        "--checkpoint-minutes",
+        type=non_negative_float,
+        help="also checkpoint every this many minutes (default: by steps only)",
+    )
+    group.add_argument(
+        "--keep-checkpoints", type=positive_int, help="newest checkpoints kept (default: per size)"
+    )
     group.add_argument(
         "--average-last",
-        type=int,
+        type=non_negative_int,
         metavar="K",
         help="the weights export.py and app.evaluate take from this run by default: the average of the newest K "
         "kept checkpoints; 0: the best by validation BLEU (default: "
         f"{_per_size('average_last', none='0')}; base and big average as the paper did)",
     )
-    group.add_argument("--patience", type=int, help="stop after this many evaluations without a better BLEU")
-    group.add_argument("--seed", type=int, default=1)
+    group.add_argument(
+        "--patience",
+        type=non_negative_int,
+        help="stop after this many evaluations without a better BLEU (default: never)",
+    )
+    group.add_argument("--seed", type=int, default=1, help="seed of initialization, dropout and batches (default 1)")
     group.add_argument(
         "--time-budget",
-        type=float,
+        type=non_negative_float,
         metavar="MINUTES",
         help="end the run, final evaluation included, within this many minutes of the command's start (across "
         "resumptions), shortening it if needed; 0: no limit (default, for a size's default length only: "
         f"{_per_size('time_budget_minutes', none='none')})",
     )
-    group.add_argument("--strategy", choices=STRATEGIES, default="auto", help="tf.distribute strategy")
-    group.add_argument("--cpu-replicas", type=int, help="split the CPU into N mirrored devices")
+    group.add_argument(
+        "--strategy", choices=STRATEGIES, default="auto", help="tf.distribute strategy (default auto)"
+    )
+    group.add_argument(
+        "--cpu-replicas", type=positive_int, help="split the CPU into N mirrored devices (default: no split)"
+    )
     group.add_argument(
         "--intra-op-threads",
-        type=int,
+        type=non_negative_int,
         metavar="N",
         help="threads one op may use on the CPU (default, 0: TensorFlow's choice, every core); on a 2-core CPU, 1 "
         "trains tiny faster and small slower (docs/lab-notebook.md#one-thread-per-op)",
     )
     group.add_argument(
         "--inter-op-threads",
-        type=int,
+        type=non_negative_int,
         metavar="N",
         help="ops run at once on the CPU (default, 0: TensorFlow's choice, one per core)",
     )
+
+
+def add_init_arguments(parser):
+    """--init-from and --init-checkpoint: fine-tuning (app/training/init_from.py)."""
+    group = parser.add_argument_group("fine-tuning")
+    group.add_argument(
+        "--init-from",
+        metavar="MODEL_DIR",
+        help="start a new run from this trained run: its weights, model and vocabulary, with a schedule of its "
+        "own from step 0 in its own --model-dir (default: train from scratch)",
+    )
+    group.add_argument(
+        "--init-checkpoint",
+        metavar="CHECKPOINT",
+        help="with --init-from: 'best', 'latest', a checkpoint path, or the name of a kept one such as ckpt-16000 "
+        "(default: the weights export.py takes from that run, as its settings.json says)",
+    )
+
+
+def flags_given(parser, argv=None):
+    """The argparse destinations of the flags on the command line `argv` (default: sys.argv),
+    as `parser` parses it: what --init-from checks against the init run, where a default
+    must not count as asked for."""
+    # Parsed again with every default suppressed: argparse then sets only what it reads.
+    defaults = [(action, action.default) for action in parser._actions]
+    try:
+        for action, _ in defaults:
+            action.default = argparse.SUPPRESS
+        return set(vars(parser.parse_args(argv))) - set(parser._defaults)
+    finally:
+        for action, default in defaults:
+            action.default = default
 
 
 def _per_size(field, none="0"):
@@ -122,6 +192,8 @@ def default_model_dir(args):
 
 def train_config_from_args(args):
     """The `TrainConfig` of parsed flags: each flag not given takes the size's recipe's value."""
+    from app.training.config import TrainConfig
+
     recipe = recipe_for(args.size)
     train_steps, epochs = args.train_steps, args.epochs
     # The size's budget goes with the size's length: a length asked for is trained in full.
@@ -203,12 +275,25 @@ def run(args, started=None):
 
     from app.cli.flags import model_config_from_args
     from app.model.transformer import build_transformer
+    from app.training.init_from import apply_to_args, check_new_model_dir, read_init_run, settings_record
+    from app.training.schedule import resolve_warmup_steps
     from data.dataset import prepare_data
     from data.errors import DataError
     from data.flags import data_config_from_args
     from data.summary import format_summary, summarize
     from data.tokenizer import MODEL_FILENAME
 
+    # Fine-tuning (--init-from): the init run's model, vocabulary and weights, checked
+    # against the flags given before anything slow.
+    init = None
+    try:
+        if args.init_from:
+            init = read_init_run(args.init_from, args.init_checkpoint)
+            apply_to_args(args, init, getattr(args, "flags_given", set()))
+        elif args.init_checkpoint:
+            raise ValueError(f"--init-checkpoint {args.init_checkpoint} names the weights of --init-from: give both")
+    except ValueError as error:
+        return _fail(error)
     if args.batch_tokens is None:
         args.batch_tokens = recipe_for(args.size).batch_tokens
     model_dir = args.model_dir or default_model_dir(args)
@@ -216,7 +301,12 @@ def run(args, started=None):
         args.vocab_size = resolved_vocab_size(args, model_dir)
         data_config = data_config_from_args(args)
         train_config = train_config_from_args(args)
-        requested = model_config_from_args(args, vocab_size=args.vocab_size)
+        if init and args.learning_rate_scale is None:
+            # Fine-tuning peaks at the rate the init run had reached (InitRun.learning_rate_scale).
+            warmup = resolve_warmup_steps(train_config.warmup_steps, train_config.train_steps)
+            train_config = dataclasses.replace(train_config, learning_rate_scale=init.learning_rate_scale(warmup))
+        requested = init.model_config if init else model_config_from_args(args, vocab_size=args.vocab_size)
+        check_new_model_dir(model_dir, init)
     except ValueError as error:
         return _fail(error)
 
@@ -228,6 +318,9 @@ def run(args, started=None):
 
     if args.dry_run:
         print(f"model size: {args.size}" + (f", Table 3 variant {args.variant}" if args.variant else ""))
+        if init:
+            print(f"fine-tuning from {init.model_dir}, its model and vocabulary; weights: {init.weights}; "
+                  f"learning-rate scale {train_config.learning_rate_scale:.4g}")
         for field, value in requested.to_dict().items():
             print(f"  {field}: {value}")
         print(f"parameters: {build_transformer(requested).count_params()}")
@@ -239,6 +332,8 @@ def run(args, started=None):
         has_vocab = os.path.exists(os.path.join(model_dir, MODEL_FILENAME))
         vocab_dir = model_dir if has_vocab else tempfile.mkdtemp(prefix="dry-run-data-")
         try:
+            if init and not has_vocab:
+                init.copy_vocabulary(vocab_dir)
             data = prepare_data(data_config, vocab_dir, num_replicas=strategy.num_replicas_in_sync)
             summary = summarize(data)
         except DataError as error:
@@ -282,11 +377,16 @@ def run(args, started=None):
     if not chief and not os.path.exists(os.path.join(model_dir, "settings.json")):
         vocab_dir = tempfile.mkdtemp(prefix="vocab-worker-")
     try:
+        if init and not os.path.exists(os.path.join(model_dir, "settings.json")):
+            init.copy_vocabulary(vocab_dir)  # A first start: the new corpus is prepared with it.
         data = prepare_data(data_config, vocab_dir, num_replicas=strategy.num_replicas_in_sync)
         # The model's vocabulary is the tokenizer's real one, which can be smaller than asked.
         model_config = dataclasses.replace(requested, vocab_size=data.tokenizer.vocab_size)
         if chief:
-            save_settings(model_dir, model_config, data_config, train_config, replicas=strategy.num_replicas_in_sync)
+            save_settings(
+                model_dir, model_config, data_config, train_config, replicas=strategy.num_replicas_in_sync,
+                init_from=settings_record(model_dir, init) if init else None,
+            )
     except (DataError, ValueError, OSError) as error:  # OSError: a read-only or full disk.
         if created_model_dir:
             shutil.rmtree(model_dir, ignore_errors=True)
@@ -314,7 +414,10 @@ def run(args, started=None):
         f"precision {train_config.precision}{auto}"
     )
     try:
-        result = train(model_config, data, train_config, model_dir, strategy, evaluate_fn, started=started)
+        result = train(
+            model_config, data, train_config, model_dir, strategy, evaluate_fn, started=started,
+            initialize=init.initialize if init else None,
+        )
     except (NonFiniteLoss, WorkersDisagree, CheckpointError) as error:
         return _fail(error)
     except KeyboardInterrupt:

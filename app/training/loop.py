@@ -40,7 +40,7 @@ class NonFiniteLoss(RuntimeError):
 
 
 def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate_fn=None, log=print,
-          started=None, clock=time.monotonic):
+          started=None, clock=time.monotonic, initialize=None):
     """Trains until `config.train_steps` optimizer updates or `config.epochs` epochs.
 
     Resumes from the newest checkpoint in `model_dir` (weights, optimizer, step and the
@@ -58,6 +58,9 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
         started: `clock()` when the command began, so that a time budget counts the data
             preparation too (default: now).
         clock: seconds, monotonic; tests pass a fake one.
+        initialize: `initialize(model) -> str`, called while `model_dir` has no checkpoint
+            to resume from: sets the weights a fine-tuned run starts from
+            (`app.training.init_from.InitRun.initialize`) and says so in the line it returns.
 
     Returns:
         A dict: final step, last loss, best BLEU and the checkpoint paths.
@@ -79,6 +82,8 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
         model_dir, model, optimizer, progress, keep=config.keep_checkpoints, chief=chief
     )
     restored = _restore(tracker, progress, log)
+    if not restored and initialize is not None:
+        log(initialize(model))
     if chief:
         drop_records_after(model_dir, int(progress.step))
     seconds_before = float(progress.seconds) if restored else 0.0
