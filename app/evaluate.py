@@ -2,6 +2,7 @@
 
     python -m app.evaluate --model-dir runs/tiny-multi30k-en-de --split test_2016_flickr
     python -m app.evaluate --model-dir DIR --average-last 5 --split validation
+    python -m app.evaluate --saved-model saved_models/translator --split test_2016_flickr   # its newest version
     python -m app.evaluate --saved-model saved_models/translator/1 --split test_2016_flickr
     python -m app.evaluate --model-dir DIR --source test.en --reference test.de
 
@@ -14,7 +15,6 @@ the decoding settings and speed.
 import argparse
 import json
 import os
-import re
 import sys
 import time
 
@@ -44,7 +44,11 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--model-dir", help="a training run's directory")
-    source.add_argument("--saved-model", help="an exported SavedModel version directory")
+    source.add_argument(
+        "--saved-model",
+        help="an export: its base directory, as app.serve's --model_base_path (its newest version is scored), "
+        "or one version directory in it",
+    )
     add_weights_arguments(parser, applies_to="with --model-dir: ")
     parser.add_argument(
         "--split", help="validation (default), test_2016_flickr / test, train; not with --source/--reference"
@@ -56,17 +60,23 @@ def parse_args(argv=None):
     parser.add_argument(
         "--target-lang", help="with --saved-model: the target language (default: from its export_info.json)"
     )
-    parser.add_argument("--source", help="a source file to translate instead of a split (with --reference)")
-    parser.add_argument("--reference", help="the reference translations of --source")
+    parser.add_argument(
+        "--source", help="a source file to translate instead of a split (with --reference; default: a --split)"
+    )
+    parser.add_argument("--reference", help="the reference translations of --source (default: a --split's)")
     add_decoding_arguments(
         parser,
         beam_size_help="beams, with --model-dir; a SavedModel uses its exported beam size",
         alpha_chosen_by=f"with --saved-model the alpha it was exported with (export_info.json), else {DEFAULT_ALPHA}",
     )
-    parser.add_argument("--batch-size", type=positive_int, default=64, help="sentences per decoding batch")
-    parser.add_argument("--limit", type=positive_int, metavar="N", help="score only the first N sentences")
-    parser.add_argument("--output", help="write the translations here, one per line")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    parser.add_argument(
+        "--batch-size", type=positive_int, default=64, help="sentences per decoding batch (default 64)"
+    )
+    parser.add_argument(
+        "--limit", type=positive_int, metavar="N", help="score only the first N sentences (default: all)"
+    )
+    parser.add_argument("--output", help="write the translations here, one per line (default: not written)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text (default: text)")
     # None: not given, so that a flag which cannot apply is told apart from its default.
     parser.set_defaults(beam_size=None)
     args = parser.parse_args(argv)
@@ -149,31 +159,6 @@ def read_references(args, data_config):
         references.append(reference)
     description = f"{dataset} {args.split} {data_config.source_lang}->{data_config.target_lang}"
     return sources, references, description
-
-
-def check_saved_model(path):
-    """Raises DataError unless `path` is a SavedModel's directory (it holds saved_model.pb).
-
-    The common slip is the export's base directory, which holds its versions 1, 2, ...:
-    the error names the newest of them, the one TF Serving would serve.
-    """
-    from data.errors import DataError
-
-    if not os.path.exists(path):
-        raise DataError(f"no such SavedModel directory: {path}")
-    if not os.path.isdir(path):
-        raise DataError(f"{path} is not a SavedModel directory (it is a file)")
-    if os.path.exists(os.path.join(path, "saved_model.pb")):
-        return
-    # TF Serving's versions: directories named by a number (it skips a hidden .tmp-* one).
-    names = [name for name in os.listdir(path) if os.path.isdir(os.path.join(path, name))]
-    versions = sorted(int(name) for name in names if re.fullmatch(r"[0-9]+", name))
-    if versions:
-        raise DataError(
-            f"{path} is not a SavedModel (no saved_model.pb); it holds versions "
-            f"{', '.join(map(str, versions))}: use {os.path.join(path, str(versions[-1]))}"
-        )
-    raise DataError(f"{path} is not a SavedModel (no saved_model.pb)")
 
 
 def saved_model_data_config(args):
@@ -357,14 +342,20 @@ def describe_overlong(overlong, limit, shown=5):
     )
 
 
-def translate_all(translate, sentences, batch_size):
-    """Translations of `sentences` in their order, decoded in batches of similar length."""
+def translate_all(translate, sentences, batch_size, progress=None):
+    """Translations of `sentences` in their order, decoded in batches of similar length.
+
+    `progress`: called with the count of sentences translated after each batch (e.g.
+    `CountProgress.update`), or None.
+    """
     order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
     hypotheses = [None] * len(sentences)
     for start in range(0, len(order), batch_size):
         indices = order[start : start + batch_size]
         for i, text in zip(indices, translate([sentences[i] for i in indices])):
             hypotheses[i] = text
+        if progress is not None:
+            progress(start + len(indices))
     return hypotheses
 
 
@@ -433,7 +424,9 @@ def moses_lowercase_bleu(hypotheses, references, target_lang=None):
 def main(argv=None):
     args = parse_args(argv)
     import_tensorflow()
+    from app.cli.progress import CountProgress
     from app.decoding.translate import DecodingConfig
+    from app.export.locate import saved_model_version
     from app.export.saved_model import ExportError
     from data.errors import DataError
 
@@ -445,7 +438,7 @@ def main(argv=None):
             args.beam_size, DEFAULT_ALPHA if args.alpha is None else args.alpha, args.max_extra_length
         )
         if args.saved_model:
-            check_saved_model(args.saved_model)
+            args.saved_model = saved_model_version(args.saved_model)
         if args.alpha is None:
             # The alpha the export chose on validation (or was given), as it serves.
             args.alpha = read_export_info(args.saved_model).get("alpha", DEFAULT_ALPHA)
@@ -467,8 +460,10 @@ def main(argv=None):
 
     translate(sources[:1])  # trace once, so the timing below is decoding only
     started = time.perf_counter()
-    hypotheses = translate_all(translate, sources, args.batch_size)
+    progress = CountProgress("decoding", len(sources), "sentences")  # on stderr: stdout holds the scores
+    hypotheses = translate_all(translate, sources, args.batch_size, progress.update)
     seconds = time.perf_counter() - started
+    progress.close()
     if args.output:
         try:
             write_translations(args.output, hypotheses)

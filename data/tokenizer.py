@@ -60,7 +60,9 @@ import io
 import itertools
 import os
 import re
-from typing import Callable, Iterable, Iterator, List
+import sys
+import time
+from typing import Callable, Iterable, Iterator, List, Optional
 
 import sentencepiece
 import tensorflow as tf
@@ -138,6 +140,7 @@ class SubwordTokenizer(tf.Module):
         model_path: str,
         lowercase: bool = False,
         model_type: str = "bpe",
+        log: Optional[Callable[[str], None]] = None,
     ) -> "SubwordTokenizer":
         """Trains a vocabulary on `texts` (in their order) and writes it to `model_path`.
 
@@ -148,17 +151,35 @@ class SubwordTokenizer(tf.Module):
             model_path: file to write; written atomically, parent directories created.
             lowercase: train on (and later tokenize) lowercased text.
             model_type: "bpe" or "unigram"; recorded in the file, so loading needs no flag.
+            log: called with a line when training starts, when the trainer has read every
+                sentence (it learns the pieces after), and when it ends; default: stderr.
+                On a large corpus each part takes minutes.
 
         Raises:
             DataError: the text cannot give a vocabulary: it has more distinct characters
                 than `vocab_size` holds, or no sentence the trainer reads. Nothing is written.
         """
+        log = log or _log_to_stderr
+        sized = texts
         if lowercase:
             texts = _lowercased(texts)
+        started = time.monotonic()
+        read = [0]  # sentences the trainer has read
+
+        def counted():
+            for text in texts:
+                read[0] += 1
+                yield text
+            seconds = time.monotonic() - started
+            log(f"vocabulary: read {read[0]:,} sentences in {seconds:.1f} s; learning the pieces")
+
+        # A stream (the training corpus, read once) tells its count only once read.
+        on = f"{len(sized):,} sentences" if hasattr(sized, "__len__") else "the training sentences, streamed"
+        log(f"training the vocabulary: {vocab_size:,} {model_type} pieces on {on}")
         model = io.BytesIO()
         try:
             sentencepiece.SentencePieceTrainer.train(
-                sentence_iterator=iter(texts),
+                sentence_iterator=counted(),
                 model_writer=model,
                 vocab_size=vocab_size,
                 model_type=model_type,
@@ -167,7 +188,10 @@ class SubwordTokenizer(tf.Module):
         except RuntimeError as error:  # The trainer's failed CHECKs: the text cannot give a vocabulary.
             raise DataError(_trainer_failure(error, vocab_size)) from None
         write_atomically(model_path, model.getvalue())  # Never a half-written vocabulary.
-        return cls(model.getvalue(), lowercase=lowercase)
+        tokenizer = cls(model.getvalue(), lowercase=lowercase)
+        seconds = time.monotonic() - started
+        log(f"vocabulary: {tokenizer.vocab_size:,} pieces from {read[0]:,} sentences in {seconds:.1f} s")
+        return tokenizer
 
     @classmethod
     def load(cls, model_path: str, lowercase: bool = False) -> "SubwordTokenizer":
@@ -280,6 +304,11 @@ class SubwordTokenizer(tf.Module):
         return tf.strings.regex_replace(texts, _NOT_ON_ONE_LINE, " ")  # [B]
 
 
+def _log_to_stderr(line: str) -> None:
+    # Not stdout: a command's results go there.
+    print(line, file=sys.stderr, flush=True)
+
+
 def _trainer_failure(error: RuntimeError, vocab_size: int) -> str:
     """What a failed sentencepiece training means for the user, from the trainer's message
     (a failed CHECK, e.g. "... Vocabulary size is smaller than required_chars. 300 vs 5259.
@@ -350,6 +379,7 @@ def load_or_train(
     lowercase: bool = False,
     model_type: str = "bpe",
     cached=None,
+    log: Optional[Callable[[str], None]] = None,
 ) -> SubwordTokenizer:
     """The vocabulary in `model_dir`, trained on `texts_fn()` first if it is not there yet.
 
@@ -360,6 +390,8 @@ def load_or_train(
     from `model_dir` is copied from it when it holds one, instead of trained; one trained
     is stored in it.
 
+    `log`: where `SubwordTokenizer.train` writes its progress lines (default stderr).
+
     Raises:
         DataError: the existing vocabulary was trained for another `vocab_size` or
             `model_type`.
@@ -369,7 +401,7 @@ def load_or_train(
         model_proto = cached.read() if cached is not None else None
         if model_proto is None:
             tokenizer = SubwordTokenizer.train(
-                texts_fn(), vocab_size, model_path, lowercase=lowercase, model_type=model_type
+                texts_fn(), vocab_size, model_path, lowercase=lowercase, model_type=model_type, log=log
             )
             if cached is not None:
                 cached.write(tokenizer.model_proto)

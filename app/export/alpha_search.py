@@ -16,10 +16,12 @@ traced once for all of them, and is scored as `python -m app.evaluate` scores.
 """
 
 import dataclasses
+import time
 
 import numpy as np
 import tensorflow as tf
 
+from app.cli.progress import format_seconds
 from app.decoding.translate import DecodingConfig
 from app.evaluate import score, translate_all
 from app.model_dir.settings import load_settings
@@ -99,7 +101,10 @@ def validation_pairs(data_config):
     return [source for source, _ in pairs], [reference for _, reference in pairs]
 
 
-def search_alpha(translator, sources, references, target_lang, lowercase, grid=None, max_sentences=None):
+def search_alpha(
+    translator, sources, references, target_lang, lowercase, grid=None, max_sentences=None, log=None,
+    clock=time.monotonic,
+):
     """Decodes the validation sentences at each alpha of `grid` and scores each.
 
     Args:
@@ -114,6 +119,9 @@ def search_alpha(translator, sources, references, target_lang, lowercase, grid=N
         grid: the alphas to try (default `ALPHA_GRID`).
         max_sentences: decode an evenly spaced sample of at most this many (default
             `MAX_SENTENCES`).
+        log: called with a line per alpha as its BLEU is measured (each costs a full
+            decode), or None.
+        clock: seconds, for those lines; tests may replace it.
 
     Returns:
         AlphaSearch.
@@ -141,11 +149,15 @@ def search_alpha(translator, sources, references, target_lang, lowercase, grid=N
         return translate
 
     scores, signature = [], None
-    for alpha in grid:
+    for number, alpha in enumerate(grid, start=1):
+        started = clock()
         hypotheses = translate_all(translate_at(alpha), sources, BATCH_SIZE)
         result = score(hypotheses, references, target_lang)
         scores.append((alpha, result[metric]))
         signature = result[metric + "_signature"]
+        if log is not None:
+            seconds = format_seconds(clock() - started)
+            log(f"  alpha {alpha:g} ({number}/{len(grid)}): BLEU {result[metric]:.2f}, decoded in {seconds}")
     # The highest BLEU; of equal ones the smallest alpha, the mildest departure from plain log-probability.
     chosen, _ = max(scores, key=lambda pair: (pair[1], -pair[0]))
     return AlphaSearch(sentences=len(sources), grid=tuple(scores), chosen=chosen, signature=signature)
@@ -154,7 +166,8 @@ def search_alpha(translator, sources, references, target_lang, lowercase, grid=N
 def choose_on_validation(translator, model_dir, log=print, grid=None, max_sentences=None):
     """export.py's choice of alpha: `search_alpha` on the run's validation split.
 
-    Logs a line before (decoding takes a while) and the grid's scores with the choice after;
+    Logs a line before (decoding takes a while), one per alpha as it is measured, and the
+    grid's scores with the choice after;
     where the validation split cannot be read, one line that says why, and the paper's 0.6.
 
     Returns:
@@ -173,7 +186,7 @@ def choose_on_validation(translator, model_dir, log=print, grid=None, max_senten
     beam_size = translator.decoding.beam_size
     log(f"choosing alpha on {SPLIT}: {len(grid)} values x {sentences:,} sentences, beam {beam_size}")
     search = search_alpha(
-        translator, sources, references, data_config.target_lang, data_config.lowercase, grid, max_sentences
+        translator, sources, references, data_config.target_lang, data_config.lowercase, grid, max_sentences, log
     )
     log(search.summary())
     return search.record()

@@ -17,6 +17,7 @@ from pathlib import Path
 from aiohttp import web
 
 from app.serving.batching import client_connected
+from app.serving.models import no_export_yet
 from app.serving.rest_api import (
     Limits,
     ServingError,
@@ -31,6 +32,8 @@ from app.serving.rest_api import (
 log = logging.getLogger("app.serve")
 
 PAGE = Path(__file__).resolve().parent / "static" / "index.html"
+# What the page reads of a version's export_info.json (app/export/saved_model.py).
+PAGE_EXPORT_INFO = ("source_lang", "target_lang", "beam_size", "alpha", "max_extra_length")
 # tensorflow_serving/model_servers/http_rest_api_util.cc:
 # /v1/models[/NAME][/versions/N | /labels/LABEL][:METHOD][/metadata], case-insensitive.
 MODEL_PATH = re.compile(
@@ -61,6 +64,7 @@ class Server:
         client_max_size = 2**20 + self.limits.max_instances * self.limits.max_text_length * 12
         app = web.Application(middlewares=[self._json_errors], client_max_size=client_max_size)
         app.router.add_get("/", self.page)
+        app.router.add_get("/page.json", self.page_info)
         app.router.add_get("/monitoring/prometheus/metrics", self.metrics)
         app.router.add_route("*", "/{v1:[vV]1}/{path:.*}", self.model_request)
         app.on_startup.append(self._start)
@@ -74,7 +78,10 @@ class Server:
         self.batcher.start()
         await self.poll()
         polling = self.poll_seconds > 0  # TF Serving's 0: the versions there at start, no later ones
-        if not self.manager.loaded:
+        if not self.manager.loaded and not self.manager.versions_on_disk:
+            log.warning("%s (%s)", no_export_yet(self.manager.base_path),
+                        "polling for it" if polling else "polling is off: restart the server then")
+        elif not self.manager.loaded:
             log.warning("no servable version of %s under %s %s", self.manager.name, self.manager.base_path,
                         "yet; polling" if polling else "and polling is off")
         if polling:
@@ -131,6 +138,23 @@ class Server:
 
     async def page(self, request):
         return web.Response(text=self._page, content_type="text/html")
+
+    async def page_info(self, request):
+        """What the page shows and obeys, beside TF Serving's API (whose answers stay as
+        they are): the version that answers requests without one, its language pair and
+        decoding defaults from its export_info.json (null where it records none), its
+        signatures, and this server's per-request limits. Served beside TF Serving
+        (serving/compose.yaml) the page finds no /page.json and reads the metadata instead."""
+        loaded = self.manager.get()  # the newest; 404 while there is none
+        info = _export_info(loaded.path)
+        return _json({
+            "model_name": self.manager.name,
+            "version": str(loaded.version),  # a string, as TF Serving's answers write versions
+            **{key: info.get(key) for key in PAGE_EXPORT_INFO},
+            "signatures": sorted(loaded.signatures),
+            "max_instances": self.limits.max_instances,
+            "max_text_length": self.limits.max_text_length,
+        })
 
     async def model_request(self, request):
         # The path as sent: "%3Apredict" is part of a name, not a method, as in TF Serving,
@@ -208,6 +232,17 @@ def _version(text):
     if version >= 2**63:
         raise ServingError(f"Failed to convert version: {text} to numeric.")
     return version
+
+
+def _export_info(path):
+    """A version's export_info.json as a dict; {} where it is missing or unreadable (an
+    export older than it, or a version directory removed while still served)."""
+    try:
+        with open(Path(path) / "export_info.json", encoding="utf-8") as f:
+            info = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
 
 
 def _check_label(label):

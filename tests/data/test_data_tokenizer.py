@@ -2,6 +2,7 @@
 
 import gzip
 import os
+import re
 import unicodedata
 
 import keras
@@ -131,6 +132,22 @@ def test_load_or_train_reuses_the_saved_vocabulary(texts, tmp_path):
     assert loaded.model_proto == trained.model_proto
     with pytest.raises(DataError, match="vocab_size 600.*vocab_size 700"):
         load_or_train(str(tmp_path), must_not_train, 700)
+
+
+def test_training_says_when_it_starts_reads_the_last_sentence_and_ends(texts, tmp_path, capsys):
+    lines = []
+    streamed = iter(texts)  # a corpus read once, as train.py's sample: its count is known once read
+    tokenizer = load_or_train(str(tmp_path / "a"), lambda: streamed, VOCAB_SIZE, log=lines.append)
+    assert lines[0] == "training the vocabulary: 600 bpe pieces on the training sentences, streamed"
+    assert re.fullmatch(r"vocabulary: read 2,000 sentences in \d+\.\d s; learning the pieces", lines[1])
+    assert re.fullmatch(r"vocabulary: 600 pieces from 2,000 sentences in \d+\.\d s", lines[2])
+    assert len(lines) == 3 and tokenizer.vocab_size == 600
+    # A list tells its count at once; without a log callable the lines go to stderr, not stdout.
+    SubwordTokenizer.train(["a tiny corpus", "tiny"] * 5, 1000, str(tmp_path / "b"), lowercase=True)
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines()[0] == "training the vocabulary: 1,000 bpe pieces on 10 sentences"
+    assert re.fullmatch(r"vocabulary: \d+ pieces from 10 sentences in \d+\.\d s", captured.err.splitlines()[2])
 
 
 def test_small_corpus_gets_a_smaller_vocabulary_not_an_error(tmp_path):

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import shutil
 
 import numpy as np
@@ -78,6 +79,21 @@ def test_the_alpha_of_the_highest_bleu_is_chosen_and_of_equal_ones_the_smallest(
     assert result.summary() == (
         "alpha by validation BLEU (2 sentences): 1.5: 0.00 | 1: 100.00 | 0.5: 100.00 | 0: 81.87 -> 0.5"
     )
+
+
+def test_each_alpha_s_bleu_is_logged_as_it_is_measured():
+    lines, times = [], iter([0.0, 12.5, 12.5, 95.0])  # the clock at each alpha's start and end
+    translator = FakeTranslator({0.0: SHORT, 1.0: REFERENCES})
+
+    def log(line):
+        lines.append((line, len(translator.calls)))  # with the decodes done when it was written
+
+    search_alpha(translator, SOURCES, REFERENCES, "en", lowercase=False, grid=(0.0, 1.0), log=log,
+                 clock=lambda: next(times))
+    assert lines == [
+        ("  alpha 0 (1/2): BLEU 81.87, decoded in 12.5 s", 1),
+        ("  alpha 1 (2/2): BLEU 100.00, decoded in 1:22", 2),
+    ]
 
 
 def test_a_lowercasing_model_is_chosen_for_by_lowercased_bleu():
@@ -175,7 +191,12 @@ def test_one_traced_function_decodes_every_alpha_as_app_evaluate_scores(model_di
     record = choose_on_validation(translator, model_dir, log=lines.append, grid=(0.0, 1.5))
     assert translator.serve_with_options.experimental_get_tracing_count() == 1
     assert lines[0] == "choosing alpha on validation: 2 values x 20 sentences, beam 4"
-    assert lines[1].startswith("alpha by validation BLEU (20 sentences): 0: ")
+    # One line per alpha as it is measured, then the summary.
+    assert [re.sub(r"\d+\.\d s$", "S", line) for line in lines[1:3]] == [
+        f"  alpha 0 (1/2): BLEU {record['grid'][0]['bleu']:.2f}, decoded in S",
+        f"  alpha 1.5 (2/2): BLEU {record['grid'][1]['bleu']:.2f}, decoded in S",
+    ]
+    assert lines[3].startswith("alpha by validation BLEU (20 sentences): 0: ") and len(lines) == 4
     # The whole split (20 sentences) at alpha 1.5 scores as `python -m app.evaluate` scores it.
     assert app.evaluate.main(["--model-dir", model_dir, "--split", "validation", "--alpha", "1.5", "--json"]) == 0
     evaluated = json.loads(capsys.readouterr().out)
@@ -204,10 +225,18 @@ def test_an_export_without_alpha_decodes_by_default_with_the_one_chosen_on_valid
     best = max(entry["bleu"] for entry in search["grid"])
     assert search["chosen"] == min(entry["alpha"] for entry in search["grid"] if entry["bleu"] == best)
     assert info["alpha"] == search["chosen"]
+    assert printed[0] == f"loading the weights of {model_dir}"
+    printed = printed[1:]
     assert printed[0] == "choosing alpha on validation: 2 values x 8 sentences, beam 4"
-    assert printed[1] == AlphaSearch(
+    assert [line.split(":")[0] for line in printed[1:3]] == ["  alpha 0 (1/2)", "  alpha 1.5 (2/2)"]
+    assert printed[3] == AlphaSearch(
         8, tuple((e["alpha"], e["bleu"]) for e in search["grid"]), search["chosen"], ""
     ).summary()
+    # What else takes the time, then the result.
+    assert printed[4] == f"writing the SavedModel to {path}: tracing its signatures, then saving"
+    assert re.fullmatch(r"checking that TensorFlow Serving registers every op of the graph \(written in \d+\.\d s\)",
+                        printed[5])
+    assert re.fullmatch(rf"exported \S+ to {re.escape(str(path))} in (\d+\.\d s|\d+:\d\d)", printed[6])
 
     loaded = tf.saved_model.load(str(path))
     inputs = tf.constant(SENTENCES)
@@ -242,8 +271,8 @@ def test_an_export_with_alpha_records_no_search_and_runs_none(model_dir, tmp_pat
 @pytest.mark.parametrize(
     "alpha, messages",
     [
-        ("-1", ["error: alpha must be a number >= 0, got -1.0"]),
-        ("nan", ["error: alpha must be a number >= 0, got nan"]),
+        ("-1", ["error: argument --alpha: must be a finite number of at least 0, got -1"]),  # argparse's
+        ("nan", ["error: argument --alpha: must be a finite number of at least 0, got nan"]),
         ("40.73", ["error: alpha must be at most 40.72 for a model of 48 positions", "; got 40.73"]),
     ],
 )
@@ -254,7 +283,11 @@ def test_a_bad_alpha_is_refused_by_name_before_any_search(model_dir, tmp_path, m
         raise AssertionError("the search ran although --alpha was given")
 
     monkeypatch.setattr(alpha_search, "choose_on_validation", no_search)
-    assert export.main(["--model-dir", model_dir, "--output", str(tmp_path / "out"), "--alpha", alpha]) == 1
+    try:
+        code = export.main(["--model-dir", model_dir, "--output", str(tmp_path / "out"), "--alpha", alpha])
+    except SystemExit as exited:  # argparse's refusal, before TensorFlow loads
+        code = exited.code
+    assert code == (1 if alpha == "40.73" else 2)
     error = capsys.readouterr().err
     assert all(message in error for message in messages), error
     assert not os.path.exists(tmp_path / "out")

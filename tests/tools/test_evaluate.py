@@ -194,17 +194,18 @@ def test_a_saved_model_path_that_is_no_saved_model_is_refused_before_anything_lo
     (tmp_path / "s").write_text("a\n", encoding="utf-8")
     (tmp_path / "r").write_text("b\n", encoding="utf-8")
     files = ["--source", str(tmp_path / "s"), "--reference", str(tmp_path / "r")]
+    empty = "yet: run python export.py (it holds no saved_model.pb and no numbered version directory with one)"
     for data in (["--split", "test"], files):
         assert main(["--saved-model", str(base), *data]) == 1
-        assert capsys.readouterr().err.strip() == (
-            f"error: {base} is not a SavedModel (no saved_model.pb); it holds versions 1, 2, 10: use {base / '10'}"
-        )
+        assert capsys.readouterr().err.strip() == f"error: no model exported under {base} {empty}"
         assert main(["--saved-model", str(tmp_path / "missing"), *data]) == 1
-        assert capsys.readouterr().err.strip() == f"error: no such SavedModel directory: {tmp_path / 'missing'}"
+        assert capsys.readouterr().err.strip() == (
+            f"error: no model exported under {tmp_path / 'missing'} yet: run python export.py (no such directory)"
+        )
     assert main(["--saved-model", str(base / "1"), *files]) == 1
-    assert capsys.readouterr().err.strip() == f"error: {base / '1'} is not a SavedModel (no saved_model.pb)"
+    assert capsys.readouterr().err.strip() == f"error: no model exported under {base / '1'} {empty}"
     assert main(["--saved-model", str(tmp_path / "s"), *files]) == 1
-    assert capsys.readouterr().err.strip() == f"error: {tmp_path / 's'} is not a SavedModel directory (it is a file)"
+    assert capsys.readouterr().err.strip() == f"error: {tmp_path / 's'} is a file, not an export directory"
 
 
 def test_a_saved_model_is_scored_at_the_alpha_it_was_exported_with_unless_one_is_given(exported, tmp_path, capsys):
@@ -222,6 +223,10 @@ def test_a_saved_model_is_scored_at_the_alpha_it_was_exported_with_unless_one_is
         (saved_model / "export_info.json").write_text(json.dumps(written))
         assert main(["--saved-model", str(saved_model), *files, *flags]) == 0
         assert json.loads(capsys.readouterr().out)["alpha"] == used
+    # The base, as the server takes it: its newest version, 1 (its export_info.json says 0.6).
+    (tmp_path / "0").mkdir()
+    assert main(["--saved-model", str(tmp_path), *files]) == 0
+    assert json.loads(capsys.readouterr().out)["weights"] == str(saved_model)
 
 
 def test_a_saved_model_scored_on_files_writes_what_it_serves_and_splits_its_own_language(
@@ -290,15 +295,17 @@ def test_a_write_that_fails_keeps_the_earlier_file_and_leaves_no_partial_one(tmp
 
 @pytest.mark.parametrize(
     "flags, message",
-    [(["--alpha", "-1"], "alpha must be a number >= 0, got -1.0"),
-     (["--max-extra-length", "0"], "max_extra_length must be >= 1, got 0")],
+    [(["--alpha", "-1"], "argument --alpha: must be a finite number of at least 0, got -1"),
+     (["--max-extra-length", "0"], "argument --max-extra-length: must be at least 1, got 0")],
 )
 def test_bad_decoding_options_are_refused_by_name_before_any_model_loads(tmp_path, capsys, flags, message):
     from app.evaluate import main
 
     for weights in (["--saved-model", str(tmp_path)], ["--model-dir", str(tmp_path)]):
-        assert main([*weights, *flags]) == 1
-        assert capsys.readouterr().err.strip() == f"error: {message}"
+        with pytest.raises(SystemExit) as exited:
+            main([*weights, *flags])
+        assert exited.value.code == 2
+        assert capsys.readouterr().err.splitlines()[-1].endswith(f"error: {message}")
 
 
 @pytest.mark.parametrize(
@@ -386,8 +393,11 @@ def test_a_saved_model_scored_on_files_warns_of_sources_it_cut_and_lists_them(ex
     assert main(argv) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["truncated_sources"] == [2]
-    assert captured.err.startswith("warning: 1 source sentence(s) have more than the 47 subwords the model reads")
-    assert re.search(r"exported model does: line 2 \(\d+ subwords\)$", captured.err.strip())
+    warning, decoding = captured.err.strip().splitlines()
+    assert warning.startswith("warning: 1 source sentence(s) have more than the 47 subwords the model reads")
+    assert re.search(r"exported model does: line 2 \(\d+ subwords\)$", warning)
+    # The progress of decoding, on stderr (stdout holds the JSON): not a terminal, so its closing line only.
+    assert re.fullmatch(r"decoding: 3 sentences in \d+\.\d s - \d+\.\d sentences/s", decoding)
 
 
 def test_an_alpha_past_a_saved_models_limit_is_refused_by_name_before_decoding(exported, model_dir, tmp_path, capsys):
