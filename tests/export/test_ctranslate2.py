@@ -244,7 +244,11 @@ def test_the_servers_metadata_and_errors_are_the_saved_models(ct2_server, export
             for side in ("inputs", "outputs")
         }
 
-    assert shapes(body["metadata"]["signature_def"]) == shapes(signature_def_json(exported[2]))
+    served, saved = shapes(body["metadata"]["signature_def"]), shapes(signature_def_json(exported[2]))
+    # The four that decode by beam search, exactly as the SavedModel's; sampling and forced
+    # decoding (`sample`, `score`) are the SavedModel's only (docs/serving.md).
+    assert {name for name, _ in saved} - {name for name, _ in served} == {"sample", "score"}
+    assert served == {key: value for key, value in saved.items() if key[0] not in ("sample", "score")}
     instance = {"inputs": "A man.", "alpha": -1.0, "max_extra_length": 5}
     status, error = ct2_server.predict({"signature_name": "translate_with_options", "instances": [instance]})
     assert status == 400 and "alpha must not be negative" in error["error"]
