@@ -192,7 +192,7 @@ def test_one_traced_function_decodes_every_alpha_as_app_evaluate_scores(model_di
     assert translator.serve_with_options.experimental_get_tracing_count() == 1
     assert lines[0] == "choosing alpha on validation: 2 values x 20 sentences, beam 4"
     # One line per alpha as it is measured, then the summary.
-    assert [re.sub(r"\d+\.\d s$", "S", line) for line in lines[1:3]] == [
+    assert [re.sub(r"(\d+\.\d s|\d+:\d\d)$", "S", line) for line in lines[1:3]] == [
         f"  alpha 0 (1/2): BLEU {record['grid'][0]['bleu']:.2f}, decoded in S",
         f"  alpha 1.5 (2/2): BLEU {record['grid'][1]['bleu']:.2f}, decoded in S",
     ]

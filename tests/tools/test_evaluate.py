@@ -397,7 +397,7 @@ def test_a_saved_model_scored_on_files_warns_of_sources_it_cut_and_lists_them(ex
     assert warning.startswith("warning: 1 source sentence(s) have more than the 47 subwords the model reads")
     assert re.search(r"exported model does: line 2 \(\d+ subwords\)$", warning)
     # The progress of decoding, on stderr (stdout holds the JSON): not a terminal, so its closing line only.
-    assert re.fullmatch(r"decoding: 3 sentences in \d+\.\d s - \d+\.\d sentences/s", decoding)
+    assert re.fullmatch(r"decoding: 3 sentences in [0-9.:]+( s)? - [0-9.,]+ sentences/s", decoding)
 
 
 def test_an_alpha_past_a_saved_models_limit_is_refused_by_name_before_decoding(exported, model_dir, tmp_path, capsys):
