@@ -33,12 +33,10 @@ import os
 import sys
 
 from app.cli.flag_types import positive_int
-from app.cli.flags import add_weights_arguments
-from app.export.locate import ExportNotFound, saved_model_version
+from app.cli.flags import add_model_source_arguments
+from app.export.locate import DEFAULT_EXPORT_BASE, ExportNotFound, saved_model_version
 
 STDIN = "-"
-# As the server and app.translate: export.py's default base.
-DEFAULT_SAVED_MODEL = os.path.join("saved_models", "translator")
 # Digits after the point in every number of the output.
 DECIMALS = 6
 
@@ -47,14 +45,7 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m app.score", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    model = parser.add_mutually_exclusive_group()
-    model.add_argument(
-        "--saved-model",
-        metavar="PATH",
-        help=f"an export: its base directory (its newest version) or one version (default {DEFAULT_SAVED_MODEL})",
-    )
-    model.add_argument("--model-dir", metavar="DIR", help="a training run's directory")
-    add_weights_arguments(parser, applies_to="with --model-dir: ")
+    add_model_source_arguments(parser)
     parser.add_argument("--source", required=True, metavar="FILE", help="the source sentences, one per line")
     parser.add_argument(
         "--target", required=True, metavar="FILE", help="their translations, line by line; - reads standard input"
@@ -82,7 +73,7 @@ def check_args(args):
     from data.text_files import check_readable
 
     if not args.model_dir:
-        args.saved_model = args.saved_model or DEFAULT_SAVED_MODEL
+        args.saved_model = args.saved_model or DEFAULT_EXPORT_BASE
         for flag, value in (("--checkpoint", args.checkpoint), ("--average-last", args.average_last)):
             if value is not None:
                 return f"{flag} applies to --model-dir only; a SavedModel holds the weights it was exported with"

@@ -43,11 +43,10 @@ import sys
 
 from app.cli.flag_types import int_at_least, positive_int
 from app.cli.flags import DEFAULT_ALPHA, DEFAULT_BEAM_SIZE, DEFAULT_MAX_EXTRA_LENGTH, add_decoding_arguments
-from app.cli.flags import add_weights_arguments
-from app.export.locate import ExportNotFound, saved_model_version
+from app.cli.flags import add_model_source_arguments
+from app.export.locate import DEFAULT_EXPORT_BASE, ExportNotFound, saved_model_version
 
 STDIN = "-"
-DEFAULT_SAVED_MODEL = os.path.join("saved_models", "translator")
 # Digits after the point of every score.
 DECIMALS = 6
 # Line n samples with seed --seed * SEED_STRIDE + n: a stream per line, and per seed.
@@ -90,14 +89,7 @@ def build_parser():
     parser = argparse.ArgumentParser(
         prog="python -m app.translate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    model = parser.add_mutually_exclusive_group()
-    model.add_argument(
-        "--saved-model",
-        metavar="PATH",
-        help=f"an export: its base directory (its newest version) or one version (default {DEFAULT_SAVED_MODEL})",
-    )
-    model.add_argument("--model-dir", metavar="DIR", help="a training run's directory")
-    add_weights_arguments(parser, applies_to="with --model-dir: ")
+    add_model_source_arguments(parser)
     parser.add_argument(
         "--input", metavar="FILE", default=STDIN, help="the text to translate (default: standard input)"
     )
@@ -146,7 +138,7 @@ def parse_args(argv=None):
         parser.error(problem)
     if args.model_dir is None:
         try:
-            args.saved_model = saved_model_version(args.saved_model or DEFAULT_SAVED_MODEL)
+            args.saved_model = saved_model_version(args.saved_model or DEFAULT_EXPORT_BASE)
         except ExportNotFound as error:
             parser.error(f"--saved-model: {error}")
     if args.model_dir is not None and not os.path.isdir(args.model_dir):

@@ -108,6 +108,22 @@ def _flag(field, value):
     return f"--{name} {value}"
 
 
+def add_model_source_arguments(parser: argparse.ArgumentParser):
+    """--saved-model PATH or --model-dir DIR (one of them), and --checkpoint/--average-last
+    for the latter: where app.translate and app.score read the model. --saved-model is
+    None when neither is given; the command then reads `DEFAULT_EXPORT_BASE`."""
+    from app.export.locate import DEFAULT_EXPORT_BASE
+
+    model = parser.add_mutually_exclusive_group()
+    model.add_argument(
+        "--saved-model",
+        metavar="PATH",
+        help=f"an export: its base directory (its newest version) or one version (default {DEFAULT_EXPORT_BASE})",
+    )
+    model.add_argument("--model-dir", metavar="DIR", help="a training run's directory")
+    add_weights_arguments(parser, applies_to="with --model-dir: ")
+
+
 def add_weights_arguments(parser: argparse.ArgumentParser, applies_to: str = ""):
     """--checkpoint and --average-last: which of a training run's weights to load.
 

@@ -13,6 +13,8 @@ import os
 import re
 
 SAVED_MODEL_FILE = "saved_model.pb"
+# export.py's default base, which the server and the commands read when given none.
+DEFAULT_EXPORT_BASE = os.path.join("saved_models", "translator")
 _VERSION_NAME = re.compile(r"[0-9]+")
 
 
