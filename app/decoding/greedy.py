@@ -8,6 +8,7 @@ checkpoints the same way.
 import tensorflow as tf
 
 from app.decoding.beam_search import longest_output, loose_shape
+from app.decoding.incremental import IncrementalDecoder
 from app.decoding.translate import output_lengths
 from app.model.transformer import Transformer
 from data.special_tokens import END_ID, PAD_ID, START_ID
@@ -33,15 +34,15 @@ def greedy_decode(transformer: Transformer, source_ids, max_extra_length=50):
     output_length = longest_output(max_lengths)  # L
 
     memory, memory_mask = transformer.encode(source_ids, training=False)
-    memory_cache = transformer.init_memory_cache(memory, memory_mask)
-    output_kernel = transformer.output_kernel()  # once, outside the loop
+    decoder = IncrementalDecoder(transformer)  # reads the weights once, outside the loop
+    memory_cache = decoder.memory(memory, memory_mask)
     vocab_size = transformer.config.vocab_size
     # Padding and the start token are never outputs.
     banned = tf.one_hot([PAD_ID, START_ID], vocab_size, on_value=-1e9, dtype=tf.float32)
     banned = tf.reduce_sum(banned, axis=0)  # [V]
 
     def body(step, tokens, outputs, finished, cache):
-        logits, cache = transformer.decode_step(tokens, step, cache, memory_cache, output_kernel)  # [B, V]
+        logits, cache = decoder.step(tokens, step, cache, memory_cache)  # [B, V]
         next_tokens = tf.argmax(logits + banned, axis=-1, output_type=tf.int32)  # [B]
         # A sentence at its maximum length ends there.
         next_tokens = tf.where(step + 1 >= max_lengths, END_ID, next_tokens)
@@ -56,7 +57,7 @@ def greedy_decode(transformer: Transformer, source_ids, max_extra_length=50):
     start = tf.fill([batch_size], START_ID)
     outputs = tf.zeros([batch_size, output_length], tf.int32)  # [B, L]
     finished = tf.zeros([batch_size], tf.bool)
-    cache = transformer.empty_self_cache(batch_size)
+    cache = decoder.empty_cache(batch_size)
     # The self-attention cache grows by a position a step (axis 2).
     cache_invariants = tf.nest.map_structure(loose_shape, cache)
     _, _, outputs, _, _ = tf.while_loop(

@@ -26,6 +26,7 @@ C the candidates a step sorts (the largest top_k of the batch, or V).
 import tensorflow as tf
 
 from app.decoding.beam_search import longest_output, loose_shape
+from app.decoding.incremental import IncrementalDecoder
 from app.decoding.translate import output_lengths
 from app.model.transformer import Transformer
 from data.special_tokens import END_ID, PAD_ID, START_ID
@@ -143,14 +144,13 @@ def sample_ids(
     output_length = longest_output(max_lengths)  # L
 
     memory, memory_mask = transformer.encode(source_ids, training=False)
-    memory_cache = transformer.init_memory_cache(memory, memory_mask)
-    if output_kernel is None:
-        output_kernel = transformer.output_kernel()  # once, outside the loop
+    decoder = IncrementalDecoder(transformer, output_kernel)  # reads the weights once, outside the loop
+    memory_cache = decoder.memory(memory, memory_mask)
     # Padding and the start token are never outputs.
     banned = tf.reduce_sum(tf.one_hot([PAD_ID, START_ID], transformer.config.vocab_size, dtype=tf.int32), 0) > 0
 
     def body(step, tokens, outputs, scores, finished, cache):
-        logits, cache = transformer.decode_step(tokens, step, cache, memory_cache, output_kernel)  # [B, V]
+        logits, cache = decoder.step(tokens, step, cache, memory_cache)  # [B, V]
         allowed = tf.where(banned[None, :], float("-inf"), logits)
         next_tokens = choose_tokens(allowed, uniform_per_sentence(seeds, step), top_k, top_p, temperature)  # [B]
         # A sentence at its maximum length ends there.
@@ -170,7 +170,7 @@ def sample_ids(
     outputs = tf.zeros([batch_size, output_length], tf.int32)  # [B, L]
     scores = tf.zeros([batch_size], tf.float32)
     finished = tf.zeros([batch_size], tf.bool)
-    cache = transformer.empty_self_cache(batch_size)
+    cache = decoder.empty_cache(batch_size)
     # The self-attention cache grows by a position a step (axis 2).
     cache_invariants = tf.nest.map_structure(loose_shape, cache)
     _, _, outputs, scores, _, _ = tf.while_loop(

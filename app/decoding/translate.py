@@ -27,6 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from app.decoding.beam_search import beam_search, largest_alpha
+from app.decoding.incremental import IncrementalDecoder
 from app.model.transformer import Transformer
 from data.special_tokens import END_ID, PAD_ID, START_ID
 
@@ -53,19 +54,18 @@ class DecodingConfig:
             raise ValueError(f"alpha must be a number >= 0, got {self.alpha!r}")
 
 
-def make_symbols_to_logits(transformer: Transformer, output_kernel=None):
-    """The `symbols_to_logits_fn` of `beam_search` for a model with a KV cache.
+def make_symbols_to_logits(decoder: IncrementalDecoder):
+    """The `symbols_to_logits_fn` of `beam_search` for the model's incremental decoder.
 
     The beam state's cache is the self-attention cache, one per hypothesis: it holds
     every earlier position, so only the newest token `ids[:, step]` is fed to the
     decoder. The memory's keys and values are beam search's `sentence_cache`, one per
     sentence: all beams of a sentence read them alike, so they are never tiled over the
-    beams nor reordered with them. `output_kernel` is `transformer.output_kernel()`,
-    made once before the loop.
+    beams nor reordered with them.
     """
 
-    def symbols_to_logits(ids, step, self_cache, memory_cache):
-        return transformer.decode_step(ids[:, step], step, self_cache, memory_cache, output_kernel)  # [N, V], cache
+    def symbols_to_logits(ids, step, self_cache, memory):
+        return decoder.step(ids[:, step], step, self_cache, memory)  # [N, V], cache
 
     return symbols_to_logits
 
@@ -152,13 +152,13 @@ def translate_ids(
     max_lengths = output_lengths(transformer, source_ids, max_extra_length)  # [B]
 
     memory, memory_mask = transformer.encode(source_ids, training=False)  # [B, S, D], [B, 1, S]
-    memory_cache = transformer.init_memory_cache(memory, memory_mask)
+    decoder = IncrementalDecoder(transformer, output_kernel)
     batch_size = tf.shape(source_ids)[0]
     initial_ids = tf.fill([batch_size], START_ID)  # [B]
     return beam_search(
-        make_symbols_to_logits(transformer, transformer.output_kernel() if output_kernel is None else output_kernel),
+        make_symbols_to_logits(decoder),
         initial_ids,
-        transformer.empty_self_cache(batch_size),
+        decoder.empty_cache(batch_size),
         transformer.config.vocab_size,
         max_lengths=max_lengths,
         beam_size=beam_size,
@@ -166,5 +166,5 @@ def translate_ids(
         end_id=END_ID,
         pad_id=PAD_ID,
         start_id=START_ID,
-        sentence_cache=memory_cache,
+        sentence_cache=decoder.memory(memory, memory_mask),
     )

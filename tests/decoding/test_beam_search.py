@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from app.decoding.beam_search import NEG, beam_search, length_penalty
+from app.decoding.beam_search import NEG, beam_search, best_candidates, length_penalty
 
 PAD, START, END = 0, 1, 2
 ZERO_LOGIT = -1e4  # exp(-1e4) == 0 in float32: a token the fake model never emits
@@ -452,3 +452,21 @@ def test_a_done_sentence_leaves_the_search_and_keeps_its_result():
                         max_lengths=[6], beam_size=3)
     np.testing.assert_array_equal(ids[1], alone[0][0])
     np.testing.assert_array_equal(scores[1], alone[1][0])
+
+
+@pytest.mark.parametrize("beams, vocab_size", [(4, 8000), (4, 37000), (1, 10), (2, 7), (3, 5), (8, 101)])
+@pytest.mark.parametrize("values", ["ties", "normal"])
+def test_best_candidates_equal_top_k_over_the_flattened_beams(beams, vocab_size, values):
+    # Chunked or padded (37000 x 4 has a divisor near 64, 101 x 8 has none), with many
+    # ties: the same values and the same beam-major order as one top_k over K x V.
+    rng = np.random.default_rng(beams * vocab_size)
+    shape = (5, beams, vocab_size)
+    if values == "ties":
+        candidates = rng.integers(-4, 1, size=shape).astype(np.float32)
+    else:
+        candidates = rng.normal(size=shape).astype(np.float32)
+    count = min(2 * beams, beams * vocab_size)
+    log_probs, beam, token = best_candidates(tf.constant(candidates), count)
+    expected_log_probs, expected_indices = tf.math.top_k(candidates.reshape(5, -1), count)
+    np.testing.assert_array_equal(log_probs, expected_log_probs)
+    np.testing.assert_array_equal(beam.numpy() * vocab_size + token.numpy(), expected_indices)

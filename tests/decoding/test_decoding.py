@@ -14,6 +14,7 @@ from app.decoding.beam_search import beam_search, largest_alpha, length_penalty
 from app.model.config import ModelConfig
 from app.decoding.translate import DecodingConfig, make_symbols_to_logits, output_lengths, translate_ids
 from app.decoding.greedy import greedy_decode
+from app.decoding.incremental import IncrementalDecoder
 from app.model.transformer import Transformer, build_transformer
 
 END = 2
@@ -191,13 +192,13 @@ def test_an_empty_batch_decodes_to_empty_outputs(transformer):
 
 def test_symbols_to_logits_feeds_only_the_newest_token(transformer):
     transformer, _ = transformer
-    memory, memory_mask = transformer.encode(SOURCE_IDS[:1], training=False)
-    memory_cache = transformer.init_memory_cache(memory, memory_mask)
-    cache = transformer.empty_self_cache(1)
+    decoder = IncrementalDecoder(transformer)
+    memory = decoder.memory(*transformer.encode(SOURCE_IDS[:1], training=False))
+    cache = decoder.empty_cache(1)
     ids = tf.constant([[1, 7, 0, 0, 0]])
-    fn = make_symbols_to_logits(transformer)
-    logits, _ = fn(ids, tf.constant(0), cache, memory_cache)
-    expected, _ = transformer.decode_step(tf.constant([1]), tf.constant(0), cache, memory_cache)
+    fn = make_symbols_to_logits(decoder)
+    logits, _ = fn(ids, tf.constant(0), cache, memory)
+    expected, _ = decoder.step(tf.constant([1]), tf.constant(0), cache, memory)
     np.testing.assert_array_equal(logits, expected)
 
 
