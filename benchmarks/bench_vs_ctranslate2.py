@@ -2,7 +2,7 @@
 
     python benchmarks/bench_vs_ctranslate2.py --model-dir runs/tiny-multi30k-en-de      # test_2016_flickr
     python benchmarks/bench_vs_ctranslate2.py --model-dir DIR --split validation --sentences 200
-    python benchmarks/bench_vs_ctranslate2.py --model-dir DIR --file news.en --reference news.de --threads 4
+    python benchmarks/bench_vs_ctranslate2.py --model-dir DIR --file news.en --reference news.de --threads 4,8
 
 The model directory's weights, chosen and averaged as `python export.py` chooses them,
 are exported twice into a temporary directory: as the SavedModel (app/export/saved_model.py)
@@ -19,13 +19,15 @@ language pair, or `--file`), in their order, are then translated in batches of e
   CTranslate2's own length penalty (log-probability / length ** `--alpha`), and one output
   limit per batch, its longest sentence's (source length + 50, within the model's positions).
 
-Each engine is timed in a process of its own, with `--threads` threads (TensorFlow's
-intra- and inter-op pools; CTranslate2's intra_threads): beside TensorFlow in one
-process, CTranslate2's threads ran 3-20x slower. Each figure is the fastest of
-`--repeats` passes over all sentences after one warm-up batch. Printed per engine and
-batch size: sentences/s, target tokens/s (the translations' sentencepiece pieces, one
-end token each), the speed over CTranslate2 float32's at that batch size, and the
-sacreBLEU (and lowercased BLEU) of the translations against the references.
+Each engine is timed in a process of its own, at each of `--threads` thread counts
+(TensorFlow's intra- and inter-op pools; CTranslate2's intra_threads): beside TensorFlow
+in one process, CTranslate2's threads ran 3-20x slower, and on a 2-core machine
+TensorFlow's decoding ran faster with one thread than with two, so both are timed.
+Each figure is the fastest of `--repeats` passes over all sentences after one warm-up
+batch. Printed per engine, thread count and batch size: sentences/s, target tokens/s
+(the translations' sentencepiece pieces, one end token each), the speed over
+CTranslate2 float32's at the same threads and batch size, and the sacreBLEU (and
+lowercased BLEU) of the translations against the references.
 """
 
 import argparse
@@ -154,20 +156,20 @@ def run_worker(args):
         json.dump({"seconds": seconds, "translations": translations}, f)
 
 
-def time_engine(engine, path, sentences, batch_size, args, scratch):
-    """Runs one worker process; returns its `{"seconds", "translations"}`."""
-    job = os.path.join(scratch, f"job-{engine}-{batch_size}.json")
-    result = os.path.join(scratch, f"result-{engine}-{batch_size}.json")
+def time_engine(engine, path, sentences, batch_size, threads, args, scratch):
+    """Runs one worker process with `threads` threads; returns its `{"seconds", "translations"}`."""
+    job = os.path.join(scratch, f"job-{engine}-{batch_size}-{threads}.json")
+    result = os.path.join(scratch, f"result-{engine}-{batch_size}-{threads}.json")
     with open(job, "w", encoding="utf-8") as f:
         json.dump(
             {
                 "engine": engine, "path": path, "sentences": sentences, "batch_size": batch_size,
-                "threads": args.threads, "repeats": args.repeats, "beam_size": args.beam_size, "alpha": args.alpha,
+                "threads": threads, "repeats": args.repeats, "beam_size": args.beam_size, "alpha": args.alpha,
             },
             f,
         )
     command = [sys.executable, os.path.abspath(__file__), "--worker-input", job, "--worker-output", result]
-    environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "OMP_NUM_THREADS": str(args.threads)}
+    environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "OMP_NUM_THREADS": str(threads)}
     completed = subprocess.run(command, env=environment, capture_output=True, text=True)
     if completed.returncode:
         raise SystemExit(f"the {engine} worker failed:\n{completed.stderr[-3000:]}")
@@ -237,7 +239,10 @@ def parse_args(argv=None):
         "--alpha", type=float_at_least(0), default=0.6,
         help="length penalty: GNMT's for the SavedModel, CTranslate2's own for it (default 0.6)",
     )
-    parser.add_argument("--threads", type=positive_int, default=2, help="threads of every engine (default 2)")
+    parser.add_argument(
+        "--threads", type=int_list(), default="1,2",
+        help="comma-separated thread counts, each engine timed at each (default 1,2)",
+    )
     parser.add_argument("--repeats", type=positive_int, default=1, help="timed passes; the fastest counts")
     parser.add_argument(
         "--engines", default=",".join(ENGINES),
@@ -274,18 +279,18 @@ def main(argv=None):
         paths = {"savedmodel": saved_model, "ctranslate2-float32": converted, "ctranslate2-int8": converted}
         print(
             f"{len(sources)} sentences ({args.file or args.split}), beam {args.beam_size}, alpha {args.alpha}, "
-            f"{args.threads} threads per engine, each in its own process; weights: {weights}",
+            f"{', '.join(map(str, args.threads))} threads per engine, each in its own process; weights: {weights}",
             flush=True,
         )
         header = (
-            f"{'engine':<22}{'batch':>6}{'seconds':>9}{'sent/s':>9}{'tokens/s':>10}"
+            f"{'engine':<22}{'threads':>8}{'batch':>6}{'seconds':>9}{'sent/s':>9}{'tokens/s':>10}"
             f"{'vs ct2 float32':>16}{'sacreBLEU':>11}{'lc BLEU':>9}"
         )
         print(header)
         print("-" * len(header))
-        for batch_size in args.batch_sizes:
+        for threads, batch_size in [(t, b) for b in args.batch_sizes for t in args.threads]:
             rows = {
-                engine: time_engine(engine, paths[engine], sources, batch_size, args, scratch)
+                engine: time_engine(engine, paths[engine], sources, batch_size, threads, args, scratch)
                 for engine in args.engines
             }
             reference_speed = None
@@ -297,7 +302,7 @@ def main(argv=None):
                 sacre, lowercased = bleu(row["translations"], references)
                 ratio = f"{speed / reference_speed:.2f}x" if reference_speed else "-"
                 print(
-                    f"{engine:<22}{batch_size:>6}{row['seconds']:>9.2f}{speed:>9.1f}{tokens / row['seconds']:>10,.0f}"
+                    f"{engine:<22}{threads:>8}{batch_size:>6}{row['seconds']:>9.2f}{speed:>9.1f}{tokens / row['seconds']:>10,.0f}"
                     f"{ratio:>16}{'-' if sacre is None else f'{sacre:.2f}':>11}"
                     f"{'-' if lowercased is None else f'{lowercased:.2f}':>9}",
                     flush=True,

@@ -18,7 +18,7 @@ SCRIPT = str(ROOT / "benchmarks" / "bench_vs_ctranslate2.py")
     (["--reference", "ref.de"], "--reference goes with --file"),
     (["--batch-sizes", "0,32"], "argument --batch-sizes: each must be at least 1, got 0"),
     (["--split", "train"], "argument --split: invalid choice: 'train'"),
-    (["--threads", "0"], "--threads"),
+    (["--threads", "0"], "argument --threads: each must be at least 1, got 0"),
 ])
 def test_a_bad_flag_is_refused_by_name(flags, message, capsys):
     from benchmarks.bench_vs_ctranslate2 import parse_args
@@ -33,7 +33,7 @@ def test_the_defaults_are_the_issues_comparison():
 
     args = parse_args([])
     assert (args.split, args.batch_sizes, args.beam_size, args.alpha, args.threads) == (
-        "test_2016_flickr", [1, 32], 4, 0.6, 2
+        "test_2016_flickr", [1, 32], 4, 0.6, [1, 2]
     )
     assert args.engines == list(ENGINES)
 
@@ -48,7 +48,7 @@ def test_a_tiny_run_times_every_engine_in_its_own_process_and_scores_it(model_di
     assert completed.returncode == 0, completed.stderr[-3000:]
     rows = {
         match[0]: match[1:]
-        for match in re.findall(r"^(savedmodel|ctranslate2-\w+) +2 +[\d.]+ +[\d.]+ +[\d,]+ +([\d.]+)x +([\d.]+)",
+        for match in re.findall(r"^(savedmodel|ctranslate2-\w+) +1 +2 +[\d.]+ +[\d.]+ +[\d,]+ +([\d.]+)x +([\d.]+)",
                                 completed.stdout, flags=re.M)
     }
     assert set(rows) == {"savedmodel", "ctranslate2-float32", "ctranslate2-int8"}, completed.stdout
