@@ -101,6 +101,8 @@ def server(exported, model_dir, tmp_path_factory):
         json.dump(info, f)
     log_path = tmp_path_factory.mktemp("logs") / "serve.log"
     flags = ["--max_instances", str(MAX_INSTANCES), "--max_text_length", str(MAX_TEXT_LENGTH)]
+    # One thread per op and one op at a time: what decoded fastest on a 2-core CPU.
+    flags += ["--tensorflow_intra_op_parallelism", "1", "--tensorflow-inter-op-parallelism", "1"]
     server = Server(base, *flags, log_path=log_path)
     yield server
     server.stop()
@@ -160,6 +162,8 @@ AVAILABLE_1 = {
     (["--max_instances", "0"], "--max_instances must be at least 1, got 0"),
     (["--max_text_length", "0"], "--max_text_length must be at least 1, got 0"),
     (["--batching_parameters_file", "/nonexistent/batching.txt"], "No such file or directory"),
+    (["--tensorflow_intra_op_parallelism", "-1"], "--tensorflow_intra_op_parallelism must be at least 0, got -1"),
+    (["--tensorflow-inter-op-parallelism", "-2"], "--tensorflow_inter_op_parallelism must be at least 0, got -2"),
 ])
 def test_a_bad_flag_is_refused_by_name_before_anything_loads(flags, message, capsys):
     from app.serve import parse_args
@@ -168,6 +172,11 @@ def test_a_bad_flag_is_refused_by_name_before_anything_loads(flags, message, cap
         parse_args(flags)
     assert exit_.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_thread_flags_size_tensorflows_pools(server):
+    with open(server.log_path) as log:
+        assert "CPU threads: 1 per op, 1 ops at once" in log.read()
 
 
 def test_model_status_as_tf_serving_reports_it(server):
