@@ -208,7 +208,7 @@ def main(argv=None):
     # Before the first op runs: TensorFlow makes its pools then, once per process.
     tf.config.threading.set_intra_op_parallelism_threads(args.tensorflow_intra_op_parallelism)
     tf.config.threading.set_inter_op_parallelism_threads(args.tensorflow_inter_op_parallelism)
-    from app.training.threads import describe_cpu_threads
+    from app.cli.threads import describe_cpu_threads
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     log.info(describe_cpu_threads())

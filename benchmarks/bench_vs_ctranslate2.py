@@ -302,7 +302,8 @@ def main(argv=None):
                 sacre, lowercased = bleu(row["translations"], references)
                 ratio = f"{speed / reference_speed:.2f}x" if reference_speed else "-"
                 print(
-                    f"{engine:<22}{threads:>8}{batch_size:>6}{row['seconds']:>9.2f}{speed:>9.1f}{tokens / row['seconds']:>10,.0f}"
+                    f"{engine:<22}{threads:>8}{batch_size:>6}{row['seconds']:>9.2f}{speed:>9.1f}"
+                    f"{tokens / row['seconds']:>10,.0f}"
                     f"{ratio:>16}{'-' if sacre is None else f'{sacre:.2f}':>11}"
                     f"{'-' if lowercased is None else f'{lowercased:.2f}':>9}",
                     flush=True,

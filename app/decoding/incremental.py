@@ -78,9 +78,14 @@ def _kernel(dense, dtype, scale=None):
     return kernel, bias
 
 
-def _affine(x, kernel, bias):
+def _affine(x, kernel, bias, activation=None):
+    """`activation(x @ kernel + bias)` for `x` `[N, in]`. A `BiasAdd` (not `AddV2`) after
+    the `MatMul`, and a ReLU after that, are what grappler's remapper fuses into one
+    `_FusedMatMul` op: one op a projection instead of two or three."""
     y = tf.matmul(x, kernel)
-    return y if bias is None else y + bias
+    if bias is not None:
+        y = tf.nn.bias_add(y, bias)
+    return y if activation is None else activation(y)
 
 
 class _LayerWeights:
@@ -228,9 +233,7 @@ class IncrementalDecoder:
             return _affine(tf.reshape(attended, [-1, heads * value_dim]), *layer.cross_output)  # [N, D]
 
         def feed_forward(h):
-            hidden = _affine(h, *layer.inner)  # [N, F]
-            if layer.activation is not None:
-                hidden = layer.activation(hidden)
+            hidden = _affine(h, *layer.inner, activation=layer.activation)  # [N, F]
             return _affine(hidden, *layer.outer)  # [N, D]
 
         x = layer.residual(x, layer.self_norm, self_attend)

@@ -263,7 +263,7 @@ def run(args, started=None):
     # Threads and strategy first: both must be set before TensorFlow runs an op or
     # touches a device.
     from app.training.strategy import WorkersDisagree, is_chief, make_strategy
-    from app.training.threads import describe_cpu_threads, set_cpu_threads
+    from app.cli.threads import describe_cpu_threads, set_cpu_threads
 
     try:
         set_cpu_threads(args.intra_op_threads, args.inter_op_threads)

@@ -1,9 +1,9 @@
-"""`app.training.threads`: TensorFlow's thread pools, set once, before its first op."""
+"""`app.cli.threads`: TensorFlow's thread pools, set once, before its first op."""
 
 import pytest
 import tensorflow as tf
 
-from app.training.threads import describe_cpu_threads, set_cpu_threads
+from app.cli.threads import describe_cpu_threads, set_cpu_threads
 
 
 def test_a_negative_count_names_its_flag():

@@ -8,7 +8,10 @@ faster; `small` and beam search ran slower: small's larger products, and decodin
 step after another, gain more from two threads per op than from two ops at once
 (docs/lab-notebook.md#one-thread-per-op). So these stay flags, TensorFlow's defaults unless asked, and a user
 measures on their own CPU with
-`benchmarks/bench_training.py --settings ...,...+1-thread-per-op`.
+`benchmarks/bench_training.py --settings ...,...+1-thread-per-op`. The server takes TF
+Serving's flags for the same pools (`python -m app.serve --tensorflow_intra_op_parallelism`):
+there, the incremental decoder's beam search ran faster with one thread of each
+(docs/serving.md#threads).
 """
 
 import tensorflow as tf
