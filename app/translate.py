@@ -43,7 +43,7 @@ import sys
 
 from app.cli.flag_types import int_at_least, positive_int
 from app.cli.flags import DEFAULT_ALPHA, DEFAULT_BEAM_SIZE, DEFAULT_MAX_EXTRA_LENGTH, add_decoding_arguments
-from app.cli.flags import add_model_source_arguments
+from app.cli.flags import add_model_source_arguments, add_thread_arguments
 from app.export.locate import DEFAULT_EXPORT_BASE, ExportNotFound, saved_model_version
 
 STDIN = "-"
@@ -124,6 +124,10 @@ def build_parser():
         "--sampling-temperature", type=_temperature, metavar="T", help="divide the logits by T (default 1)"
     )
     sampling.add_argument("--seed", type=_seed, help="the random seed (default 0)")
+    add_thread_arguments(
+        parser.add_argument_group("CPU threads"),
+        "on a 2-core CPU, 1 and --inter-op-threads 1 decoded the tiny model faster (docs/serving.md#threads)",
+    )
     # None: not given, so that a flag that cannot apply is told apart from its default.
     parser.set_defaults(beam_size=None, max_extra_length=None)
     return parser
@@ -425,6 +429,12 @@ def main(argv=None):
     from app.cli.quiet_tensorflow import import_tensorflow
 
     import_tensorflow()
+    from app.cli.threads import describe_cpu_threads, set_cpu_threads
+
+    # Before TensorFlow runs an op: its pools are made then, once per process.
+    set_cpu_threads(args.intra_op_threads, args.inter_op_threads)
+    if args.intra_op_threads or args.inter_op_threads:
+        print(describe_cpu_threads(), file=sys.stderr)
     from app.cli.progress import CountProgress  # (imports Keras)
     from app.export.saved_model import ExportError
     from data.errors import DataError

@@ -283,3 +283,22 @@ def test_batches_are_sorted_by_length_and_restored_to_input_order():
     assert batches == [(["a", "bb"], [3, 4]), (["ccc", "dddd"], [1, 6])]
     assert [r[0][0] if r else None for r in results] == ["CCC", None, "A", "BB", None, "DDDD"]
     assert progress == [2, 4]
+
+
+def test_thread_flags_size_tensorflows_pools_and_change_no_translation(exported, input_file, one_best):
+    # A process of its own: TensorFlow's pools are made once per process, at its first op.
+    _, _, path, _ = exported
+    command = [
+        sys.executable, "-m", "app.translate", "--saved-model", path, "--input", input_file,
+        "--intra-op-threads", "1", "--inter-op-threads", "1",
+    ]
+    completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "CPU threads: 1 per op, 1 ops at once" in completed.stderr
+    assert completed.stdout.split("\n")[:-1] == [entry[1] if entry else "" for entry in one_best]
+
+
+def test_a_negative_thread_count_is_refused_by_name(capsys):
+    with pytest.raises(SystemExit):
+        main(["--intra-op-threads", "-1"])
+    assert "argument --intra-op-threads" in capsys.readouterr().err

@@ -179,3 +179,21 @@ def add_decoding_arguments(
         default=DEFAULT_MAX_EXTRA_LENGTH,
         help=f"output length limit beyond the input's (default {DEFAULT_MAX_EXTRA_LENGTH})",
     )
+
+
+def add_thread_arguments(parser, advice):
+    """`--intra-op-threads` and `--inter-op-threads`: TensorFlow's two CPU thread pools
+    (`app.cli.threads.set_cpu_threads`), each left to TensorFlow unless given. `advice`
+    ends the first one's help: what a smaller pool did on a small CPU."""
+    parser.add_argument(
+        "--intra-op-threads",
+        type=int_at_least(0),
+        metavar="N",
+        help=f"threads one op may use on the CPU (default, 0: TensorFlow's choice, every core); {advice}",
+    )
+    parser.add_argument(
+        "--inter-op-threads",
+        type=int_at_least(0),
+        metavar="N",
+        help="ops run at once on the CPU (default, 0: TensorFlow's choice, one per core)",
+    )
