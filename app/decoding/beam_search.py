@@ -102,11 +102,6 @@ def flatten_beam_dim(x):
     return tf.reshape(x, [shape[0] * shape[1]] + shape[2:])  # [B * K, ...]
 
 
-def unflatten_beam_dim(x, batch_size, beam_size):
-    """`[B * K, ...]` -> `[B, K, ...]`, the inverse of `flatten_beam_dim`."""
-    return tf.reshape(x, [batch_size, beam_size] + shape_list(x)[1:])  # [B, K, ...]
-
-
 def gather_beams(nested, beam_indices):
     """Picks beams: every tensor `[B, N, ...]` in `nested` -> `[B, M, ...]`.
 
