@@ -28,7 +28,9 @@ The search (Flax `examples/wmt` decode.py, with fairseq's rule for what may fini
   largest penalty it may still get, at its shortest or longest possible length (the
   penalty is monotonic in the length for any alpha), or once it has no real live beam
   left (all were forced to end). Once done, nothing can enter its pool, so the loop
-  may run on for the rest of the batch without changing its result.
+  may run on for the rest of the batch without changing its result. A caller that needs
+  only the best result (`final_results=1`) has it final sooner: once no live beam can
+  beat the best finished hypothesis, which is the same best result.
   The loop ends when every sentence is done, or after L steps.
 - A hypothesis that reaches its sentence's `max_lengths` must end: every other token is
   masked. Padding and the start token are never outputs.
@@ -213,6 +215,7 @@ def beam_search(
     pad_id=PAD_ID,
     start_id=START_ID,
     sentence_cache=None,
+    final_results=None,
 ):
     """Finds the K best output sequences of every sentence.
 
@@ -243,6 +246,11 @@ def beam_search(
         sentence_cache: nested tensors with the batch `B` on axis 0 that all beams of a
             sentence read alike (such as the encoder output's keys and values): never
             tiled nor reordered, only narrowed to the sentences still searched.
+        final_results: how many of the K results, best first, must be final before a
+            sentence leaves the search: K (the default, the whole n-best list) or fewer.
+            With 1 the best result is the one K would give, in fewer steps (on Multi30k
+            test, beam 4, alpha 0.6: 19.6 steps a sentence for K, against outputs of 14
+            tokens), and the others are the best found by then.
 
     Returns:
         `(ids, scores)`: ids int32 `[B, K, L]`, the output tokens without the start
@@ -259,6 +267,9 @@ def beam_search(
     if not isinstance(vocab_size, int) or vocab_size < 2:
         raise ValueError(f"vocab_size must be a Python int >= 2, got {vocab_size!r}")
     k = beam_size
+    final_results = k if final_results is None else final_results
+    if not isinstance(final_results, int) or not 1 <= final_results <= k:
+        raise ValueError(f"final_results must be a Python int from 1 to beam_size {k}, got {final_results!r}")
     initial_ids = tf.convert_to_tensor(initial_ids, tf.int32)  # [B]
     batch_size = shape_list(initial_ids)[0]
     max_lengths = tf.broadcast_to(tf.convert_to_tensor(max_lengths, tf.int32), tf.shape(initial_ids))  # [B]
@@ -288,11 +299,14 @@ def beam_search(
             length_penalty(state.step + 1, state.alpha), length_penalty(state.max_lengths, state.alpha)
         )  # [A]
         best_live_scores = state.live_log_probs[:, 0] / largest_penalty  # [A]
-        worst_finished_scores = tf.reduce_min(
-            tf.where(state.finished_flags, state.finished_scores, NEG), axis=1
+        # The pool is sorted best first, empty slots last: the last result that must be
+        # final, or NEG while that slot is empty.
+        last = final_results - 1
+        last_final_scores = tf.where(
+            state.finished_flags[:, last], state.finished_scores[:, last], NEG
         )  # [A]
         no_live_beam = state.live_log_probs[:, 0] <= NEG / 2  # [A]
-        return (worst_finished_scores > best_live_scores) | no_live_beam
+        return (last_final_scores > best_live_scores) | no_live_beam
 
     def results(state):
         """`(ids [A, K, L + 1], scores [A, K])`: the finished hypotheses; a sentence that

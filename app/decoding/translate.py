@@ -124,6 +124,7 @@ def translate_ids(
     alpha=DecodingConfig.alpha,
     max_extra_length=DecodingConfig.max_extra_length,
     output_kernel=None,
+    final_results=None,
 ):
     """Translates a batch of token ids with beam search.
 
@@ -141,6 +142,8 @@ def translate_ids(
             positions: an int, or int32 of shape [] or `[B]`.
         output_kernel: `transformer.output_kernel()`, if the caller keeps it (an export
             holds it as a variable); made here otherwise.
+        final_results: how many of the K results must be final (`beam_search`): K by
+            default; 1 where only the best is wanted, which then comes in fewer steps.
 
     Returns:
         `(ids int32 [B, K, L], scores float32 [B, K])`, as `beam_search` returns them:
@@ -167,4 +170,5 @@ def translate_ids(
         pad_id=PAD_ID,
         start_id=START_ID,
         sentence_cache=decoder.memory(memory, memory_mask),
+        final_results=final_results,
     )

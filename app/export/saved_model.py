@@ -153,12 +153,18 @@ class Translator(tf.Module):
         lengths = tf.cast(self.tokenizer.tokenize(inputs).row_lengths(), tf.int32) + 1
         return {"lengths": lengths, "limit": tf.constant(self._max_source_length, tf.int32)}
 
-    def translate(self, inputs, beam_size, alpha, max_extra_length):
-        """`(translations string [B, K], scores float32 [B, K])`, best first."""
+    def translate(self, inputs, beam_size, alpha, max_extra_length, best_only=False):
+        """`(translations string [B, K], scores float32 [B, K])`, best first; with
+        `best_only`, the best of each sentence only, `[B]` each: the search stops as soon
+        as that one is final (`beam_search`'s `final_results=1`), the same translation in
+        fewer steps, and only it is detokenized."""
         inputs = one_per_sentence(inputs)
         ids, scores = translate_ids(
-            self._transformer, self.source_ids(inputs), beam_size, alpha, max_extra_length, self.output_kernel
+            self._transformer, self.source_ids(inputs), beam_size, alpha, max_extra_length, self.output_kernel,
+            final_results=1 if best_only else beam_size,
         )  # [B, K, L], [B, K]
+        if best_only:
+            return self.tokenizer.detokenize(ids[:, 0]), scores[:, 0]  # [B], [B]
         batch_size = tf.shape(ids)[0]
         texts = self.tokenizer.detokenize(tf.reshape(ids, [batch_size * beam_size, -1]))  # [B * K]
         return tf.reshape(texts, [batch_size, beam_size]), scores
@@ -166,8 +172,8 @@ class Translator(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
     def serve(self, inputs):
         d = self._decoding
-        texts, scores = self.translate(inputs, d.beam_size, d.alpha, d.max_extra_length)
-        return {"translations": texts[:, 0], "scores": scores[:, 0]}
+        texts, scores = self.translate(inputs, d.beam_size, d.alpha, d.max_extra_length, best_only=True)
+        return {"translations": texts, "scores": scores}
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
     def serve_nbest(self, inputs):
@@ -177,8 +183,10 @@ class Translator(tf.Module):
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
     def serve_greedy(self, inputs):
-        texts, scores = self.translate(inputs, 1, self._decoding.alpha, self._decoding.max_extra_length)
-        return {"translations": texts[:, 0], "scores": scores[:, 0]}
+        texts, scores = self.translate(
+            inputs, 1, self._decoding.alpha, self._decoding.max_extra_length, best_only=True
+        )
+        return {"translations": texts, "scores": scores}
 
     @tf.function(
         input_signature=[
@@ -203,8 +211,8 @@ class Translator(tf.Module):
         with tf.control_dependencies(checks):
             # Per sentence: a batch may mix settings, so TF Serving may batch any requests.
             alpha, extra = tf.identity(alpha), tf.identity(max_extra_length)
-        texts, scores = self.translate(inputs, self._decoding.beam_size, alpha, extra)
-        return {"translations": texts[:, 0], "scores": scores[:, 0]}
+        texts, scores = self.translate(inputs, self._decoding.beam_size, alpha, extra, best_only=True)
+        return {"translations": texts, "scores": scores}
 
     @tf.function(
         input_signature=[

@@ -270,3 +270,60 @@ def test_every_command_line_decodes_by_default_as_decoding_config(module_name, a
         args.alpha = DecodingConfig.alpha
     assert DecodingConfig(args.beam_size, args.alpha, args.max_extra_length) == DecodingConfig()
     assert (args.checkpoint, args.average_last) == (None, None)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.4])
+def test_a_search_for_the_best_result_only_finds_the_same_best_in_no_more_steps(transformer, alpha):
+    # final_results=1 stops a sentence once its best result is final, not its whole
+    # n-best list: the same best ids and score, in as many steps or fewer.
+    transformer, _ = transformer
+    source_ids = tf.constant(SOURCE_IDS)
+    decoder = IncrementalDecoder(transformer)
+    memory_states, memory_mask = transformer.encode(source_ids, training=False)
+    results, steps = {}, {}
+    for final_results in (1, 4):
+        calls = []
+        step = make_symbols_to_logits(decoder)
+
+        def counting(*args, step=step, calls=calls):
+            calls.append(int(args[1]))  # eager: one Python call per loop step
+            return step(*args)
+
+        results[final_results] = beam_search(
+            counting,
+            tf.fill([len(SOURCE_IDS)], 1),
+            decoder.empty_cache(len(SOURCE_IDS)),
+            transformer.config.vocab_size,
+            max_lengths=output_lengths(transformer, source_ids, 30),
+            beam_size=4,
+            alpha=alpha,
+            sentence_cache=decoder.memory(memory_states, memory_mask),
+            final_results=final_results,
+        )
+        steps[final_results] = len(calls)
+    (best_ids, best_scores), (ids, scores) = results[1], results[4]
+    np.testing.assert_array_equal(best_ids[:, 0], ids[:, 0])
+    # Sentences leave at other steps, so later steps' products see other batches: the
+    # score may move in its last bits.
+    np.testing.assert_allclose(best_scores[:, 0], scores[:, 0], rtol=1e-6)
+    assert steps[1] <= steps[4]
+    if alpha < 1:  # on this model (35 steps against 37): the n-best list settles later
+        assert steps[1] < steps[4]
+
+
+def test_final_results_must_be_from_one_to_the_beam_size():
+    with pytest.raises(ValueError, match="final_results must be a Python int from 1 to beam_size 4, got 5"):
+        beam_search(None, tf.constant([1]), {}, 10, max_lengths=3, beam_size=4, final_results=5)
+
+
+def test_the_best_only_signatures_stop_sooner_and_agree_with_nbest(transformer):
+    # serving_default's search stops once its best is final; nbest's once all K are: the
+    # best translation and score are the same.
+    from app.export.saved_model import Translator
+
+    transformer, model = transformer
+    assert Translator.translate.__doc__ and "best_only" in Translator.translate.__doc__
+    ids_1, scores_1 = translate_ids(transformer, SOURCE_IDS, 4, 0.6, EXTRA, final_results=1)
+    ids_k, scores_k = translate_ids(transformer, SOURCE_IDS, 4, 0.6, EXTRA)
+    np.testing.assert_array_equal(ids_1[:, 0], ids_k[:, 0])
+    np.testing.assert_allclose(scores_1[:, 0], scores_k[:, 0], rtol=1e-6)
