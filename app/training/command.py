@@ -13,6 +13,7 @@ import tempfile
 import time
 
 from app.cli.flag_types import float_at_least, int_at_least, positive_int
+from app.cli.flags import add_thread_arguments
 from app.model_dir.lock import ModelDirInUse, ModelDirLock
 from app.model_dir.settings import check_resumable, load_settings, save_settings
 from app.training.precision import AUTO, BFLOAT16_MIN_SPEEDUP, PRECISIONS, choose_auto_precision, resolve_precision
@@ -132,18 +133,8 @@ def add_training_arguments(parser):
     group.add_argument(
         "--cpu-replicas", type=positive_int, help="split the CPU into N mirrored devices (default: no split)"
     )
-    group.add_argument(
-        "--intra-op-threads",
-        type=non_negative_int,
-        metavar="N",
-        help="threads one op may use on the CPU (default, 0: TensorFlow's choice, every core); on a 2-core CPU, 1 "
-        "trains tiny faster and small slower (docs/lab-notebook.md#one-thread-per-op)",
-    )
-    group.add_argument(
-        "--inter-op-threads",
-        type=non_negative_int,
-        metavar="N",
-        help="ops run at once on the CPU (default, 0: TensorFlow's choice, one per core)",
+    add_thread_arguments(
+        group, "on a 2-core CPU, 1 trains tiny faster and small slower (docs/lab-notebook.md#one-thread-per-op)"
     )
 
 
