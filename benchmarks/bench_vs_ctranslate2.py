@@ -3,6 +3,7 @@
     python benchmarks/bench_vs_ctranslate2.py --model-dir runs/tiny-multi30k-en-de      # test_2016_flickr
     python benchmarks/bench_vs_ctranslate2.py --model-dir DIR --split validation --sentences 200
     python benchmarks/bench_vs_ctranslate2.py --model-dir DIR --file news.en --reference news.de --threads 4,8
+    python benchmarks/bench_vs_ctranslate2.py --model-dir DIR --engines savedmodel,ctranslate2-float32 --rounds 5 --threads 1
 
 The model directory's weights, chosen and averaged as `python export.py` chooses them,
 are exported twice into a temporary directory: as the SavedModel (app/export/saved_model.py)
@@ -19,15 +20,20 @@ language pair, or `--file`), in their order, are then translated in batches of e
   CTranslate2's own length penalty (log-probability / length ** `--alpha`), and one output
   limit per batch, its longest sentence's (source length + 50, within the model's positions).
 
-Each engine is timed in a process of its own, at each of `--threads` thread counts
+Each engine runs in a process of its own, at each of `--threads` thread counts
 (TensorFlow's intra- and inter-op pools; CTranslate2's intra_threads): beside TensorFlow
 in one process, CTranslate2's threads ran 3-20x slower, and on a 2-core machine
 TensorFlow's decoding ran faster with one thread than with two, so both are timed.
-Each figure is the fastest of `--repeats` passes over all sentences after one warm-up
-batch. Printed per engine, thread count and batch size: sentences/s, target tokens/s
-(the translations' sentencepiece pieces, one end token each), the speed over
-CTranslate2 float32's at the same threads and batch size, and the sacreBLEU (and
-lowercased BLEU) of the translations against the references.
+On a shared virtual machine one configuration's speed moved by up to 2x from minute to
+minute, and timed one after the other the two engines' ratio ranged from 0.36x to
+0.71x over three rounds. So the engines take turns: all are loaded and warmed up, then
+each translates a chunk of about `--chunk-sentences` sentences before the next chunk
+starts, and a round's time is the sum of its chunks'. Printed per engine, thread count
+and batch size, over `--rounds` rounds: the median of sentences/s and of target
+tokens/s (the translations' sentencepiece pieces, one end token each), the median of
+the speed over CTranslate2 float32's at the same threads and batch size with its
+lowest and highest, and the sacreBLEU (and lowercased BLEU) of the translations against
+the references.
 """
 
 import argparse
@@ -35,6 +41,7 @@ import gzip
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -85,29 +92,25 @@ def batches(items, size):
 # Workers: one engine, one batch size, in a process of its own.
 
 
-def savedmodel_worker(path, sentences, batch_size, threads, repeats):
-    """`(seconds of the fastest pass, translations)` of the SavedModel's serving_default."""
+def savedmodel_translator(path, threads):
+    """`translate(batch of strings) -> strings` by the SavedModel's serving_default."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
 
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(threads)
-    translate = tf.saved_model.load(path).signatures["serving_default"]
+    serving_default = tf.saved_model.load(path).signatures["serving_default"]
 
-    def one_pass():
-        return [
-            t.decode("utf-8")
-            for batch in batches(sentences, batch_size)
-            for t in translate(inputs=tf.constant(batch, tf.string))["translations"].numpy()
-        ]
+    def translate(batch):
+        outputs = serving_default(inputs=tf.constant(batch, tf.string))["translations"].numpy()
+        return [text.decode("utf-8") for text in outputs]
 
-    translate(inputs=tf.constant(sentences[:batch_size], tf.string))  # warm-up: the first call traces
-    return fastest(one_pass, repeats)
+    return translate
 
 
-def ctranslate2_worker(path, sentences, batch_size, threads, repeats, compute_type, beam_size, alpha):
-    """`(seconds of the fastest pass, translations)` of CTranslate2's translate_batch."""
+def ctranslate2_translator(path, threads, compute_type, beam_size, alpha):
+    """`translate(batch of strings) -> strings` by CTranslate2's translate_batch."""
     from app.serving.ctranslate2_version import Engine
     from data.special_tokens import END_ID
 
@@ -124,57 +127,124 @@ def ctranslate2_worker(path, sentences, batch_size, threads, repeats, compute_ty
         )
         return [engine.detokenize(result.hypotheses[0]) for result in results]
 
-    def one_pass():
-        return [text for batch in batches(sentences, batch_size) for text in translate(batch)]
-
-    translate(sentences[:batch_size])  # warm-up
-    return fastest(one_pass, repeats)
+    return translate
 
 
-def fastest(one_pass, repeats):
-    best, output = float("inf"), None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        output = one_pass()
-        best = min(best, time.perf_counter() - start)
-    return best, output
+# A worker process holds one engine and translates the chunks the parent names, one at
+# a time, so that the engines of a comparison run by turns, seconds apart.
+REPLY = "@@bench "
 
 
 def run_worker(args):
+    """Loads the job's engine, warms it up, then answers `chunk START END` on stdin with
+    the seconds that translating sentences[START:END] in batches took, until `quit`,
+    when it writes every chunk's translations, in order, to `--worker-output`."""
     with open(args.worker_input, encoding="utf-8") as f:
         job = json.load(f)
     if job["engine"] == "savedmodel":
-        seconds, translations = savedmodel_worker(
-            job["path"], job["sentences"], job["batch_size"], job["threads"], job["repeats"]
-        )
+        translate = savedmodel_translator(job["path"], job["threads"])
     else:
-        seconds, translations = ctranslate2_worker(
-            job["path"], job["sentences"], job["batch_size"], job["threads"], job["repeats"],
-            job["engine"].split("-")[1], job["beam_size"], job["alpha"],
-        )
+        compute_type = job["engine"].split("-")[1]
+        translate = ctranslate2_translator(job["path"], job["threads"], compute_type, job["beam_size"], job["alpha"])
+    sentences, batch_size = job["sentences"], job["batch_size"]
+    translate(sentences[:batch_size])  # warm-up: the SavedModel's first call traces
+    translations = {}
+    print(REPLY + "ready", flush=True)
+    for line in sys.stdin:
+        command = line.split()
+        if command == ["quit"]:
+            break
+        first, last = int(command[1]), int(command[2])
+        start = time.perf_counter()
+        texts = [text for batch in batches(sentences[first:last], batch_size) for text in translate(batch)]
+        print(f"{REPLY}{time.perf_counter() - start!r}", flush=True)
+        translations.setdefault(first, texts)
     with open(args.worker_output, "w", encoding="utf-8") as f:
-        json.dump({"seconds": seconds, "translations": translations}, f)
+        json.dump([text for first in sorted(translations) for text in translations[first]], f)
 
 
-def time_engine(engine, path, sentences, batch_size, threads, args, scratch):
-    """Runs one worker process with `threads` threads; returns its `{"seconds", "translations"}`."""
-    job = os.path.join(scratch, f"job-{engine}-{batch_size}-{threads}.json")
-    result = os.path.join(scratch, f"result-{engine}-{batch_size}-{threads}.json")
-    with open(job, "w", encoding="utf-8") as f:
-        json.dump(
-            {
-                "engine": engine, "path": path, "sentences": sentences, "batch_size": batch_size,
-                "threads": threads, "repeats": args.repeats, "beam_size": args.beam_size, "alpha": args.alpha,
-            },
-            f,
+class Worker:
+    """The parent's handle on one worker process."""
+
+    def __init__(self, engine, path, sentences, batch_size, threads, args, scratch):
+        self.engine = engine
+        job = os.path.join(scratch, f"job-{engine}.json")
+        self.output = os.path.join(scratch, f"result-{engine}.json")
+        with open(job, "w", encoding="utf-8") as f:
+            json.dump(
+                {
+                    "engine": engine, "path": path, "sentences": sentences, "batch_size": batch_size,
+                    "threads": threads, "beam_size": args.beam_size, "alpha": args.alpha,
+                },
+                f,
+            )
+        command = [sys.executable, os.path.abspath(__file__), "--worker-input", job, "--worker-output", self.output]
+        environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "OMP_NUM_THREADS": str(threads)}
+        self.stderr = tempfile.TemporaryFile(mode="w+")
+        self.process = subprocess.Popen(
+            command, env=environment, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True
         )
-    command = [sys.executable, os.path.abspath(__file__), "--worker-input", job, "--worker-output", result]
-    environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "OMP_NUM_THREADS": str(threads)}
-    completed = subprocess.run(command, env=environment, capture_output=True, text=True)
-    if completed.returncode:
-        raise SystemExit(f"the {engine} worker failed:\n{completed.stderr[-3000:]}")
-    with open(result, encoding="utf-8") as f:
-        return json.load(f)
+        self._reply()  # ready
+
+    def _reply(self):
+        for line in self.process.stdout:
+            if line.startswith(REPLY):
+                return line[len(REPLY):].strip()
+        self.process.wait()
+        self.stderr.seek(0)
+        raise SystemExit(f"the {self.engine} worker failed:\n{self.stderr.read()[-3000:]}")
+
+    def time_chunk(self, first, last):
+        """Seconds the worker took to translate sentences[first:last]."""
+        self.process.stdin.write(f"chunk {first} {last}\n")
+        self.process.stdin.flush()
+        return float(self._reply())
+
+    def translations(self):
+        self.process.stdin.write("quit\n")
+        self.process.stdin.close()
+        if self.process.wait():
+            self.stderr.seek(0)
+            raise SystemExit(f"the {self.engine} worker failed:\n{self.stderr.read()[-3000:]}")
+        with open(self.output, encoding="utf-8") as f:
+            return json.load(f)
+
+
+def chunk_bounds(count, batch_size, chunk_sentences):
+    """`[(first, last), ...]` cutting `count` sentences into chunks of whole batches, each
+    of about `chunk_sentences` sentences (at least one batch)."""
+    step = max(1, round(chunk_sentences / batch_size)) * batch_size
+    return [(first, min(first + step, count)) for first in range(0, count, step)]
+
+
+def time_by_turns(engines, paths, sentences, batch_size, threads, args, scratch):
+    """`({engine: [seconds of each round]}, {engine: translations})`.
+
+    Every engine is loaded in a process of its own. Then, in each of `--rounds` rounds,
+    the sentences are cut into chunks of about `--chunk-sentences`, and every engine in
+    turn translates a chunk before the next chunk starts, the order of the turn reversed
+    from one chunk to the next: on a machine whose speed drifts, both engines of a ratio
+    see the same minutes. A round's seconds are the sum of its chunks'.
+    """
+    workers = []
+    try:
+        for engine in engines:
+            workers.append(Worker(engine, paths[engine], sentences, batch_size, threads, args, scratch))
+        seconds = {engine: [] for engine in engines}
+        for _ in range(args.rounds):
+            totals = dict.fromkeys(engines, 0.0)
+            for index, (first, last) in enumerate(chunk_bounds(len(sentences), batch_size, args.chunk_sentences)):
+                for worker in workers if index % 2 == 0 else workers[::-1]:
+                    totals[worker.engine] += worker.time_chunk(first, last)
+            for engine in engines:
+                seconds[engine].append(totals[engine])
+        translations = {worker.engine: worker.translations() for worker in workers}
+    finally:
+        for worker in workers:
+            if worker.process.poll() is None:
+                worker.process.kill()
+            worker.stderr.close()
+    return seconds, translations
 
 
 # The run.
@@ -243,7 +313,14 @@ def parse_args(argv=None):
         "--threads", type=int_list(), default="1,2",
         help="comma-separated thread counts, each engine timed at each (default 1,2)",
     )
-    parser.add_argument("--repeats", type=positive_int, default=1, help="timed passes; the fastest counts")
+    parser.add_argument(
+        "--rounds", type=positive_int, default=3,
+        help="passes over all sentences, the engines taking turns chunk by chunk; medians are printed (default 3)",
+    )
+    parser.add_argument(
+        "--chunk-sentences", type=positive_int, default=64,
+        help="about how many sentences an engine translates in its turn, in whole batches (default 64)",
+    )
     parser.add_argument(
         "--engines", default=",".join(ENGINES),
         help=f"comma-separated, of {', '.join(ENGINES)} (default all; ratios need ctranslate2-float32)",
@@ -279,32 +356,32 @@ def main(argv=None):
         paths = {"savedmodel": saved_model, "ctranslate2-float32": converted, "ctranslate2-int8": converted}
         print(
             f"{len(sources)} sentences ({args.file or args.split}), beam {args.beam_size}, alpha {args.alpha}, "
-            f"{', '.join(map(str, args.threads))} threads per engine, each in its own process; weights: {weights}",
+            f"{', '.join(map(str, args.threads))} threads per engine, each in its own process, {args.rounds} rounds; "
+            f"weights: {weights}",
             flush=True,
         )
         header = (
-            f"{'engine':<22}{'threads':>8}{'batch':>6}{'seconds':>9}{'sent/s':>9}{'tokens/s':>10}"
-            f"{'vs ct2 float32':>16}{'sacreBLEU':>11}{'lc BLEU':>9}"
+            f"{'engine':<22}{'threads':>8}{'batch':>6}{'sent/s':>9}{'tokens/s':>10}"
+            f"{'vs ct2 float32':>16}{'lowest-highest':>16}{'sacreBLEU':>11}{'lc BLEU':>9}"
         )
         print(header)
         print("-" * len(header))
         for threads, batch_size in [(t, b) for b in args.batch_sizes for t in args.threads]:
-            rows = {
-                engine: time_engine(engine, paths[engine], sources, batch_size, threads, args, scratch)
-                for engine in args.engines
-            }
-            reference_speed = None
-            if "ctranslate2-float32" in rows:
-                reference_speed = len(sources) / rows["ctranslate2-float32"]["seconds"]
-            for engine, row in rows.items():
-                speed = len(sources) / row["seconds"]
-                tokens = target_tokens(row["translations"], converted)
-                sacre, lowercased = bleu(row["translations"], references)
-                ratio = f"{speed / reference_speed:.2f}x" if reference_speed else "-"
+            seconds, translations = time_by_turns(args.engines, paths, sources, batch_size, threads, args, scratch)
+            for engine in args.engines:
+                speeds = [len(sources) / each for each in seconds[engine]]
+                tokens = target_tokens(translations[engine], converted)
+                sacre, lowercased = bleu(translations[engine], references)
+                ratio, spread = "-", "-"
+                if "ctranslate2-float32" in seconds:
+                    ratios = [ours / theirs for ours, theirs in zip(speeds, (
+                        len(sources) / each for each in seconds["ctranslate2-float32"]))]
+                    ratio = f"{statistics.median(ratios):.2f}x"
+                    spread = f"{min(ratios):.2f}-{max(ratios):.2f}"
                 print(
-                    f"{engine:<22}{threads:>8}{batch_size:>6}{row['seconds']:>9.2f}{speed:>9.1f}"
-                    f"{tokens / row['seconds']:>10,.0f}"
-                    f"{ratio:>16}{'-' if sacre is None else f'{sacre:.2f}':>11}"
+                    f"{engine:<22}{threads:>8}{batch_size:>6}{statistics.median(speeds):>9.1f}"
+                    f"{statistics.median(tokens / each for each in seconds[engine]):>10,.0f}"
+                    f"{ratio:>16}{spread:>16}{'-' if sacre is None else f'{sacre:.2f}':>11}"
                     f"{'-' if lowercased is None else f'{lowercased:.2f}':>9}",
                     flush=True,
                 )

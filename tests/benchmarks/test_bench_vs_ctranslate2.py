@@ -19,6 +19,8 @@ SCRIPT = str(ROOT / "benchmarks" / "bench_vs_ctranslate2.py")
     (["--batch-sizes", "0,32"], "argument --batch-sizes: each must be at least 1, got 0"),
     (["--split", "train"], "argument --split: invalid choice: 'train'"),
     (["--threads", "0"], "argument --threads: each must be at least 1, got 0"),
+    (["--rounds", "0"], "argument --rounds: must be at least 1, got 0"),
+    (["--chunk-sentences", "0"], "argument --chunk-sentences: must be at least 1, got 0"),
 ])
 def test_a_bad_flag_is_refused_by_name(flags, message, capsys):
     from benchmarks.bench_vs_ctranslate2 import parse_args
@@ -32,8 +34,8 @@ def test_the_defaults_are_the_issues_comparison():
     from benchmarks.bench_vs_ctranslate2 import ENGINES, parse_args
 
     args = parse_args([])
-    assert (args.split, args.batch_sizes, args.beam_size, args.alpha, args.threads) == (
-        "test_2016_flickr", [1, 32], 4, 0.6, [1, 2]
+    assert (args.split, args.batch_sizes, args.beam_size, args.alpha, args.threads, args.rounds) == (
+        "test_2016_flickr", [1, 32], 4, 0.6, [1, 2], 3
     )
     assert args.engines == list(ENGINES)
 
@@ -42,17 +44,57 @@ def test_a_tiny_run_times_every_engine_in_its_own_process_and_scores_it(model_di
     # Three engines in three processes, one of them loading TensorFlow: about half a minute.
     command = [
         sys.executable, SCRIPT, "--model-dir", model_dir, "--split", "validation", "--sentences", "3",
-        "--batch-sizes", "2", "--threads", "1", "--alpha", "0",
+        "--batch-sizes", "2", "--threads", "1", "--alpha", "0", "--rounds", "1",
     ]
     completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert completed.returncode == 0, completed.stderr[-3000:]
     rows = {
         match[0]: match[1:]
-        for match in re.findall(r"^(savedmodel|ctranslate2-\w+) +1 +2 +[\d.]+ +[\d.]+ +[\d,]+ +([\d.]+)x +([\d.]+)",
+        for match in re.findall(r"^(savedmodel|ctranslate2-\w+) +1 +2 +[\d.]+ +[\d,]+ +([\d.]+)x +[\d.]+-[\d.]+ +([\d.]+)",
                                 completed.stdout, flags=re.M)
     }
     assert set(rows) == {"savedmodel", "ctranslate2-float32", "ctranslate2-int8"}, completed.stdout
     assert rows["ctranslate2-float32"][0] == "1.00"
     # With alpha 0 both float32 engines translate alike, so they score alike.
     assert rows["savedmodel"][1] == rows["ctranslate2-float32"][1]
-    assert "3 sentences (validation), beam 4, alpha 0.0, 1 threads per engine" in completed.stdout
+    assert "3 sentences (validation), beam 4, alpha 0.0, 1 threads per engine, each in its own process, 1 rounds" in (
+        completed.stdout
+    )
+
+
+def test_chunks_are_whole_batches_of_about_the_asked_size():
+    from benchmarks.bench_vs_ctranslate2 import chunk_bounds
+
+    assert chunk_bounds(10, 1, 4) == [(0, 4), (4, 8), (8, 10)]
+    assert chunk_bounds(100, 32, 64) == [(0, 64), (64, 100)]
+    assert chunk_bounds(100, 32, 10) == [(0, 32), (32, 64), (64, 96), (96, 100)]
+
+
+def test_engines_take_turns_chunk_by_chunk_in_alternating_order(monkeypatch):
+    import benchmarks.bench_vs_ctranslate2 as bench
+
+    turns = []
+
+    class FakeWorker:
+        def __init__(self, engine, *rest):
+            self.engine = engine
+            self.process = type("Done", (), {"poll": lambda self: 0})()
+            self.stderr = type("Closed", (), {"close": lambda self: None})()
+
+        def time_chunk(self, first, last):
+            turns.append((self.engine, first, last))
+            return float(len(turns))
+
+        def translations(self):
+            return [self.engine]
+
+    monkeypatch.setattr(bench, "Worker", FakeWorker)
+    args = bench.parse_args(["--rounds", "2", "--chunk-sentences", "2", "--engines", "savedmodel,ctranslate2-float32"])
+    paths = {"savedmodel": "sm", "ctranslate2-float32": "ct2"}
+    seconds, translations = bench.time_by_turns(args.engines, paths, ["a", "b", "c"], 1, 1, args, "")
+    assert turns == [
+        ("savedmodel", 0, 2), ("ctranslate2-float32", 0, 2), ("ctranslate2-float32", 2, 3), ("savedmodel", 2, 3),
+    ] * 2
+    # Each round's seconds are the sum of its chunks'.
+    assert seconds == {"savedmodel": [1.0 + 4.0, 5.0 + 8.0], "ctranslate2-float32": [2.0 + 3.0, 6.0 + 7.0]}
+    assert translations == {"savedmodel": ["savedmodel"], "ctranslate2-float32": ["ctranslate2-float32"]}
