@@ -41,7 +41,14 @@ from layers.scale_normalization import ScaleNormalization
 
 
 class _Norm:
-    """A normalization layer's forward pass on weights read once: `[..., D]` -> same."""
+    """A normalization layer's forward pass on weights read once: `[..., D]` -> same.
+
+    `norm(x) = gain * standardize(x) + shift`: layer norm's `gamma * x_hat + beta`, or
+    scale norm's `g * x / ||x||` with no shift. Where the norm feeds a projection, as
+    every pre-norm sublayer's first one, `fold` moves the gain and shift into that
+    projection's weights, once per call, and a step runs `standardize` alone: two ops
+    fewer a norm, 24 a step in a 4-layer decoder.
+    """
 
     def __init__(self, layer, dtype):
         self._dtype = dtype
@@ -53,18 +60,39 @@ class _Norm:
         elif isinstance(layer, ScaleNormalization):
             self._kind = "scale"
             self._gamma = tf.cast(layer.gamma, tf.float32)  # []
+            self._beta = None
         else:
             raise TypeError(f"no incremental form of {type(layer).__name__}")
 
-    def __call__(self, x):
+    def _standardize_float32(self, x):
         # In float32, as layers/layer_normalization.py and scale_normalization.py compute it.
         x = tf.cast(x, tf.float32)
         if self._kind == "layer":
             mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)  # [..., 1] each
-            y = (x - mean) * tf.math.rsqrt(variance + self._epsilon) * self._gamma + self._beta
-        else:
-            y = self._gamma * (x / tf.maximum(tf.norm(x, axis=-1, keepdims=True), self._epsilon))
+            return (x - mean) * tf.math.rsqrt(variance + self._epsilon)
+        return x / tf.maximum(tf.norm(x, axis=-1, keepdims=True), self._epsilon)
+
+    def standardize(self, x):
+        """`x` normalized without the gain and shift, in the compute dtype, for a
+        projection `fold` made."""
+        return tf.cast(self._standardize_float32(x), self._dtype)
+
+    def __call__(self, x):
+        y = self._gamma * self._standardize_float32(x)
+        if self._beta is not None:
+            y = y + self._beta
         return tf.cast(y, self._dtype)
+
+    def fold(self, dense, scale=None):
+        """`(kernel [D, out], bias [out] or None)` of `dense` (times `scale`) with the
+        norm's gain and shift moved in: `standardize(x) @ kernel + bias` is
+        `dense(norm(x))` (times `scale`), to float32 rounding."""
+        kernel, bias = _kernel(dense, tf.float32, scale)
+        gain = self._gamma[:, None] if self._kind == "layer" else self._gamma
+        if self._beta is not None:
+            shift = tf.linalg.matvec(kernel, self._beta, transpose_a=True)  # [out]: beta @ kernel
+            bias = shift if bias is None else bias + shift
+        return tf.cast(gain * kernel, self._dtype), None if bias is None else tf.cast(bias, self._dtype)
 
 
 def _kernel(dense, dtype, scale=None):
@@ -93,36 +121,48 @@ class _LayerWeights:
 
     def __init__(self, layer, dtype):
         self.norm_first = layer.norm_first
+        self.self_norm = _Norm(layer.self_attention_norm, dtype)
+        self.cross_norm = _Norm(layer.cross_attention_norm, dtype)
+        self.feed_forward_norm = _Norm(layer.feed_forward_norm, dtype)
+
+        def first_projection(norm, dense, scale=None):
+            # Pre-norm: each sublayer's first projection reads its norm's output only.
+            return norm.fold(dense, scale) if self.norm_first else _kernel(dense, dtype, scale)
+
         attention = layer.self_attention
         self.heads = attention.num_heads
         self.key_dim = attention.key_dim
         self.value_dim = attention.value_dim
         query_scale = 1.0 / math.sqrt(attention.key_dim)  # as MultiHeadAttention.project_queries
         projections = [
-            _kernel(attention.query_dense, dtype, query_scale),
-            _kernel(attention.key_dense, dtype),
-            _kernel(attention.value_dense, dtype),
+            first_projection(self.self_norm, attention.query_dense, query_scale),
+            first_projection(self.self_norm, attention.key_dense),
+            first_projection(self.self_norm, attention.value_dense),
         ]
         self.qkv_kernel = tf.concat([kernel for kernel, _ in projections], axis=1)  # [D, 2HK + HV]
-        self.qkv_bias = None if projections[0][1] is None else tf.concat([bias for _, bias in projections], axis=0)
+        self.qkv_bias = None  # [2HK + HV]; zeros for a projection without a bias beside others with one
+        if any(bias is not None for _, bias in projections):
+            self.qkv_bias = tf.concat(
+                [tf.zeros_like(kernel[0]) if bias is None else bias for kernel, bias in projections], axis=0
+            )
         self.self_output = _kernel(attention.output_dense, dtype)  # [HV, D], [D]
-        self.self_norm = _Norm(layer.self_attention_norm, dtype)
 
         cross = layer.cross_attention
-        self.cross_query = _kernel(cross.query_dense, dtype, 1.0 / math.sqrt(cross.key_dim))  # [D, HK]
+        self.cross_query = first_projection(
+            self.cross_norm, cross.query_dense, 1.0 / math.sqrt(cross.key_dim)
+        )  # [D, HK]
         self.cross_output = _kernel(cross.output_dense, dtype)  # [HV, D]
-        self.cross_norm = _Norm(layer.cross_attention_norm, dtype)
 
         feed_forward = layer.feed_forward
-        self.inner = _kernel(feed_forward.inner_dense, dtype)  # [D, F]
+        self.inner = first_projection(self.feed_forward_norm, feed_forward.inner_dense)  # [D, F]
         self.activation = feed_forward.inner_dense.activation
         self.outer = _kernel(feed_forward.output_dense, dtype)  # [F, D]
-        self.feed_forward_norm = _Norm(layer.feed_forward_norm, dtype)
 
     def residual(self, x, norm, sublayer):
-        """Pre-norm `x + f(norm(x))` or post-norm `norm(x + f(x))`, as `residual_block`."""
+        """Pre-norm `x + f(norm(x))`, the norm's gain and shift folded into `f`'s first
+        projection, or post-norm `norm(x + f(x))`, as `residual_block`."""
         if self.norm_first:
-            return x + sublayer(norm(x))
+            return x + sublayer(norm.standardize(x))
         return norm(x + sublayer(x))
 
 
