@@ -3,7 +3,7 @@
     python benchmarks/bench_vs_ctranslate2.py --model-dir runs/tiny-multi30k-en-de      # test_2016_flickr
     python benchmarks/bench_vs_ctranslate2.py --model-dir DIR --split validation --sentences 200
     python benchmarks/bench_vs_ctranslate2.py --model-dir DIR --file news.en --reference news.de --threads 4,8
-    python benchmarks/bench_vs_ctranslate2.py --model-dir DIR --engines savedmodel,ctranslate2-float32 --rounds 5 --threads 1
+    python benchmarks/bench_vs_ctranslate2.py --model-dir DIR --engines savedmodel,ctranslate2-float32 --rounds 5
 
 The model directory's weights, chosen and averaged as `python export.py` chooses them,
 are exported twice into a temporary directory: as the SavedModel (app/export/saved_model.py)

@@ -48,11 +48,9 @@ def test_a_tiny_run_times_every_engine_in_its_own_process_and_scores_it(model_di
     ]
     completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert completed.returncode == 0, completed.stderr[-3000:]
-    rows = {
-        match[0]: match[1:]
-        for match in re.findall(r"^(savedmodel|ctranslate2-\w+) +1 +2 +[\d.]+ +[\d,]+ +([\d.]+)x +[\d.]+-[\d.]+ +([\d.]+)",
-                                completed.stdout, flags=re.M)
-    }
+    # engine, threads 1, batch 2, sent/s, tokens/s, ratio, its range, sacreBLEU
+    row = r"^(savedmodel|ctranslate2-\w+) +1 +2 +[\d.]+ +[\d,]+ +([\d.]+)x +[\d.]+-[\d.]+ +([\d.]+)"
+    rows = {match[0]: match[1:] for match in re.findall(row, completed.stdout, flags=re.M)}
     assert set(rows) == {"savedmodel", "ctranslate2-float32", "ctranslate2-int8"}, completed.stdout
     assert rows["ctranslate2-float32"][0] == "1.00"
     # With alpha 0 both float32 engines translate alike, so they score alike.
