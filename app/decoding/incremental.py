@@ -251,11 +251,16 @@ class IncrementalDecoder:
 
         def self_attend(h):
             qkv = _affine(h, layer.qkv_kernel, layer.qkv_bias)  # [N, 2HK + HV]
-            query, key, value = tf.split(qkv, [heads * key_dim, heads * key_dim, heads * value_dim], axis=1)
             # One position: [N, H * K] -> [N, H, 1, K] is a reshape, no transpose.
-            query = tf.reshape(query, [-1, heads, 1, key_dim])
-            keys = tf.concat([cache["key"], tf.reshape(key, [-1, heads, 1, key_dim])], axis=2)  # [N, H, t + 1, K]
-            values = tf.concat([cache["value"], tf.reshape(value, [-1, heads, 1, value_dim])], axis=2)
+            if key_dim == value_dim:  # one reshape and one unstack, two ops
+                query, key, value = tf.unstack(tf.reshape(qkv, [-1, 3, heads, 1, key_dim]), axis=1)
+            else:
+                query, key, value = tf.split(qkv, [heads * key_dim, heads * key_dim, heads * value_dim], axis=1)
+                query = tf.reshape(query, [-1, heads, 1, key_dim])
+                key = tf.reshape(key, [-1, heads, 1, key_dim])
+                value = tf.reshape(value, [-1, heads, 1, value_dim])
+            keys = tf.concat([cache["key"], key], axis=2)  # [N, H, t + 1, K]
+            values = tf.concat([cache["value"], value], axis=2)  # [N, H, t + 1, V]
             new_cache.update(key=keys, value=values)
             # Every cached position is an earlier real token: no mask.
             scores = tf.cast(tf.matmul(query, keys, transpose_b=True), tf.float32)  # [N, H, 1, t + 1]
