@@ -140,11 +140,8 @@ class _LayerWeights:
             first_projection(self.self_norm, attention.value_dense),
         ]
         self.qkv_kernel = tf.concat([kernel for kernel, _ in projections], axis=1)  # [D, 2HK + HV]
-        self.qkv_bias = None  # [2HK + HV]; zeros for a projection without a bias beside others with one
-        if any(bias is not None for _, bias in projections):
-            self.qkv_bias = tf.concat(
-                [tf.zeros_like(kernel[0]) if bias is None else bias for kernel, bias in projections], axis=0
-            )
+        # The three have biases alike (`use_bias`), and a folded layer norm's shift gives all three one.
+        self.qkv_bias = None if projections[0][1] is None else tf.concat([bias for _, bias in projections], axis=0)
         self.self_output = _kernel(attention.output_dense, dtype)  # [HV, D], [D]
 
         cross = layer.cross_attention
