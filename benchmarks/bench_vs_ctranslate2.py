@@ -191,6 +191,9 @@ class Worker:
             if line.startswith(REPLY):
                 return line[len(REPLY):].strip()
         self.process.wait()
+        self._fail()
+
+    def _fail(self):
         self.stderr.seek(0)
         raise SystemExit(f"the {self.engine} worker failed:\n{self.stderr.read()[-3000:]}")
 
@@ -204,8 +207,7 @@ class Worker:
         self.process.stdin.write("quit\n")
         self.process.stdin.close()
         if self.process.wait():
-            self.stderr.seek(0)
-            raise SystemExit(f"the {self.engine} worker failed:\n{self.stderr.read()[-3000:]}")
+            self._fail()
         with open(self.output, encoding="utf-8") as f:
             return json.load(f)
 
@@ -230,10 +232,11 @@ def time_by_turns(engines, paths, sentences, batch_size, threads, args, scratch)
     try:
         for engine in engines:
             workers.append(Worker(engine, paths[engine], sentences, batch_size, threads, args, scratch))
+        chunks = chunk_bounds(len(sentences), batch_size, args.chunk_sentences)
         seconds = {engine: [] for engine in engines}
         for _ in range(args.rounds):
             totals = dict.fromkeys(engines, 0.0)
-            for index, (first, last) in enumerate(chunk_bounds(len(sentences), batch_size, args.chunk_sentences)):
+            for index, (first, last) in enumerate(chunks):
                 for worker in workers if index % 2 == 0 else workers[::-1]:
                     totals[worker.engine] += worker.time_chunk(first, last)
             for engine in engines:
@@ -374,8 +377,8 @@ def main(argv=None):
                 sacre, lowercased = bleu(translations[engine], references)
                 ratio, spread = "-", "-"
                 if "ctranslate2-float32" in seconds:
-                    ratios = [ours / theirs for ours, theirs in zip(speeds, (
-                        len(sources) / each for each in seconds["ctranslate2-float32"]))]
+                    # Speed over theirs, round by round: their seconds over ours.
+                    ratios = [theirs / ours for ours, theirs in zip(seconds[engine], seconds["ctranslate2-float32"])]
                     ratio = f"{statistics.median(ratios):.2f}x"
                     spread = f"{min(ratios):.2f}-{max(ratios):.2f}"
                 print(
