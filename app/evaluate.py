@@ -21,20 +21,7 @@ import time
 from app.cli.flags import DEFAULT_ALPHA, DEFAULT_BEAM_SIZE, add_decoding_arguments, add_weights_arguments
 from app.cli.flag_types import positive_int
 from app.cli.quiet_tensorflow import import_tensorflow
-
-# What a JSON value is, by the Python type json.load gives it, for messages.
-JSON_KINDS = {
-    list: "an array", str: "a string", int: "a number", float: "a number", bool: "true or false", type(None): "null"
-}
-
-# The export_info.json fields evaluation reads: (name, Python type, what to say it must be).
-EXPORT_INFO_FIELDS = (
-    ("dataset", str, "a string"),
-    ("source_lang", str, "a string"),
-    ("target_lang", str, "a string"),
-    ("lowercase", bool, "true or false"),
-    ("alpha", (int, float), "a number"),
-)
+from app.export.export_info import EXPORT_INFO, read_export_info
 
 # Names a user may give a split, per the dataset's own names.
 SPLIT_ALIASES = {"val": "validation", "valid": "validation", "dev": "validation", "test_2016_flickr": "test"}
@@ -167,7 +154,6 @@ def saved_model_data_config(args):
     Exports made before export_info.json recorded the data name none of it; then
     `--dataset`, `--source-lang` and `--target-lang` must all be given.
     """
-    from app.export.saved_model import EXPORT_INFO
     from data.config import DataConfig
     from data.errors import DataError
 
@@ -185,31 +171,6 @@ def saved_model_data_config(args):
             f"give {', '.join(missing)} for --split, or use --source/--reference"
         )
     return DataConfig(**fields, lowercase=bool(info.get("lowercase", False)))
-
-
-def read_export_info(saved_model):
-    """A SavedModel's export_info.json as a dict; {} for exports made before it existed."""
-    from app.export.saved_model import EXPORT_INFO
-    from data.errors import DataError
-
-    path = os.path.join(saved_model, EXPORT_INFO)
-    if not os.path.exists(path):
-        return {}
-    with open(path, encoding="utf-8") as f:
-        try:
-            info = json.load(f)
-        except json.JSONDecodeError as error:
-            raise DataError(f"{path} is not valid JSON: {error}") from None
-    if not isinstance(info, dict):
-        raise DataError(
-            f"{path} must hold a JSON object (as export.py writes it), not {JSON_KINDS[type(info)]}"
-        )
-    # The fields evaluation reads, checked by type: a hand-edited "lowercase": "no" would
-    # otherwise read as true, and a number as a language would fail deep in the pipeline.
-    for field, kind, wanted in EXPORT_INFO_FIELDS:
-        if field in info and not isinstance(info[field], kind):
-            raise DataError(f"{path}: {field!r} must be {wanted}, not {json.dumps(info[field])}")
-    return info
 
 
 def output_language(args, data_config):

@@ -345,9 +345,9 @@ def _saved_model_decoder(args):
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
 
-    from app.export.saved_model import EXPORT_INFO
+    from app.export.export_info import EXPORT_INFO, read_export_info
 
-    info = _export_info(os.path.join(args.saved_model, EXPORT_INFO))
+    info = read_export_info(args.saved_model)
     loaded = tf.saved_model.load(args.saved_model)
     signatures = loaded.signatures
     max_extra_length = args.max_extra_length or info.get("max_extra_length", DEFAULT_MAX_EXTRA_LENGTH)
@@ -409,19 +409,6 @@ def _saved_model_decoder(args):
         return decode
     nbest = signatures["nbest"]
     return lambda sentences, numbers: _hypotheses(nbest(inputs=tf.constant(sentences)), args.nbest or 1)
-
-
-def _export_info(path):
-    import json
-
-    if not os.path.exists(path):
-        return {}
-    with open(path, encoding="utf-8") as f:
-        try:
-            info = json.load(f)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path} is not valid JSON: {error}") from None
-    return info if isinstance(info, dict) else {}
 
 
 def main(argv=None):

@@ -29,7 +29,8 @@ import os
 
 import numpy as np
 
-from app.export.saved_model import EXPORT_INFO, ExportError, new_version
+from app.export.export_info import EXPORT_INFO
+from app.export.saved_model import ExportError, new_version
 from data.special_tokens import END_ID, START_ID, UNKNOWN_ID
 from data.tokenizer import MODEL_FILENAME
 

@@ -53,13 +53,12 @@ from app.model_dir import checkpoints
 from app.decoding.forced import forced_log_probs, target_ids
 from app.decoding.sampling import checked_settings, sample_ids
 from app.decoding.translate import DecodingConfig, checked_alpha, translate_ids
+from app.export.export_info import EXPORT_INFO  # beside saved_model.pb: export_metadata()
 from app.model.transformer import Transformer, build_transformer
 from app.model_dir.settings import load_settings
 from data.tokenizer import MODEL_FILENAME, SubwordTokenizer
 
 DEFAULT_BASE = os.path.join("saved_models", "translator")
-# Written beside saved_model.pb: the weights, decoding and data of the export (export_metadata).
-EXPORT_INFO = "export_info.json"
 # Ops that are registered in stock TensorFlow but call back into Python, which a
 # TensorFlow Serving process does not have.
 PYTHON_OPS = {"PyFunc", "PyFuncStateless", "EagerPyFunc"}

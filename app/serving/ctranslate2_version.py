@@ -50,10 +50,10 @@ import re
 
 import numpy as np
 
+from app.export.export_info import EXPORT_INFO, read_export_info
 from app.serving.rest_api import ServingError, TensorSpec
 from data.special_tokens import END_ID, PAD_ID, START_ID
 
-EXPORT_INFO = "export_info.json"
 SUBWORDS = "subwords.model"
 
 # As data/tokenizer.py's _NOT_ON_ONE_LINE (RE2 there, Python's re here; a test compares
@@ -90,8 +90,7 @@ class Engine:
             raise RuntimeError("CTranslate2 is not installed: pip install -r requirements-ctranslate2.txt") from None
         import sentencepiece
 
-        with open(os.path.join(path, EXPORT_INFO)) as f:
-            self.info = json.load(f)
+        self.info = read_export_info(path)
         for key in ("max_length", "beam_size", "alpha", "max_extra_length"):
             if key not in self.info:
                 raise RuntimeError(f"{os.path.join(path, EXPORT_INFO)} has no {key!r}: export it again")

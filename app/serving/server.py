@@ -16,6 +16,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from app.export.export_info import read_export_info
 from app.serving.batching import client_connected
 from app.serving.models import no_export_yet
 from app.serving.rest_api import (
@@ -236,13 +237,12 @@ def _version(text):
 
 def _export_info(path):
     """A version's export_info.json as a dict; {} where it is missing or unreadable (an
-    export older than it, or a version directory removed while still served)."""
+    export older than it, a hand-edited one, or a version directory removed while still
+    served): the page shows what it can."""
     try:
-        with open(Path(path) / "export_info.json", encoding="utf-8") as f:
-            info = json.load(f)
-    except (OSError, ValueError):
+        return read_export_info(path)
+    except (OSError, ValueError):  # DataError is a ValueError
         return {}
-    return info if isinstance(info, dict) else {}
 
 
 def _check_label(label):

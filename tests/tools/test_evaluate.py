@@ -166,25 +166,6 @@ def test_a_saved_model_without_data_names_the_flags_it_needs(tmp_path):
     assert str(refused.value) == f"{path} must hold a JSON object (as export.py writes it), not an array"
 
 
-@pytest.mark.parametrize(
-    "field, value, message",
-    [
-        ("lowercase", "no", "'lowercase' must be true or false, not \"no\""),
-        ("lowercase", 0, "'lowercase' must be true or false, not 0"),
-        ("target_lang", 7, "'target_lang' must be a string, not 7"),
-        ("dataset", None, "'dataset' must be a string, not null"),
-        ("alpha", "high", "'alpha' must be a number, not \"high\""),
-    ],
-)
-def test_an_export_info_field_of_the_wrong_type_is_named(tmp_path, field, value, message):
-    info = {"dataset": "multi30k", "source_lang": "en", "target_lang": "de", "lowercase": False, field: value}
-    path = tmp_path / "export_info.json"
-    path.write_text(json.dumps(info))
-    with pytest.raises(DataError) as refused:
-        saved_model_data_config(parse_args(["--saved-model", str(tmp_path), "--split", "test"]))
-    assert str(refused.value) == f"{path}: {message}"
-
-
 def test_a_saved_model_path_that_is_no_saved_model_is_refused_before_anything_loads(tmp_path, capsys):
     from app.evaluate import main
 
