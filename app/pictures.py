@@ -160,8 +160,9 @@ def sentence_attention(translator, sentence, target=None, decoding=None):
     # Truncated to the model's positions and ended, exactly as the exported model does.
     source_ids = translator.source_ids(tf.constant([sentence]))  # [1, S]
     if target is None:
+        # Only the best is drawn: the search may stop once it is final (beam_search).
         ids, _ = translate_ids(
-            transformer, source_ids, decoding.beam_size, decoding.alpha, decoding.max_extra_length
+            transformer, source_ids, decoding.beam_size, decoding.alpha, decoding.max_extra_length, final_results=1
         )  # [1, K, L], best first
         output = ids[0, 0].numpy().tolist()
         output = output[: output.index(END_ID)] if END_ID in output else [i for i in output if i != PAD_ID]
