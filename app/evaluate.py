@@ -18,8 +18,10 @@ import os
 import sys
 import time
 
-from app.cli.flags import DEFAULT_ALPHA, DEFAULT_BEAM_SIZE, add_decoding_arguments, add_weights_arguments
+from app.cli.flags import DEFAULT_ALPHA, DEFAULT_BEAM_SIZE, add_decoding_arguments, add_thread_arguments
+from app.cli.flags import add_weights_arguments
 from app.cli.flag_types import positive_int
+from app.cli.output_file import output_file_problem, write_output
 from app.cli.quiet_tensorflow import import_tensorflow
 from app.export.export_info import EXPORT_INFO, read_export_info
 
@@ -64,6 +66,10 @@ def parse_args(argv=None):
     )
     parser.add_argument("--output", help="write the translations here, one per line (default: not written)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text (default: text)")
+    add_thread_arguments(
+        parser.add_argument_group("CPU threads"),
+        "on a 2-core CPU, 1 and --inter-op-threads 1 decoded the tiny model faster (docs/serving.md#threads)",
+    )
     # None: not given, so that a flag which cannot apply is told apart from its default.
     parser.set_defaults(beam_size=None)
     args = parser.parse_args(argv)
@@ -188,30 +194,14 @@ def output_language(args, data_config):
 
 def check_output(args):
     """Raises DataError unless --output names a file that can be written and that is not
-    one of the files being scored. Checked before the model loads: the translations are
-    written only once all are decoded, too late for a wrong path to cost nothing."""
+    one of the files being scored (app/cli/output_file.py)."""
     from data.errors import DataError
 
-    path = args.output
-    if os.path.isdir(path):
-        raise DataError(f"--output {path} is a directory; name a file to write the translations to")
-    directory = os.path.dirname(path) or "."
-    if not os.path.isdir(directory):
-        problem = "is not a directory" if os.path.exists(directory) else "does not exist"
-        raise DataError(f"--output {path}: its directory {directory} {problem}")
-    if not os.access(directory, os.W_OK):
-        raise DataError(f"--output {path}: its directory {directory} is not writable")
-    for flag, scored in (("--source", args.source), ("--reference", args.reference)):
-        if scored and os.path.exists(path) and os.path.samefile(path, scored):
-            raise DataError(f"--output {path} is the {flag} file; the translations would overwrite it")
-
-
-def write_translations(path, hypotheses):
-    """Writes one translation per line to `path`, whole or not at all: a full disk or a
-    kill mid-write leaves any earlier file as it was (data.atomic_files)."""
-    from data.atomic_files import write_atomically
-
-    write_atomically(path, "".join(h + "\n" for h in hypotheses))
+    problem = output_file_problem(
+        args.output, {"--source": args.source, "--reference": args.reference}, "the translations"
+    )
+    if problem:
+        raise DataError(problem)
 
 
 def read_data_config(args):
@@ -385,6 +375,9 @@ def moses_lowercase_bleu(hypotheses, references, target_lang=None):
 def main(argv=None):
     args = parse_args(argv)
     import_tensorflow()
+    from app.cli.threads import set_threads_from_flags
+
+    set_threads_from_flags(args)  # before TensorFlow runs an op: its pools are made then
     from app.cli.progress import CountProgress
     from app.decoding.translate import DecodingConfig
     from app.export.locate import saved_model_version
@@ -425,12 +418,8 @@ def main(argv=None):
     hypotheses = translate_all(translate, sources, args.batch_size, progress.update)
     seconds = time.perf_counter() - started
     progress.close()
-    if args.output:
-        try:
-            write_translations(args.output, hypotheses)
-        except OSError as error:  # checked before decoding, but a disk can fill meanwhile
-            print(f"error: could not write --output {args.output}: {error}", file=sys.stderr)
-            return 1
+    if args.output and write_output(args.output, "".join(h + "\n" for h in hypotheses)):
+        return 1
 
     result = {
         "data": description,

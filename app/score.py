@@ -33,10 +33,10 @@ import os
 import sys
 
 from app.cli.flag_types import positive_int
-from app.cli.flags import add_model_source_arguments
+from app.cli.flags import add_model_source_arguments, add_thread_arguments
+from app.cli.output_file import STDIN, output_file_problem, write_output
 from app.export.locate import DEFAULT_EXPORT_BASE, ExportNotFound, saved_model_version
 
-STDIN = "-"
 # Digits after the point in every number of the output.
 DECIMALS = 6
 
@@ -57,6 +57,7 @@ def parse_args(argv=None):
     parser.add_argument(
         "--normalize", action="store_true", help="add a fourth column: the mean log-prob per token"
     )
+    add_thread_arguments(parser.add_argument_group("CPU threads"))
     args = parser.parse_args(argv)
     problem = check_args(args)
     if problem:
@@ -95,11 +96,7 @@ def check_args(args):
             except DataError as error:
                 return f"{flag}: {error}"
     if args.output:
-        if os.path.isdir(args.output):
-            return f"--output {args.output} is a directory; give a file name"
-        for flag, path in (("--source", args.source), ("--target", args.target)):
-            if path != STDIN and os.path.exists(args.output) and os.path.samefile(path, args.output):
-                return f"--output {args.output} is the {flag} file; it would be overwritten"
+        return output_file_problem(args.output, {"--source": args.source, "--target": args.target}, "the scores")
     return None
 
 
@@ -238,7 +235,10 @@ def main(argv=None, stdin=None):
     from app.cli.quiet_tensorflow import import_tensorflow
 
     import_tensorflow()
+    from app.cli.threads import set_threads_from_flags
     from app.export.saved_model import ExportError
+
+    set_threads_from_flags(args)  # before TensorFlow runs an op: its pools are made then
 
     try:
         score, _ = make_score_fn(args)
@@ -256,17 +256,7 @@ def main(argv=None, stdin=None):
     if truncated:
         print(describe_truncated(truncated), file=sys.stderr)
     text = "".join(format_line(total, values, args.normalize) + "\n" for total, values, _ in results)
-    if not args.output:
-        sys.stdout.write(text)
-        return 0
-    from data.atomic_files import write_atomically
-
-    try:
-        write_atomically(args.output, text)
-    except OSError as error:
-        print(f"error: could not write --output {args.output}: {error}", file=sys.stderr)
-        return 1
-    return 0
+    return write_output(args.output, text)
 
 
 if __name__ == "__main__":

@@ -44,9 +44,9 @@ import sys
 from app.cli.flag_types import int_at_least, positive_int
 from app.cli.flags import DEFAULT_ALPHA, DEFAULT_BEAM_SIZE, DEFAULT_MAX_EXTRA_LENGTH, add_decoding_arguments
 from app.cli.flags import add_model_source_arguments, add_thread_arguments
+from app.cli.output_file import STDIN, output_file_problem, write_output
 from app.export.locate import DEFAULT_EXPORT_BASE, ExportNotFound, saved_model_version
 
-STDIN = "-"
 # Digits after the point of every score.
 DECIMALS = 6
 # Line n samples with seed --seed * SEED_STRIDE + n: a stream per line, and per seed.
@@ -150,7 +150,7 @@ def parse_args(argv=None):
     if args.input != STDIN and not os.path.isfile(args.input):
         parser.error(f"--input {args.input}: no such file")
     if args.output:
-        problem = output_problem(args.output, args.input)
+        problem = output_file_problem(args.output, {"--input": args.input}, "the translations")
         if problem:
             parser.error(problem)
     args.sampling = sampling_on(args)
@@ -192,17 +192,6 @@ def conflicting_flags(args):
                         f"{flag} cannot apply with --nbest to a SavedModel: its nbest signature decodes with "
                         "the settings it was exported with (use --model-dir, or leave out the flag)"
                     )
-    return None
-
-
-def output_problem(path, input_path):
-    if os.path.isdir(path):
-        return f"--output {path} is a directory; name a file"
-    directory = os.path.dirname(path) or "."
-    if not os.path.isdir(directory):
-        return f"--output {path}: its directory {directory} does not exist"
-    if input_path != STDIN and os.path.exists(path) and os.path.samefile(path, input_path):
-        return f"--output {path} is the --input file; the translations would overwrite it"
     return None
 
 
@@ -416,12 +405,9 @@ def main(argv=None):
     from app.cli.quiet_tensorflow import import_tensorflow
 
     import_tensorflow()
-    from app.cli.threads import describe_cpu_threads, set_cpu_threads
+    from app.cli.threads import set_threads_from_flags
 
-    # Before TensorFlow runs an op: its pools are made then, once per process.
-    set_cpu_threads(args.intra_op_threads, args.inter_op_threads)
-    if args.intra_op_threads or args.inter_op_threads:
-        print(describe_cpu_threads(), file=sys.stderr)
+    set_threads_from_flags(args)  # before TensorFlow runs an op: its pools are made then
     from app.cli.progress import CountProgress  # (imports Keras)
     from app.export.saved_model import ExportError
     from data.errors import DataError
@@ -441,19 +427,7 @@ def main(argv=None):
     results = translate_lines(decode, lines, args.batch_size, progress and progress.update)
     if progress:
         progress.close()
-    text = format_output(results, args.nbest, args.scores)
-    if args.output:
-        from data.atomic_files import write_atomically
-
-        try:
-            write_atomically(args.output, text)
-        except OSError as error:  # checked before decoding, but a disk can fill meanwhile
-            print(f"error: could not write --output {args.output}: {error}", file=sys.stderr)
-            return 1
-    else:
-        sys.stdout.buffer.write(text.encode("utf-8"))
-        sys.stdout.flush()
-    return 0
+    return write_output(args.output, format_output(results, args.nbest, args.scores))
 
 
 if __name__ == "__main__":

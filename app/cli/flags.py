@@ -181,15 +181,16 @@ def add_decoding_arguments(
     )
 
 
-def add_thread_arguments(parser, advice):
+def add_thread_arguments(parser, advice=None):
     """`--intra-op-threads` and `--inter-op-threads`: TensorFlow's two CPU thread pools
-    (`app.cli.threads.set_cpu_threads`), each left to TensorFlow unless given. `advice`
-    ends the first one's help: what a smaller pool did on a small CPU."""
+    (`app.cli.threads.set_threads_from_flags`), each left to TensorFlow unless given.
+    `advice`, if any, ends the first one's help: what a smaller pool did on a small CPU."""
+    intra_op_help = "threads one op may use on the CPU (default, 0: TensorFlow's choice, every core)"
     parser.add_argument(
         "--intra-op-threads",
         type=int_at_least(0),
         metavar="N",
-        help=f"threads one op may use on the CPU (default, 0: TensorFlow's choice, every core); {advice}",
+        help=f"{intra_op_help}; {advice}" if advice else intra_op_help,
     )
     parser.add_argument(
         "--inter-op-threads",

@@ -14,6 +14,8 @@ there, the incremental decoder's beam search ran faster with one thread of each
 (docs/serving.md#threads).
 """
 
+import sys
+
 import tensorflow as tf
 
 
@@ -48,3 +50,13 @@ def describe_cpu_threads():
     per_op = f"{intra} per op" if intra else "every core per op (TensorFlow's choice)"
     at_once = f"{inter} ops at once" if inter else "one op per core at once (TensorFlow's choice)"
     return f"CPU threads: {per_op}, {at_once}"
+
+
+def set_threads_from_flags(args, stream=None):
+    """Sizes the pools from a command's `--intra-op-threads` and `--inter-op-threads`
+    (`app.cli.flags.add_thread_arguments`) and, where either is given, says so in a line
+    on `stream` (default standard error: standard output may hold the command's result).
+    Call it before TensorFlow runs an op."""
+    set_cpu_threads(args.intra_op_threads, args.inter_op_threads)
+    if args.intra_op_threads or args.inter_op_threads:
+        print(describe_cpu_threads(), file=stream or sys.stderr)

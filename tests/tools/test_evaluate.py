@@ -17,7 +17,6 @@ from app.evaluate import (
     saved_model_data_config,
     score,
     translate_all,
-    write_translations,
 )
 from data.config import DataConfig
 from data.errors import DataError
@@ -258,20 +257,6 @@ def test_an_output_path_that_cannot_be_written_is_refused_before_the_model_loads
         assert capsys.readouterr().err.strip() == f"error: {message}"
     assert reference.read_text(encoding="utf-8") == "b\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r", "s"]
-
-
-def test_a_write_that_fails_keeps_the_earlier_file_and_leaves_no_partial_one(tmp_path):
-    output = tmp_path / "out.de"
-    output.write_text("an earlier file\n", encoding="utf-8")
-    with pytest.raises(UnicodeEncodeError):  # fails mid-write, as a full disk would
-        write_translations(str(output), ["Ein Mann.", "\ud800"])
-    assert output.read_text(encoding="utf-8") == "an earlier file\n"
-    (tmp_path / "taken").mkdir()  # a directory put in the way while decoding: the rename fails
-    with pytest.raises(IsADirectoryError):
-        write_translations(str(tmp_path / "taken"), ["Ein Mann."])
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.de", "taken"]
-    write_translations(str(output), ["Ein Mann.", "Zwei Hunde."])
-    assert output.read_text(encoding="utf-8") == "Ein Mann.\nZwei Hunde.\n"
 
 
 @pytest.mark.parametrize(
