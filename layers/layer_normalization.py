@@ -24,6 +24,18 @@ itself), a normalization over other axes than the last, and layers without `cent
 import keras
 
 
+def standardize_last_axis_tf(x, epsilon):
+    """TensorFlow, the forward pass before gamma and beta: `(x_hat [..., D], inverse_std
+    [..., 1])`, x_hat = (x - mean) / sqrt(var + epsilon) over the last axis, in `x`'s dtype.
+    Also the incremental decoder's (app/decoding/incremental.py), which folds gamma and
+    beta into the projection after the norm."""
+    import tensorflow as tf
+
+    mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)  # [..., 1] each
+    inverse_std = tf.math.rsqrt(variance + epsilon)  # [..., 1]
+    return (x - mean) * inverse_std, inverse_std
+
+
 def _normalize_last_axis_tf(inputs, gamma, beta, epsilon):
     """TensorFlow: `[..., D]` -> `[..., D]` in float32 (float64 for float64 inputs),
     with the gradient above for `inputs`, `gamma` `[D]` and `beta` `[D]`."""
@@ -33,9 +45,7 @@ def _normalize_last_axis_tf(inputs, gamma, beta, epsilon):
 
     @tf.custom_gradient
     def normalized(x, gamma, beta):
-        mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)  # [..., 1] each
-        inverse_std = tf.math.rsqrt(variance + epsilon)  # [..., 1]
-        x_hat = (x - mean) * inverse_std  # [..., D]
+        x_hat, inverse_std = standardize_last_axis_tf(x, epsilon)  # [..., D], [..., 1]
 
         def grad(upstream):
             upstream = tf.cast(upstream, dtype)

@@ -108,6 +108,11 @@ class MultiHeadAttention(keras.layers.Layer):
         self.output_dense.build((*query_shape[:-1], self.num_heads * self.value_dim))
         self.dropout_layer = Dropout(self.dropout, dtype=self.dtype_policy)
 
+    @property
+    def query_scale(self):
+        """1 / sqrt(d_k), the softmax's scale, which `project_queries` folds into W^Q."""
+        return 1.0 / math.sqrt(self.key_dim)
+
     def project_queries(self, query):
         """W^Q query / sqrt(d_k): `[B, T, D]` -> `[B, H, T, K]`.
 
@@ -115,7 +120,7 @@ class MultiHeadAttention(keras.layers.Layer):
         `[D, H * K]` product, instead of scaling every query (or every score) after it:
         one pass over `[B, T, H * K]` less forward and one less backward.
         """
-        scale = ops.cast(1.0 / math.sqrt(self.key_dim), self.compute_dtype)
+        scale = ops.cast(self.query_scale, self.compute_dtype)
         kernel = ops.cast(self.query_dense.kernel, self.compute_dtype) * scale  # [D, H * K]
         projected = ops.matmul(query, kernel)  # [B, T, H * K]
         if self.use_bias:

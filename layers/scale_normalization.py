@@ -23,6 +23,16 @@ The forward pass is in float32 at least; the output is in the layer's compute dt
 import keras
 
 
+def unit_length_last_axis_tf(x, epsilon):
+    """TensorFlow, the forward pass before the scale: `(x_hat [..., D], length [..., 1])`,
+    x_hat = x / max(||x||, epsilon) over the last axis, in `x`'s dtype. Also the
+    incremental decoder's (app/decoding/incremental.py)."""
+    import tensorflow as tf
+
+    length = tf.norm(x, axis=-1, keepdims=True)  # [..., 1]
+    return x / tf.maximum(length, epsilon), length
+
+
 def _scale_normalize_last_axis_tf(inputs, scale, epsilon):
     """TensorFlow: `[..., D]` -> `[..., D]` in float32 (float64 for float64 inputs),
     with the gradient above for `inputs` and the scalar `scale`."""
@@ -32,16 +42,14 @@ def _scale_normalize_last_axis_tf(inputs, scale, epsilon):
 
     @tf.custom_gradient
     def normalized(x, scale):
-        length = tf.norm(x, axis=-1, keepdims=True)  # [..., 1]
-        clamped = tf.maximum(length, epsilon)  # [..., 1]
-        x_hat = x / clamped  # [..., D]
+        x_hat, length = unit_length_last_axis_tf(x, epsilon)  # [..., D], [..., 1]
 
         def grad(upstream):
             upstream = tf.cast(upstream, dtype)
             projection = tf.reduce_sum(upstream * x_hat, -1, keepdims=True)  # [..., 1]
             # Below epsilon the length is a constant, so x_hat's radial part is not removed.
             radial = tf.where(length > epsilon, projection, tf.zeros_like(projection))
-            x_grad = (scale / clamped) * (upstream - x_hat * radial)
+            x_grad = (scale / tf.maximum(length, epsilon)) * (upstream - x_hat * radial)
             return x_grad, tf.reduce_sum(projection)
 
         return scale * x_hat, grad

@@ -35,9 +35,9 @@ import math
 
 import tensorflow as tf
 
-from layers.layer_normalization import LayerNormalization
+from layers.layer_normalization import LayerNormalization, standardize_last_axis_tf
 from layers.multi_head_attention import large_negative
-from layers.scale_normalization import ScaleNormalization
+from layers.scale_normalization import ScaleNormalization, unit_length_last_axis_tf
 
 
 class _Norm:
@@ -65,12 +65,11 @@ class _Norm:
             raise TypeError(f"no incremental form of {type(layer).__name__}")
 
     def _standardize_float32(self, x):
-        # In float32, as layers/layer_normalization.py and scale_normalization.py compute it.
+        # In float32, by the layers' own forward pass.
         x = tf.cast(x, tf.float32)
         if self._kind == "layer":
-            mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)  # [..., 1] each
-            return (x - mean) * tf.math.rsqrt(variance + self._epsilon)
-        return x / tf.maximum(tf.norm(x, axis=-1, keepdims=True), self._epsilon)
+            return standardize_last_axis_tf(x, self._epsilon)[0]
+        return unit_length_last_axis_tf(x, self._epsilon)[0]
 
     def standardize(self, x):
         """`x` normalized without the gain and shift, in the compute dtype, for a
@@ -133,9 +132,8 @@ class _LayerWeights:
         self.heads = attention.num_heads
         self.key_dim = attention.key_dim
         self.value_dim = attention.value_dim
-        query_scale = 1.0 / math.sqrt(attention.key_dim)  # as MultiHeadAttention.project_queries
         projections = [
-            first_projection(self.self_norm, attention.query_dense, query_scale),
+            first_projection(self.self_norm, attention.query_dense, attention.query_scale),
             first_projection(self.self_norm, attention.key_dense),
             first_projection(self.self_norm, attention.value_dense),
         ]
@@ -145,9 +143,7 @@ class _LayerWeights:
         self.self_output = _kernel(attention.output_dense, dtype)  # [HV, D], [D]
 
         cross = layer.cross_attention
-        self.cross_query = first_projection(
-            self.cross_norm, cross.query_dense, 1.0 / math.sqrt(cross.key_dim)
-        )  # [D, HK]
+        self.cross_query = first_projection(self.cross_norm, cross.query_dense, cross.query_scale)  # [D, HK]
         self.cross_output = _kernel(cross.output_dense, dtype)  # [HV, D]
 
         feed_forward = layer.feed_forward
