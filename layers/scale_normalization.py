@@ -24,13 +24,13 @@ import keras
 
 
 def unit_length_last_axis_tf(x, epsilon):
-    """TensorFlow, the forward pass before the scale: `(x_hat [..., D], length [..., 1])`,
-    x_hat = x / max(||x||, epsilon) over the last axis, in `x`'s dtype. Also the
-    incremental decoder's (app/decoding/incremental.py)."""
+    """TensorFlow, the forward pass before the scale: `(x_hat [..., D], divisor [..., 1])`,
+    x_hat = x / divisor, divisor = max(||x||, epsilon) over the last axis, in `x`'s dtype.
+    Also the incremental decoder's (app/decoding/incremental.py)."""
     import tensorflow as tf
 
-    length = tf.norm(x, axis=-1, keepdims=True)  # [..., 1]
-    return x / tf.maximum(length, epsilon), length
+    divisor = tf.maximum(tf.norm(x, axis=-1, keepdims=True), epsilon)  # [..., 1]
+    return x / divisor, divisor
 
 
 def _scale_normalize_last_axis_tf(inputs, scale, epsilon):
@@ -42,14 +42,15 @@ def _scale_normalize_last_axis_tf(inputs, scale, epsilon):
 
     @tf.custom_gradient
     def normalized(x, scale):
-        x_hat, length = unit_length_last_axis_tf(x, epsilon)  # [..., D], [..., 1]
+        x_hat, divisor = unit_length_last_axis_tf(x, epsilon)  # [..., D], [..., 1]
 
         def grad(upstream):
             upstream = tf.cast(upstream, dtype)
             projection = tf.reduce_sum(upstream * x_hat, -1, keepdims=True)  # [..., 1]
-            # Below epsilon the length is a constant, so x_hat's radial part is not removed.
-            radial = tf.where(length > epsilon, projection, tf.zeros_like(projection))
-            x_grad = (scale / tf.maximum(length, epsilon)) * (upstream - x_hat * radial)
+            # Where the length is clamped to epsilon the divisor is a constant, so x_hat's
+            # radial part is not removed (divisor > epsilon exactly where length > epsilon).
+            radial = tf.where(divisor > epsilon, projection, tf.zeros_like(projection))
+            x_grad = (scale / divisor) * (upstream - x_hat * radial)
             return x_grad, tf.reduce_sum(projection)
 
         return scale * x_hat, grad
