@@ -30,7 +30,7 @@ import time
 def parse_args(argv=None):
     # None of these imports TensorFlow: --help and a bad value answer at once.
     from app.cli.flag_types import add_hidden_alias, model_name, positive_int
-    from app.cli.flags import add_decoding_arguments, add_weights_arguments
+    from app.cli.flags import DEFAULT_PARALLEL_SEARCHES, add_decoding_arguments, add_weights_arguments
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
@@ -65,6 +65,15 @@ def parse_args(argv=None):
         beam_size_help="beams of the default signature",
         alpha_chosen_by="the best of 0.0, 0.2, ..., 1.6 by BLEU on the run's validation split",
     )
+    parser.add_argument(
+        "--parallel-searches",
+        type=positive_int,
+        default=DEFAULT_PARALLEL_SEARCHES,
+        metavar="P",
+        help="split each call's sentences into P beam searches that run side by side on TensorFlow's inter-op "
+        "threads: the same translations, one call on several cores; 1 where the server runs one op at a time "
+        f"(default {DEFAULT_PARALLEL_SEARCHES})",
+    )
     return parser.parse_args(argv)
 
 
@@ -82,7 +91,7 @@ def main(argv=None):
     try:
         # Without --alpha, the paper's until the search on validation replaces it.
         alpha = DecodingConfig.alpha if args.alpha is None else args.alpha
-        decoding = DecodingConfig(args.beam_size, alpha, args.max_extra_length)
+        decoding = DecodingConfig(args.beam_size, alpha, args.max_extra_length, args.parallel_searches)
         base = args.model_base_path or os.path.join("saved_models", args.model_name)
         if args.format == "ctranslate2":
             from app.export import ctranslate2

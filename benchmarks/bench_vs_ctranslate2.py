@@ -6,14 +6,16 @@
     python benchmarks/bench_vs_ctranslate2.py --model-dir DIR --engines savedmodel,ctranslate2-float32 --rounds 5
 
 The model directory's weights, chosen and averaged as `python export.py` chooses them,
-are exported twice into a temporary directory: as the SavedModel (app/export/saved_model.py)
+are exported into a temporary directory: as the SavedModel (app/export/saved_model.py)
 and converted weight for weight into CTranslate2's TransformerSpec
 (app/export/ctranslate2.py). The same real sentences (a Multi30k split of the run's
 language pair, or `--file`), in their order, are then translated in batches of each
 `--batch-sizes` (beam `--beam-size`) by:
 
 - savedmodel: its `serving_default` signature, strings in and out (tokenizer, encoder,
-  beam search and detokenizer in the graph), GNMT length penalty `--alpha`;
+  beam search and detokenizer in the graph), GNMT length penalty `--alpha`, each call's
+  sentences split into export.py's default number of parallel beam searches;
+- savedmodel-one-search: the same with `--parallel-searches 1`, one search per call;
 - ctranslate2-float32 and ctranslate2-int8: `Translator.translate_batch` on the converted
   model (int8: its weights quantized when loaded), with the sentencepiece tokenization
   and detokenization of serving (app/serving/ctranslate2_version.py) inside the timing,
@@ -37,6 +39,7 @@ the references.
 """
 
 import argparse
+import dataclasses
 import gzip
 import json
 import os
@@ -53,7 +56,9 @@ from app.cli.flag_types import float_at_least, int_list, positive_int  # noqa: E
 from benchmarks import machine  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir)
-ENGINES = ("savedmodel", "ctranslate2-float32", "ctranslate2-int8")
+# savedmodel-one-search: the export with `--parallel-searches 1`, every call's sentences in one
+# beam search, as exports were before the searches were split.
+ENGINES = ("savedmodel", "savedmodel-one-search", "ctranslate2-float32", "ctranslate2-int8")
 # Multi30k's split names, as data/multi30k/ names its files.
 SPLIT_FILES = {"validation": "val", "test_2016_flickr": "test_2016_flickr"}
 MAX_EXTRA_LENGTH = 50
@@ -92,13 +97,14 @@ def batches(items, size):
 # Workers: one engine, one batch size, in a process of its own.
 
 
-def savedmodel_translator(path, threads):
-    """`translate(batch of strings) -> strings` by the SavedModel's serving_default."""
+def savedmodel_translator(path, threads, one_thread_per_op=False):
+    """`translate(batch of strings) -> strings` by the SavedModel's serving_default, with
+    `threads` in each of TensorFlow's pools, or one per op and `threads` ops at once."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
 
-    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_intra_op_parallelism_threads(1 if one_thread_per_op else threads)
     tf.config.threading.set_inter_op_parallelism_threads(threads)
     serving_default = tf.saved_model.load(path).signatures["serving_default"]
 
@@ -141,8 +147,8 @@ def run_worker(args):
     when it writes every chunk's translations, in order, to `--worker-output`."""
     with open(args.worker_input, encoding="utf-8") as f:
         job = json.load(f)
-    if job["engine"] == "savedmodel":
-        translate = savedmodel_translator(job["path"], job["threads"])
+    if job["engine"].startswith("savedmodel"):
+        translate = savedmodel_translator(job["path"], job["threads"], job["one_thread_per_op"])
     else:
         compute_type = job["engine"].split("-")[1]
         translate = ctranslate2_translator(job["path"], job["threads"], compute_type, job["beam_size"], job["alpha"])
@@ -174,7 +180,8 @@ class Worker:
             json.dump(
                 {
                     "engine": engine, "path": path, "sentences": sentences, "batch_size": batch_size,
-                    "threads": threads, "beam_size": args.beam_size, "alpha": args.alpha,
+                    "threads": threads, "one_thread_per_op": args.one_thread_per_op,
+                    "beam_size": args.beam_size, "alpha": args.alpha,
                 },
                 f,
             )
@@ -254,7 +261,8 @@ def time_by_turns(engines, paths, sentences, batch_size, threads, args, scratch)
 
 
 def export_both(args, scratch):
-    """Exports the run's weights as a SavedModel and for CTranslate2; returns their paths."""
+    """Exports the run's weights as a SavedModel (and one with a single search, if that
+    engine is timed) and for CTranslate2; returns the weights' name and each engine's path."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     from app.decoding.translate import DecodingConfig
     from app.export.ctranslate2 import export_ctranslate2
@@ -263,9 +271,15 @@ def export_both(args, scratch):
     decoding = DecodingConfig(args.beam_size, args.alpha, MAX_EXTRA_LENGTH)
     translator, weights = load_translator(args.model_dir, decoding=decoding)
     metadata = export_metadata(args.model_dir, weights, decoding)
-    saved_model = export(translator, os.path.join(scratch, "savedmodel"), 1, metadata)
+    paths = {"savedmodel": export(translator, os.path.join(scratch, "savedmodel"), 1, metadata)}
+    if "savedmodel-one-search" in args.engines:
+        one_search = dataclasses.replace(decoding, parallel_searches=1)
+        translator, _ = load_translator(args.model_dir, decoding=one_search)
+        metadata = export_metadata(args.model_dir, weights, one_search)
+        paths["savedmodel-one-search"] = export(translator, os.path.join(scratch, "savedmodel-one-search"), 1, metadata)
     converted = export_ctranslate2(translator, os.path.join(scratch, "ctranslate2"), 1, metadata)
-    return weights, saved_model, converted
+    paths.update({"ctranslate2-float32": converted, "ctranslate2-int8": converted})
+    return weights, paths
 
 
 def machine_header():
@@ -317,6 +331,11 @@ def parse_args(argv=None):
         help="comma-separated thread counts, each engine timed at each (default 1,2)",
     )
     parser.add_argument(
+        "--one-thread-per-op", action="store_true",
+        help="the SavedModel with one thread per op and --threads ops at once (TensorFlow's intra- and inter-op "
+        "pools), as docs/serving.md advises for decoding, rather than --threads in each pool",
+    )
+    parser.add_argument(
         "--rounds", type=positive_int, default=3,
         help="passes over all sentences, the engines taking turns chunk by chunk; medians are printed (default 3)",
     )
@@ -355,11 +374,12 @@ def main(argv=None):
         print(line)
     scratch = tempfile.mkdtemp(prefix="bench_vs_ctranslate2_")
     try:
-        weights, saved_model, converted = export_both(args, scratch)
-        paths = {"savedmodel": saved_model, "ctranslate2-float32": converted, "ctranslate2-int8": converted}
+        weights, paths = export_both(args, scratch)
         print(
             f"{len(sources)} sentences ({args.file or args.split}), beam {args.beam_size}, alpha {args.alpha}, "
-            f"{', '.join(map(str, args.threads))} threads per engine, each in its own process, {args.rounds} rounds; "
+            f"{', '.join(map(str, args.threads))} threads per engine"
+            f"{' (the SavedModel: one per op, that many ops at once)' if args.one_thread_per_op else ''}, "
+            f"each in its own process, {args.rounds} rounds; "
             f"weights: {weights}",
             flush=True,
         )
@@ -373,7 +393,7 @@ def main(argv=None):
             seconds, translations = time_by_turns(args.engines, paths, sources, batch_size, threads, args, scratch)
             for engine in args.engines:
                 speeds = [len(sources) / each for each in seconds[engine]]
-                tokens = target_tokens(translations[engine], converted)
+                tokens = target_tokens(translations[engine], paths["ctranslate2-float32"])
                 sacre, lowercased = bleu(translations[engine], references)
                 ratio, spread = "-", "-"
                 if "ctranslate2-float32" in seconds:

@@ -149,6 +149,8 @@ def add_weights_arguments(parser: argparse.ArgumentParser, applies_to: str = "")
 DEFAULT_BEAM_SIZE = 4
 DEFAULT_ALPHA = 0.6
 DEFAULT_MAX_EXTRA_LENGTH = 50
+# Not the paper's: how many beam searches share one call's sentences (DecodingConfig's too).
+DEFAULT_PARALLEL_SEARCHES = 2
 
 
 def add_decoding_arguments(

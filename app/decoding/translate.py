@@ -42,10 +42,15 @@ class DecodingConfig:
     alpha: float = 0.6
     # Each sentence may have at most (its source length + this) output tokens.
     max_extra_length: int = 50
+    # How many beam searches share a call's sentences, side by side on TensorFlow's
+    # inter-op threads (`translate_ids`); the translations are the same for any count.
+    parallel_searches: int = 2
 
     def __post_init__(self):
         if not isinstance(self.beam_size, int) or self.beam_size < 1:
             raise ValueError(f"beam_size must be a positive int, got {self.beam_size!r}")
+        if not isinstance(self.parallel_searches, int) or self.parallel_searches < 1:
+            raise ValueError(f"parallel_searches must be a positive int, got {self.parallel_searches!r}")
         if self.max_extra_length < 1:
             raise ValueError(f"max_extra_length must be >= 1, got {self.max_extra_length!r}")
         # A negative exponent would rank short hypotheses above long ones; the serving
@@ -125,11 +130,18 @@ def translate_ids(
     max_extra_length=DecodingConfig.max_extra_length,
     output_kernel=None,
     final_results=None,
+    parallel_searches=1,
 ):
     """Translates a batch of token ids with beam search.
 
     The source is encoded once and the memory's cross-attention keys and values are
-    projected once per sentence (`init_memory_cache`), which every beam reads.
+    projected once per sentence (`init_memory_cache`), which every beam reads. With
+    `parallel_searches` > 1 the sentences are then split into that many beam searches,
+    each its own `tf.while_loop` over a slice of the batch: in a graph, TensorFlow's executor runs
+    them side by side on its inter-op threads, so one call uses several cores where the
+    step's small ops gain little from intra-op threads. Every sentence is searched alone
+    either way: the translations are the same, and the scores agree to float32 rounding
+    (the products run over fewer rows).
 
     Args:
         transformer: the model's decoding view.
@@ -144,12 +156,17 @@ def translate_ids(
             holds it as a variable); made here otherwise.
         final_results: how many of the K results must be final (`beam_search`): K by
             default; 1 where only the best is wanted, which then comes in fewer steps.
+        parallel_searches: P, how many beam searches share the batch, a Python int >= 1;
+            the first `B % P` take `B // P + 1` sentences, the others `B // P` (none,
+            where B < P).
 
     Returns:
         `(ids int32 [B, K, L], scores float32 [B, K])`, as `beam_search` returns them:
         n-best, best first, each row its tokens, the end token, then 0. The score is the
         sum of log-probs / ((5 + length) / 6) ** alpha, length counting the end token.
     """
+    if not isinstance(parallel_searches, int) or parallel_searches < 1:
+        raise ValueError(f"parallel_searches must be a positive Python int, got {parallel_searches!r}")
     source_ids = tf.convert_to_tensor(source_ids, tf.int32)  # [B, S]
     alpha = checked_alpha(alpha, transformer.config.max_length)
     max_lengths = output_lengths(transformer, source_ids, max_extra_length)  # [B]
@@ -157,18 +174,45 @@ def translate_ids(
     memory, memory_mask = transformer.encode(source_ids, training=False)  # [B, S, D], [B, 1, S]
     decoder = IncrementalDecoder(transformer, output_kernel)
     batch_size = tf.shape(source_ids)[0]
-    initial_ids = tf.fill([batch_size], START_ID)  # [B]
-    return beam_search(
-        make_symbols_to_logits(decoder),
-        initial_ids,
-        decoder.empty_cache(batch_size),
-        transformer.config.vocab_size,
-        max_lengths=max_lengths,
-        beam_size=beam_size,
-        alpha=alpha,
-        end_id=END_ID,
-        pad_id=PAD_ID,
-        start_id=START_ID,
-        sentence_cache=decoder.memory(memory, memory_mask),
-        final_results=final_results,
-    )
+    per_sentence = {
+        "max_lengths": max_lengths,
+        "alpha": tf.broadcast_to(tf.cast(alpha, tf.float32), [batch_size]),  # [B]
+        "memory": decoder.memory(memory, memory_mask),
+    }
+
+    def search(sentences, size):
+        return beam_search(
+            make_symbols_to_logits(decoder),
+            tf.fill([size], START_ID),
+            decoder.empty_cache(size),
+            transformer.config.vocab_size,
+            max_lengths=sentences["max_lengths"],
+            beam_size=beam_size,
+            alpha=sentences["alpha"],
+            end_id=END_ID,
+            pad_id=PAD_ID,
+            start_id=START_ID,
+            sentence_cache=sentences["memory"],
+            final_results=final_results,
+        )  # [size, K, L of this search], [size, K]
+
+    if parallel_searches == 1:
+        return search(per_sentence, batch_size)
+    sizes = search_sizes(batch_size, parallel_searches)  # [parallel_searches]
+    leaves = [tf.split(leaf, sizes, num=parallel_searches) for leaf in tf.nest.flatten(per_sentence)]
+    results = [
+        search(tf.nest.pack_sequence_as(per_sentence, [parts[i] for parts in leaves]), sizes[i])
+        for i in range(parallel_searches)
+    ]
+    # Each search pads its outputs to its own longest; the batch's is the longest of all.
+    length = tf.reduce_max(tf.stack([tf.shape(ids)[2] for ids, _ in results]))
+    ids = tf.concat([tf.pad(ids, [[0, 0], [0, 0], [0, length - tf.shape(ids)[2]]]) for ids, _ in results], axis=0)
+    scores = tf.concat([scores for _, scores in results], axis=0)
+    return ids, scores  # [B, K, L], [B, K]
+
+
+def search_sizes(batch_size, searches):
+    """int32 `[searches]`: `batch_size` sentences dealt out as evenly as can be, the
+    larger shares first, e.g. 5 into 2 -> [3, 2], 1 into 2 -> [1, 0]."""
+    base, extra = batch_size // searches, batch_size % searches
+    return base + tf.cast(tf.range(searches) < extra, tf.int32)

@@ -41,6 +41,7 @@ FIELDS = {
     "alpha": ((int, float), "a number"),
     "beam_size": (int, "a whole number"),
     "max_extra_length": (int, "a whole number"),
+    "parallel_searches": (int, "a whole number"),
 }
 
 

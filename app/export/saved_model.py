@@ -160,7 +160,7 @@ class Translator(tf.Module):
         inputs = one_per_sentence(inputs)
         ids, scores = translate_ids(
             self._transformer, self.source_ids(inputs), beam_size, alpha, max_extra_length, self.output_kernel,
-            final_results=1 if best_only else beam_size,
+            final_results=1 if best_only else beam_size, parallel_searches=self._decoding.parallel_searches,
         )  # [B, K, L], [B, K]
         if best_only:
             return self.tokenizer.detokenize(ids[:, 0]), scores[:, 0]  # [B], [B]
@@ -343,6 +343,7 @@ def export_metadata(model_dir, weights, decoding):
         "beam_size": decoding.beam_size,
         "alpha": decoding.alpha,
         "max_extra_length": decoding.max_extra_length,
+        "parallel_searches": decoding.parallel_searches,
         "dataset": data_config.dataset,
         "source_lang": data_config.source_lang,
         "target_lang": data_config.target_lang,

@@ -12,7 +12,13 @@ import tensorflow as tf
 
 from app.decoding.beam_search import beam_search, largest_alpha, length_penalty
 from app.model.config import ModelConfig
-from app.decoding.translate import DecodingConfig, make_symbols_to_logits, output_lengths, translate_ids
+from app.decoding.translate import (
+    DecodingConfig,
+    make_symbols_to_logits,
+    output_lengths,
+    search_sizes,
+    translate_ids,
+)
 from app.decoding.greedy import greedy_decode
 from app.decoding.incremental import IncrementalDecoder
 from app.model.transformer import Transformer, build_transformer
@@ -100,6 +106,44 @@ def test_batching_does_not_change_results(transformer):
         np.testing.assert_array_equal(alone_ids[0], ids[sentence, :, :width])
         assert np.all(ids[sentence, :, width:] == 0)
         np.testing.assert_allclose(alone_scores[0], scores[sentence], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("parallel_searches", [2, 3, 5])
+def test_parallel_searches_give_the_same_results_as_one(transformer, parallel_searches):
+    # Batches of 0 to 4 sentences, so some searches get none (5 searches), and one
+    # sentence with another alpha and output limit than the rest: each search gets its own
+    # share of the per-sentence settings and memory. Traced, as an export runs it.
+    transformer, _ = transformer
+    sources = np.concatenate([SOURCE_IDS, SOURCE_IDS[1:2]])  # [4, 7]
+    alpha = tf.constant([0.6, 1.4, 0.0, 0.6])
+    extra = tf.constant([EXTRA, 3, EXTRA, 5])
+
+    def search(count):
+        return tf.function(
+            lambda source_ids: translate_ids(
+                transformer, source_ids, beam_size=3, alpha=alpha[: tf.shape(source_ids)[0]],
+                max_extra_length=extra[: tf.shape(source_ids)[0]], parallel_searches=count,
+            ),
+            input_signature=[tf.TensorSpec([None, None], tf.int32)],
+        )
+
+    one, several = search(1), search(parallel_searches)
+    for batch_size in range(5):
+        ids, scores = several(sources[:batch_size])
+        expected_ids, expected_scores = one(sources[:batch_size])
+        assert ids.shape == expected_ids.shape and scores.shape == expected_scores.shape
+        np.testing.assert_array_equal(ids, expected_ids)
+        np.testing.assert_allclose(scores, expected_scores, rtol=1e-6, atol=1e-6)
+
+
+def test_parallel_searches_deal_the_sentences_out_evenly():
+    assert search_sizes(5, 2).numpy().tolist() == [3, 2]
+    assert search_sizes(1, 2).numpy().tolist() == [1, 0]
+    assert search_sizes(0, 3).numpy().tolist() == [0, 0, 0]
+    assert search_sizes(32, 3).numpy().tolist() == [11, 11, 10]
+    for searches in (0, 2.0):
+        with pytest.raises(ValueError, match=f"parallel_searches must be a positive Python int, got {searches}"):
+            translate_ids(None, SOURCE_IDS, parallel_searches=searches)
 
 
 @pytest.mark.slow  # traces the decoder twice and saves it: about half of this file's time
@@ -241,9 +285,12 @@ def test_an_alpha_past_the_models_limit_is_refused_and_one_at_it_still_ranks(tra
 
 
 def test_decoding_config_checks_its_fields():
-    assert DecodingConfig() == DecodingConfig(beam_size=4, alpha=0.6, max_extra_length=50)
+    assert DecodingConfig() == DecodingConfig(beam_size=4, alpha=0.6, max_extra_length=50, parallel_searches=2)
     with pytest.raises(ValueError, match="beam_size"):
         DecodingConfig(beam_size=0)
+    for searches in (0, 1.5):
+        with pytest.raises(ValueError, match=f"parallel_searches must be a positive int, got {searches}"):
+            DecodingConfig(parallel_searches=searches)
     with pytest.raises(ValueError, match="max_extra_length must be >= 1, got 0"):
         DecodingConfig(max_extra_length=0)
     for alpha in (-1.0, float("nan")):
@@ -268,7 +315,8 @@ def test_every_command_line_decodes_by_default_as_decoding_config(module_name, a
         # The export chooses alpha on validation unless given (app/export/alpha_search.py).
         assert args.alpha is None
         args.alpha = DecodingConfig.alpha
-    assert DecodingConfig(args.beam_size, args.alpha, args.max_extra_length) == DecodingConfig()
+    parallel_searches = getattr(args, "parallel_searches", DecodingConfig.parallel_searches)  # export's flag
+    assert DecodingConfig(args.beam_size, args.alpha, args.max_extra_length, parallel_searches) == DecodingConfig()
     assert (args.checkpoint, args.average_last) == (None, None)
 
 
