@@ -68,7 +68,8 @@ def parse_args(argv=None):
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text (default: text)")
     add_thread_arguments(
         parser.add_argument_group("CPU threads"),
-        "on a 2-core CPU, 1 and --inter-op-threads 1 decoded the tiny model faster (docs/serving.md#threads)",
+        "on a 2-core CPU, 1 (and TensorFlow's choice of ops at once) decoded the tiny model fastest "
+        "(docs/serving.md#threads)",
     )
     # None: not given, so that a flag which cannot apply is told apart from its default.
     parser.set_defaults(beam_size=None)

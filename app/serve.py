@@ -114,7 +114,8 @@ def parse_args(argv=None):
             type=int,
             default=0,
             help=f"{what} on the CPU (default 0: TensorFlow's choice, as TF Serving; on a 2-core CPU the tiny "
-            "model decoded faster with 1 and 1: docs/serving.md#threads)",
+            "model decoded fastest with 1 thread per op and TensorFlow's choice of ops at once: "
+            "docs/serving.md#threads)",
         )
     for action in list(parser._actions):
         for option in action.option_strings:

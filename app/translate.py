@@ -126,7 +126,8 @@ def build_parser():
     sampling.add_argument("--seed", type=_seed, help="the random seed (default 0)")
     add_thread_arguments(
         parser.add_argument_group("CPU threads"),
-        "on a 2-core CPU, 1 and --inter-op-threads 1 decoded the tiny model faster (docs/serving.md#threads)",
+        "on a 2-core CPU, 1 (and TensorFlow's choice of ops at once) decoded the tiny model fastest "
+        "(docs/serving.md#threads)",
     )
     # None: not given, so that a flag that cannot apply is told apart from its default.
     parser.set_defaults(beam_size=None, max_extra_length=None)

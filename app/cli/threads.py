@@ -10,8 +10,8 @@ step after another, gain more from two threads per op than from two ops at once
 measures on their own CPU with
 `benchmarks/bench_training.py --settings ...,...+1-thread-per-op`. The server takes TF
 Serving's flags for the same pools (`python -m app.serve --tensorflow_intra_op_parallelism`):
-there, the incremental decoder's beam search ran faster with one thread of each
-(docs/serving.md#threads).
+there, the export's beam search ran fastest with one thread per op and its parallel
+searches side by side on the inter-op threads (docs/serving.md#threads).
 """
 
 import sys

@@ -14,7 +14,10 @@ SCRIPT = str(ROOT / "benchmarks" / "bench_vs_ctranslate2.py")
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--engines", "savedmodel,onnx"], "--engines 'savedmodel,onnx': expected some of savedmodel, ctranslate2-float32"),
+    (
+        ["--engines", "savedmodel,onnx"],
+        "--engines 'savedmodel,onnx': expected some of savedmodel, savedmodel-one-search, ctranslate2-float32",
+    ),
     (["--reference", "ref.de"], "--reference goes with --file"),
     (["--batch-sizes", "0,32"], "argument --batch-sizes: each must be at least 1, got 0"),
     (["--split", "train"], "argument --split: invalid choice: 'train'"),
@@ -41,23 +44,27 @@ def test_the_defaults_are_the_issues_comparison():
 
 
 def test_a_tiny_run_times_every_engine_in_its_own_process_and_scores_it(model_dir):
-    # Three engines in three processes, one of them loading TensorFlow: about half a minute.
+    # Four engines in four processes, two of them loading TensorFlow: under a minute.
     command = [
         sys.executable, SCRIPT, "--model-dir", model_dir, "--split", "validation", "--sentences", "3",
-        "--batch-sizes", "2", "--threads", "1", "--alpha", "0", "--rounds", "1",
+        "--batch-sizes", "2", "--threads", "1", "--alpha", "0", "--rounds", "1", "--one-thread-per-op",
     ]
     completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert completed.returncode == 0, completed.stderr[-3000:]
     # engine, threads 1, batch 2, sent/s, tokens/s, ratio, its range, sacreBLEU
-    row = r"^(savedmodel|ctranslate2-\w+) +1 +2 +[\d.]+ +[\d,]+ +([\d.]+)x +[\d.]+-[\d.]+ +([\d.]+)"
+    row = r"^(savedmodel(?:-one-search)?|ctranslate2-\w+) +1 +2 +[\d.]+ +[\d,]+ +([\d.]+)x +[\d.]+-[\d.]+ +([\d.]+)"
     rows = {match[0]: match[1:] for match in re.findall(row, completed.stdout, flags=re.M)}
-    assert set(rows) == {"savedmodel", "ctranslate2-float32", "ctranslate2-int8"}, completed.stdout
-    assert rows["ctranslate2-float32"][0] == "1.00"
-    # With alpha 0 both float32 engines translate alike, so they score alike.
-    assert rows["savedmodel"][1] == rows["ctranslate2-float32"][1]
-    assert "3 sentences (validation), beam 4, alpha 0.0, 1 threads per engine, each in its own process, 1 rounds" in (
+    assert set(rows) == {"savedmodel", "savedmodel-one-search", "ctranslate2-float32", "ctranslate2-int8"}, (
         completed.stdout
     )
+    assert rows["ctranslate2-float32"][0] == "1.00"
+    # With alpha 0 both float32 engines translate alike, so they score alike; and the
+    # export's two searches (one sentence each at batch 2) translate as one search does.
+    assert rows["savedmodel"][1] == rows["ctranslate2-float32"][1] == rows["savedmodel-one-search"][1]
+    assert (
+        "3 sentences (validation), beam 4, alpha 0.0, 1 threads per engine (the SavedModel: one per op, that many "
+        "ops at once), each in its own process, 1 rounds"
+    ) in completed.stdout
 
 
 def test_chunks_are_whole_batches_of_about_the_asked_size():

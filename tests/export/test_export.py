@@ -295,6 +295,7 @@ def test_a_checkpoint_whose_files_are_gone_is_named(model_dir, tmp_path):
         (["--name", "en/de"], "argument --name: 'en/de' is not a model name"),  # its name before
         (["--alpha", "-1"], "argument --alpha: must be a finite number of at least 0, got -1"),
         (["--alpha", "40.73"], "alpha must be at most 40.72 for a model of 48 positions"),
+        (["--parallel-searches", "0"], "argument --parallel-searches: must be at least 1, got 0"),
     ],
 )
 def test_export_command_refuses_a_bad_name_or_decoding_before_writing(model_dir, tmp_path, flags, message):
@@ -314,9 +315,9 @@ def test_export_info_names_the_weights_decoding_and_data_of_the_run(model_dir):
     from app.model_dir.settings import load_settings
 
     _, data_config, _ = load_settings(model_dir)
-    info = export_metadata(model_dir, "ckpt-4", DecodingConfig(4, 0.6, 50))
+    info = export_metadata(model_dir, "ckpt-4", DecodingConfig(4, 0.6, 50, 3))
     assert info == {
         "model_dir": os.path.abspath(model_dir), "weights": "ckpt-4", "beam_size": 4, "alpha": 0.6,
-        "max_extra_length": 50, "dataset": data_config.dataset,
+        "max_extra_length": 50, "parallel_searches": 3, "dataset": data_config.dataset,
         "source_lang": data_config.source_lang, "target_lang": data_config.target_lang, "lowercase": False,
     }

@@ -16,6 +16,7 @@ def test_an_export_without_the_file_has_no_info_and_a_written_one_reads_back_who
         "beam_size": 4,
         "alpha": 1.2,
         "max_extra_length": 50,
+        "parallel_searches": 2,
         "dataset": "multi30k",
         "source_lang": "en",
         "target_lang": "de",
@@ -56,6 +57,7 @@ def test_a_file_that_is_no_json_object_is_refused_by_its_path(tmp_path, text, me
         ("beam_size", 4.5, "'beam_size' must be a whole number, not 4.5"),
         ("max_extra_length", "50", "'max_extra_length' must be a whole number, not \"50\""),
         ("max_extra_length", False, "'max_extra_length' must be a whole number, not false"),
+        ("parallel_searches", 2.0, "'parallel_searches' must be a whole number, not 2.0"),
     ],
 )
 def test_a_field_of_the_wrong_type_is_named_with_its_value(tmp_path, field, value, message):
