@@ -137,9 +137,10 @@ def translate_ids(
     The source is encoded once and the memory's cross-attention keys and values are
     projected once per sentence (`init_memory_cache`), which every beam reads. With
     `parallel_searches` > 1 the sentences are then split into that many beam searches,
-    each its own `tf.while_loop` over a slice of the batch: in a graph, TensorFlow's executor runs
-    them side by side on its inter-op threads, so one call uses several cores where the
-    step's small ops gain little from intra-op threads. Every sentence is searched alone
+    each its own `tf.while_loop` over a slice of the batch. In a graph (a `tf.function`,
+    an export) TensorFlow's executor runs them side by side on its inter-op threads, so
+    one call uses several cores where the step's small ops gain little from intra-op
+    threads; eagerly they run one after the other. Every sentence is searched alone
     either way: the translations are the same, and the scores agree to float32 rounding
     (the products run over fewer rows).
 

@@ -178,6 +178,7 @@ def test_export_command_writes_the_next_version(model_dir, tmp_path, capsys):
     assert f"serve it: python -m app.serve --model_base_path {base}" in capsys.readouterr().out
     info = json.load(open(base / "2" / "export_info.json"))
     assert (info["engine"], info["alpha"]) == ("ctranslate2", 0.6)
+    assert "parallel_searches" not in info  # the SavedModel's graph only
 
 
 # Serving: the local server over a CTranslate2 version answers as over the SavedModel.
