@@ -108,7 +108,6 @@ def main(argv=None):
             translator.set_default_alpha(alpha_search["chosen"])
         metadata = {**export_metadata(args.model_dir, weights, translator.decoding), "alpha_search": alpha_search}
         if args.format == "ctranslate2":
-            metadata.pop("parallel_searches")  # how the SavedModel's graph decodes; CTranslate2 has its own threads
             print(f"writing the CTranslate2 model under {base}")
             path = ctranslate2.export_ctranslate2(translator, base, args.version, metadata)
         else:

@@ -271,14 +271,20 @@ def export_both(args, scratch):
     decoding = DecodingConfig(args.beam_size, args.alpha, MAX_EXTRA_LENGTH)
     translator, weights = load_translator(args.model_dir, decoding=decoding)
     metadata = export_metadata(args.model_dir, weights, decoding)
-    paths = {"savedmodel": export(translator, os.path.join(scratch, "savedmodel"), 1, metadata)}
-    if "savedmodel-one-search" in args.engines:
-        one_search = dataclasses.replace(decoding, parallel_searches=1)
-        translator, _ = load_translator(args.model_dir, decoding=one_search)
-        metadata = export_metadata(args.model_dir, weights, one_search)
-        paths["savedmodel-one-search"] = export(translator, os.path.join(scratch, "savedmodel-one-search"), 1, metadata)
     converted = export_ctranslate2(translator, os.path.join(scratch, "ctranslate2"), 1, metadata)
-    paths.update({"ctranslate2-float32": converted, "ctranslate2-int8": converted})
+    paths = {
+        "savedmodel": export(translator, os.path.join(scratch, "savedmodel"), 1, metadata),
+        "ctranslate2-float32": converted,
+        "ctranslate2-int8": converted,
+    }
+    if "savedmodel-one-search" in args.engines:
+        # The graph's searches are fixed when it is traced: another Translator, the same weights.
+        one_search = dataclasses.replace(decoding, parallel_searches=1)
+        one_search_translator, _ = load_translator(args.model_dir, decoding=one_search)
+        paths["savedmodel-one-search"] = export(
+            one_search_translator, os.path.join(scratch, "savedmodel-one-search"), 1,
+            export_metadata(args.model_dir, weights, one_search),
+        )
     return weights, paths
 
 

@@ -201,11 +201,13 @@ def ctranslate2_metadata(translator, metadata=None, quantization=None):
     max_length = translator.transformer.config.max_length
     # What serving_default decodes with, where `metadata` does not say.
     decoding = getattr(translator, "decoding", None) or translator._decoding
+    # How the SavedModel's graph shares a call among beam searches; CTranslate2 has its own threads.
+    metadata = {key: value for key, value in (metadata or {}).items() if key != "parallel_searches"}
     return {
         "beam_size": decoding.beam_size,
         "alpha": decoding.alpha,
         "max_extra_length": decoding.max_extra_length,
-        **(metadata or {}),
+        **metadata,
         "engine": "ctranslate2",
         "quantization": quantization or "float32",
         "max_length": max_length,
