@@ -1,4 +1,5 @@
-"""Dropout that draws its keep-or-drop decisions 16 random bits at a time.
+"""Dropout that draws its keep-or-drop decisions 16 random bits at a time, a different
+mask on every replica.
 
 Keras's `Dropout` draws one 32-bit random number per element. On a CPU that draw is
 most of what dropout costs: about a tenth of the tiny model's bfloat16 training step,
@@ -6,6 +7,14 @@ which has 22 dropouts (embeddings and every sub-layer). A decision needs far few
 bits than 32, so this layer draws one 32-bit word per two elements and reads it as two
 16-bit numbers: half the random numbers, for the same result up to the rate's rounding
 to a multiple of 1/65,536 (0.1 becomes 0.100006).
+
+Under `tf.distribute`, Keras's seed generator is one state that every replica reads
+alike (it advances once per call, for all of them), so Keras's dropout draws the same
+mask on every replica whose slice has the same shape: 8 GPUs would drop the same
+positions of 8 different sentences. This layer folds the global replica index into the
+seed (`replica_seed`): replica 0 draws exactly what one replica draws, replica r > 0 a
+stream of its own, and a run with a given seed and replica count draws the same masks
+every time.
 
 Everything else is Keras's `Dropout`: its arguments, its seed generator (so the
 checkpointed random state is the same variable), inverted scaling at training time and
@@ -29,9 +38,31 @@ def applied_rate(rate):
     return drop_threshold(rate) / DECISION_LEVELS
 
 
-def _uniform_uint16_like(inputs, seed_generator):
-    """Independent integers uniform on [0, 2^16) shaped like `inputs`: uint16 on
-    TensorFlow and JAX, int32 elsewhere.
+def replica_seed(seed):
+    """The stateless seed (int32 [2]) of this replica: `seed` itself on replica 0 (and
+    outside any strategy), `seed` folded with the global replica index r on replica r > 0.
+
+    The index is `replica_id_in_sync_group`, which counts the replicas of every worker
+    of a MultiWorkerMirroredStrategy, so no two replicas of a cluster share a stream.
+    Replica 0 keeps the generator's own stream so that one replica, under any strategy,
+    trains exactly as without one.
+    """
+    import tensorflow as tf
+
+    context = tf.distribute.get_replica_context()
+    if context is None:  # cross-replica context: no replica of its own
+        return seed
+    replica = context.replica_id_in_sync_group
+    known = tf.get_static_value(replica)
+    if known is not None:  # MirroredStrategy and the default strategy: a constant
+        return seed if int(known) == 0 else tf.random.experimental.stateless_fold_in(seed, int(known))
+    replica = tf.cast(replica, tf.int32)
+    return tf.where(tf.equal(replica, 0), seed, tf.random.experimental.stateless_fold_in(seed, replica))
+
+
+def _uniform_uint16(shape, seed_generator):
+    """Independent integers uniform on [0, 2^16) of `shape` (a list or int32 tensor):
+    uint16 on TensorFlow and JAX, int32 elsewhere.
 
     TensorFlow and JAX draw half as many 32-bit words and reinterpret each as two
     16-bit halves; other backends draw one number per element.
@@ -41,9 +72,8 @@ def _uniform_uint16_like(inputs, seed_generator):
         import tensorflow as tf
 
         # Stateless ops take an int32 seed; the generator's state is int64 on TF.
-        seed = tf.cast(tf.math.floormod(seed_generator.next(), 2**31 - 1), tf.int32)
-        shape = tf.shape(inputs)
-        size = tf.size(inputs)
+        seed = replica_seed(tf.cast(tf.math.floormod(seed_generator.next(), 2**31 - 1), tf.int32))
+        size = tf.reduce_prod(shape)
         words = tf.random.stateless_uniform(
             [(size + 1) // 2], seed=seed, minval=None, maxval=None, dtype=tf.uint32
         )  # [ceil(n / 2)]
@@ -53,18 +83,20 @@ def _uniform_uint16_like(inputs, seed_generator):
         import jax
 
         # jax.random.bits packs narrow draws into 32-bit words itself.
-        return jax.random.bits(seed_generator.next(), inputs.shape, dtype="uint16")
-    return keras.random.randint(keras.ops.shape(inputs), 0, DECISION_LEVELS, dtype="int32", seed=seed_generator)
+        return jax.random.bits(seed_generator.next(), tuple(shape), dtype="uint16")
+    return keras.random.randint(shape, 0, DECISION_LEVELS, dtype="int32", seed=seed_generator)
 
 
 @keras.saving.register_keras_serializable(package="transformer")
 class Dropout(keras.layers.Dropout):
-    """`keras.layers.Dropout` with 16-bit decisions (half the random numbers).
+    """`keras.layers.Dropout` with 16-bit decisions (half the random numbers), drawn
+    per replica (`replica_seed`).
 
     Args are `keras.layers.Dropout`'s: `rate`, `noise_shape`, `seed`. The rate applied
     is `applied_rate(rate)`, the nearest multiple of 2^-16, and kept elements are scaled
-    by 1 / (1 - applied rate), so the expected output is the input. A `noise_shape`, or
-    a rate so close to 1 that it rounds to 1, takes Keras's own path.
+    by 1 / (1 - applied rate), so the expected output is the input. A `noise_shape`
+    draws one decision per element of that shape (None: the input's size there) and
+    broadcasts it. A rate so close to 1 that it rounds to 1 drops everything.
     """
 
     def call(self, inputs, training=False):
@@ -72,9 +104,16 @@ class Dropout(keras.layers.Dropout):
         threshold = drop_threshold(self.rate)
         if not training or threshold == 0:
             return inputs
-        if self.noise_shape is not None or threshold >= DECISION_LEVELS:
-            return super().call(inputs, training=training)
-        draws = _uniform_uint16_like(inputs, self.seed_generator)
+        if threshold >= DECISION_LEVELS:
+            return keras.ops.zeros_like(inputs)
+        draws = _uniform_uint16(self._decision_shape(inputs), self.seed_generator)
         keep = keras.ops.greater_equal(draws, threshold)
         scale = DECISION_LEVELS / (DECISION_LEVELS - threshold)
         return keras.ops.where(keep, inputs * keras.ops.cast(scale, inputs.dtype), keras.ops.zeros_like(inputs))
+
+    def _decision_shape(self, inputs):
+        """The shape of the decisions: the input's, or `noise_shape` with its Nones filled in."""
+        shape = keras.ops.shape(inputs)
+        if self.noise_shape is None:
+            return shape
+        return [size if size is not None else shape[axis] for axis, size in enumerate(self.noise_shape)]

@@ -55,7 +55,7 @@ def test_a_draw_below_the_threshold_drops_and_one_at_it_keeps(monkeypatch):
     # The rule behind applied_rate(): of the 2^16 draws exactly `threshold` drop.
     threshold = round(0.1 * DECISION_LEVELS)  # 6554
     draws = tf.constant([0, threshold - 1, threshold, threshold + 1, DECISION_LEVELS - 1], tf.uint16)
-    monkeypatch.setattr(dropout_module, "_uniform_uint16_like", lambda inputs, seed_generator: draws)
+    monkeypatch.setattr(dropout_module, "_uniform_uint16", lambda shape, seed_generator: draws)
     y = Dropout(0.1)(tf.ones([5]), training=True).numpy()
     np.testing.assert_array_equal(y, [0, 0, _scale(0.1), _scale(0.1), _scale(0.1)])
 
@@ -71,7 +71,7 @@ def test_dropped_fraction_is_the_applied_rate(rate):
 
 def test_both_halves_of_a_random_word_are_uniform_and_independent():
     """Neighbours share one 32-bit draw; each half must be a full, separate 16 bits."""
-    draws = dropout_module._uniform_uint16_like(tf.zeros([N]), keras.random.SeedGenerator(3)).numpy()
+    draws = dropout_module._uniform_uint16([N], keras.random.SeedGenerator(3)).numpy()
     assert draws.dtype == np.uint16
     low, high = draws[0::2].astype(np.int64), draws[1::2].astype(np.int64)
     for half in (low, high):
@@ -120,12 +120,18 @@ def test_a_bad_rate_is_named():
         Dropout(1.5)
 
 
-def test_noise_shape_and_a_rate_of_one_take_keras_path():
+def test_a_noise_shape_drops_whole_slices_and_a_rate_of_one_everything():
     ones = tf.ones([6, 50])
     np.testing.assert_array_equal(Dropout(1.0)(ones, training=True).numpy(), np.zeros([6, 50]))
-    # A noise shape of [6, 1] drops whole rows.
-    rows = Dropout(0.5, noise_shape=(6, 1), seed=1)(ones, training=True).numpy()
-    assert all(len(set(row)) == 1 for row in rows)
+    # A noise shape of [6, 1] (or [None, 1]) drops whole rows: one decision a row, broadcast.
+    for noise_shape in ((6, 1), (None, 1)):
+        rows = Dropout(0.5, noise_shape=noise_shape, seed=1)(ones, training=True).numpy()
+        assert all(len(set(row)) == 1 for row in rows)
+        assert {row[0] for row in rows} == {0.0, 2.0}
+    # Three dimensions, the middle one shared: [4, 1, 8] decisions for [4, 5, 8].
+    x = tf.ones([4, 5, 8])
+    y = Dropout(0.5, noise_shape=(None, 1, None), seed=2)(x, training=True).numpy()
+    np.testing.assert_array_equal(y, np.broadcast_to(y[:, :1, :], y.shape))
 
 
 def test_other_backends_draw_one_number_per_element(monkeypatch):

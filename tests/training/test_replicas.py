@@ -1,4 +1,5 @@
-"""1 replica vs 8 mirrored replicas on the same global batch: the same loss and update."""
+"""1 replica vs 8 mirrored replicas on the same global batch: the same loss and update;
+and with dropout on, a mask of its own on every replica."""
 
 import json
 import os
@@ -31,6 +32,25 @@ def test_eight_replicas_update_the_weights_like_one(optimizer):
     # about 0.09 for the pre-norm tiny model (under 1e-5 with post-norm). SGD stays within 1e-5.
     assert report["max_weight_difference"] < (1e-5 if optimizer == "sgd" else 1e-4)
     assert report["output_difference"] < 1e-4
+
+
+@pytest.mark.parametrize("replicas", [2, 8])
+def test_every_replica_draws_its_own_dropout_masks_and_replica_0_draws_one_replicas(replicas):
+    # Every replica is given the same rows; under Keras's own seeding all of their outputs
+    # were equal (one generator state, read alike by every replica).
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.replica_dropout", str(replicas)],
+        cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {
+        "replicas": replicas,
+        "equal_pairs": [],
+        "replica_0_equals_one_replica": True,
+        "same_on_a_second_pass": True,
+        "training_differs_from_inference": True,
+    }
 
 
 def test_cpu_replicas_where_gpus_are_visible_are_refused_by_name(monkeypatch):
