@@ -14,6 +14,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 from app.training.strategy import make_strategy  # noqa: E402  (before TensorFlow starts)
 
 REPLICAS = 8
+STEPS = 3
 
 
 def main(optimizer_name):
@@ -26,6 +27,7 @@ def main(optimizer_name):
     from app.model.transformer import build_transformer
     from app.training.config import TrainConfig
     from app.training.optimizer import make_optimizer
+    from app.training.strategy import replica_differences
     from app.training.step import make_train_step
 
     config = ModelConfig.from_size(
@@ -63,7 +65,7 @@ def main(optimizer_name):
     distributed = next(iter(strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensors(batch))))
 
     losses = []
-    for _ in range(2):
+    for _ in range(STEPS):
         single_loss, single_tokens = single_step((batch,))
         mirrored_loss, mirrored_tokens = mirrored_step((distributed,))
         losses.append([float(single_loss / single_tokens), float(mirrored_loss / mirrored_tokens)])
@@ -87,6 +89,8 @@ def main(optimizer_name):
         "max_weight_difference": weight_difference,
         "key_bias_difference": key_bias_difference,
         "output_difference": output_difference,
+        # Every replica's copy of every weight and optimizer variable, against the first.
+        "replica_differences": replica_differences([*mirrored_model.weights, *mirrored_optimizer.variables]),
     }))
 
 

@@ -17,6 +17,12 @@ same way):
 with the same variables (`iterations`, the momentums and velocities), so checkpoints
 move freely between this optimizer and Keras's. Other backends, `amsgrad` and variables
 that are not float32 take Keras's path.
+
+AdamW's decay, variable <- variable - variable * (weight_decay * lr), is Keras's too,
+with its two scalars multiplied first as written: Keras writes variable * wd * lr and
+leaves the order to TensorFlow's graph optimizer, which reassociates it on one replica
+and not on another (where the scalars come from another device), so mirrored replicas
+drifted apart by a rounding within a few steps (docs/training.md#replicas).
 """
 
 import keras
@@ -35,6 +41,23 @@ NOT_DECAYED = ("bias", "gamma", "beta")
 @keras.saving.register_keras_serializable(package="transformer")
 class FusedAdam(keras.optimizers.Adam):
     """`keras.optimizers.Adam`, updating each variable with one `ResourceApplyAdam`."""
+
+    def _apply_weight_decay(self, variables):
+        if self.weight_decay is None or keras.backend.backend() != "tensorflow":
+            return super()._apply_weight_decay(variables)
+        import tensorflow as tf
+
+        def decay(variable):
+            if self._use_weight_decay(variable):
+                factor = tf.cast(self.weight_decay, variable.dtype) * tf.cast(self.learning_rate, variable.dtype)
+                variable.assign_sub(variable * factor)
+
+        def decay_every_replica(strategy, variables):
+            for variable in variables:
+                target = variable.value if isinstance(variable, keras.Variable) else variable
+                strategy.extended.update(target, decay, group=False)
+
+        tf.__internal__.distribute.interim.maybe_merge_call(decay_every_replica, self._distribution_strategy, variables)
 
     def update_step(self, gradient, variable, learning_rate):
         if keras.backend.backend() != "tensorflow" or self.amsgrad:

@@ -107,6 +107,31 @@ def is_chief(strategy):
     )
 
 
+def replica_differences(variables):
+    """`{path: largest |difference|}` between each mirrored variable's replica copies and
+    its first, for the variables whose copies differ (empty when every replica holds the
+    same values). Under MirroredStrategy each replica updates its own copy from the same
+    reduced gradients, so any difference is a bug: a checkpoint saves the first copy.
+
+    Args:
+        variables: Keras or TensorFlow variables; ones that are not mirrored are skipped.
+    """
+    import numpy as np
+
+    differences = {}
+    for variable in variables:
+        inner = getattr(variable, "_value", variable)  # a Keras variable's tf.Variable
+        copies = getattr(inner, "values", None)
+        if not copies or len(copies) < 2:
+            continue
+        first = np.asarray(copies[0])
+        differing = [np.asarray(copy) for copy in copies[1:] if not np.array_equal(np.asarray(copy), first)]
+        if differing:
+            largest = max(float(np.max(np.abs(copy.astype(np.float64) - first))) for copy in differing)
+            differences[getattr(variable, "path", variable.name)] = largest
+    return differences
+
+
 class WorkersDisagree(ValueError):
     """The workers of a multi-worker run would train different models or data."""
 

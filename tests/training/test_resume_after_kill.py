@@ -2,7 +2,9 @@
 ends with the weights, optimizer state and random generators' state of one never killed.
 
 Each run is `python train.py` in a subprocess, as a user or a preempting scheduler meets it:
-a tiny model with dropout on 300 pairs, a checkpoint every step, over two epochs.
+a tiny model with dropout on 300 pairs over two epochs, on one replica with a checkpoint
+every step, or on two mirrored CPU replicas (each drawing its own masks) making up to 4
+updates a call, which must also end exactly as the same run at one update a call.
 (Without BPE-dropout: sentencepiece's sampled segmentations differ from process to process
 for the same seed, so two uninterrupted runs with it differ too.)"""
 
@@ -16,6 +18,7 @@ import sys
 import time
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from app.model_dir import checkpoints
@@ -24,17 +27,28 @@ from tests.tiny_run import ROOT, write_multi30k_slice
 
 STEPS = 24
 CHECKPOINT_FILE = r"ckpt-\d+(\.weights)?\.(index|data-.*)"
+KEEP = 3
+# The ways a run is laid out: its flags, and the steps that have a record (`--log-every`)
+# and a checkpoint (`--checkpoint-every`). Two replicas, records every 4 steps and
+# checkpoints every 6 make calls of 4 and 2 updates (steps 1-4, 5-6, 7-8, 9-12, ...).
+LAYOUTS = {
+    "one replica": dict(flags=[], log_every=1, checkpoint_every=1),
+    "two replicas, four updates a call": dict(
+        flags=["--cpu-replicas", "2", "--steps-per-loop", "4"], log_every=4, checkpoint_every=6
+    ),
+}
 
 
-def _command(corpus, model_dir):
+def _command(corpus, model_dir, layout, *extra):
     return [
         sys.executable, "train.py", "--size", "tiny", "--dataset", "files:" + ",".join(corpus),
         "--vocab-size", "400", "--batch-tokens", "512", "--max-length", "48",
         "--num-layers", "1", "--d-model", "32", "--d-ff", "64", "--num-heads", "2",
         "--dropout", "0.2", "--attention-dropout", "0.1", "--inner-dropout", "0.1",
-        "--train-steps", str(STEPS), "--warmup-steps", "4", "--checkpoint-every", "1", "--keep-checkpoints", "3",
-        "--log-every", "1", "--eval-every", "0", "--no-bleu", "--time-budget", "0", "--precision", "float32",
-        "--seed", "5", "--model-dir", str(model_dir),
+        "--train-steps", str(STEPS), "--warmup-steps", "4", "--checkpoint-every", str(layout["checkpoint_every"]),
+        "--keep-checkpoints", str(KEEP), "--log-every", str(layout["log_every"]), "--eval-every", "0", "--no-bleu",
+        "--time-budget", "0", "--precision", "float32", "--seed", "5", "--model-dir", str(model_dir),
+        *layout["flags"], *extra,
     ]
 
 
@@ -80,36 +94,11 @@ def _resume_state(path):
     }
 
 
-def test_a_run_killed_at_random_moments_ends_as_one_never_killed(tmp_path):
-    corpus = write_multi30k_slice(tmp_path)
-    straight_dir, killed_dir = tmp_path / "straight", tmp_path / "killed"
-    with open(tmp_path / "straight.log", "w") as straight_log:
-        straight = _start(_command(corpus, straight_dir), straight_log)  # alongside the killed one
-        rng = random.Random(63)
-        first_kill = rng.randrange(3, STEPS // 2)
-        second_kill = rng.randrange(first_kill + 2, STEPS - 1)
-        with open(tmp_path / "killed.log", "w") as log:
-            # Killed at a random moment: just after step `first_kill`'s update, while saving
-            # it, or early in the next step.
-            killed = _start(_command(corpus, killed_dir), log)
-            assert _kill_when(killed, _recorded_step(killed_dir, first_kill)) == -signal.SIGKILL
-            # Killed between the two writes of a save, or during the second: the weights-only
-            # copy is written, the full checkpoint not yet, or not wholly.
-            copy = killed_dir / "checkpoints" / f"ckpt-{second_kill}{WEIGHTS_ONLY}.index"
-            assert not copy.exists()
-            killed = _start(_command(corpus, killed_dir), log)
-            assert _kill_when(killed, copy.exists) == -signal.SIGKILL
-            resumed = _start(_command(corpus, killed_dir), log)
-            assert resumed.wait(timeout=300) == 0, (tmp_path / "killed.log").read_text()
-        assert straight.wait(timeout=300) == 0, (tmp_path / "straight.log").read_text()
-
-    text = (tmp_path / "killed.log").read_text()
-    resumed_at = [int(line.split(" at step ")[1].split()[0]) for line in text.splitlines() if "resumed from" in line]
-    assert len(resumed_at) == 2 and 1 <= resumed_at[0] <= first_kill + 1 and resumed_at[1] <= second_kill, text
-    kept, expected_kept = (checkpoints.checkpoint_paths(d) for d in (killed_dir, straight_dir))
+def _assert_same_checkpoints(actual_dir, expected_dir):
+    """The newest checkpoint holds everything a step depends on, the older ones the weights,
+    equal to the last bit; the same files are kept."""
+    kept, expected_kept = (checkpoints.checkpoint_paths(d) for d in (actual_dir, expected_dir))
     assert [os.path.basename(p) for p in kept] == [os.path.basename(p) for p in expected_kept]
-    assert [os.path.basename(p) for p in kept] == [f"ckpt-{step}" for step in range(STEPS - 2, STEPS + 1)]
-    # The newest: everything a step depends on, to the last bit.
     expected, actual = _resume_state(expected_kept[-1]), _resume_state(kept[-1])
     assert sorted(actual) == sorted(expected)
     for name in expected:
@@ -125,6 +114,51 @@ def test_a_run_killed_at_random_moments_ends_as_one_never_killed(tmp_path):
     # Debris a kill may leave besides (TensorFlow's temporary files) aside.
     files = [
         sorted(name for name in os.listdir(d / "checkpoints") if re.fullmatch(CHECKPOINT_FILE, name))
-        for d in (killed_dir, straight_dir)
+        for d in (actual_dir, expected_dir)
     ]
     assert files[0] == files[1]
+
+
+@pytest.mark.parametrize("layout_name", LAYOUTS)
+def test_a_run_killed_at_random_moments_ends_as_one_never_killed(tmp_path, layout_name):
+    layout = LAYOUTS[layout_name]
+    log_every, checkpoint_every = layout["log_every"], layout["checkpoint_every"]
+    corpus = write_multi30k_slice(tmp_path)
+    straight_dir, killed_dir = tmp_path / "straight", tmp_path / "killed"
+    with open(tmp_path / "straight.log", "w") as straight_log:
+        straight = _start(_command(corpus, straight_dir, layout), straight_log)  # alongside the killed one
+        rng = random.Random(63)
+        # Just after a recorded step's update, while saving it, or early in the next call;
+        # once a checkpoint has been saved.
+        records = range(log_every, STEPS // 2, log_every)
+        first_kill = rng.choice([step for step in records if step >= 3 and step > checkpoint_every])
+        # Between the two writes of a later save, or during the second.
+        saved = range(checkpoint_every, STEPS, checkpoint_every)
+        second_kill = rng.choice([step for step in saved if first_kill + 2 <= step < STEPS - 1])
+        with open(tmp_path / "killed.log", "w") as log:
+            killed = _start(_command(corpus, killed_dir, layout), log)
+            assert _kill_when(killed, _recorded_step(killed_dir, first_kill)) == -signal.SIGKILL
+            # The weights-only copy is written, the full checkpoint not yet, or not wholly.
+            copy = killed_dir / "checkpoints" / f"ckpt-{second_kill}{WEIGHTS_ONLY}.index"
+            assert not copy.exists()
+            killed = _start(_command(corpus, killed_dir, layout), log)
+            assert _kill_when(killed, copy.exists) == -signal.SIGKILL
+            resumed = _start(_command(corpus, killed_dir, layout), log)
+            assert resumed.wait(timeout=300) == 0, (tmp_path / "killed.log").read_text()
+        assert straight.wait(timeout=300) == 0, (tmp_path / "straight.log").read_text()
+
+    text = (tmp_path / "killed.log").read_text()
+    resumed_at = [int(line.split(" at step ")[1].split()[0]) for line in text.splitlines() if "resumed from" in line]
+    assert len(resumed_at) == 2 and 1 <= resumed_at[0] <= first_kill + checkpoint_every, text
+    assert resumed_at[1] <= second_kill, text
+    kept = [os.path.basename(p) for p in checkpoints.checkpoint_paths(killed_dir)]
+    assert kept == [f"ckpt-{step}" for step in [*saved, STEPS][-KEEP:]]
+    _assert_same_checkpoints(killed_dir, straight_dir)
+
+    if layout["flags"]:
+        # The same run at one update a call: the same checkpoints, to the last bit.
+        one_dir = tmp_path / "one-update-a-call"
+        with open(tmp_path / "one.log", "w") as log:
+            one = _start(_command(corpus, one_dir, layout, "--steps-per-loop", "1"), log)
+            assert one.wait(timeout=300) == 0, (tmp_path / "one.log").read_text()
+        _assert_same_checkpoints(one_dir, straight_dir)
