@@ -19,9 +19,12 @@ Nothing here tokenizes.
                  finds how many pairs there are first.
 """
 
+import concurrent.futures
 import dataclasses
 import functools
 import os
+import socket
+import urllib.parse
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
@@ -38,6 +41,9 @@ _TFDS_SPLITS = ("train", "validation", "test")
 _HELD_OUT_FRACTION = 0.01
 _HELD_OUT_MAX = 1000
 _TFDS_BATCH = 4096  # Examples per batch read from TFDS's stream.
+# Seconds the hosts a TFDS builder downloads from get, all together, to accept a
+# connection before the download is given up: TFDS itself retries each file for minutes.
+_DOWNLOAD_PROBE_SECONDS = 10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -307,6 +313,8 @@ def _read_tfds(name, source_lang, target_lang):
                 f"the keys {', '.join(languages)}"
             )
 
+    if not _tfds_prepared(builder):
+        _check_downloadable(builder, name)
     try:
         builder.download_and_prepare()  # Downloads on first use; a no-op afterwards.
     except OSError as error:  # requests' ConnectionError and HTTPError are OSErrors too
@@ -326,6 +334,59 @@ def _read_tfds(name, source_lang, target_lang):
     }
     fingerprint = {"tfds": builder.info.full_name, "data_dir": str(builder.data_dir)}
     return raw, fingerprint
+
+
+def _tfds_prepared(builder):
+    """Whether the builder's data is prepared in its data directory (nothing to download)."""
+    is_prepared = getattr(builder, "is_prepared", None)
+    if is_prepared is not None:
+        return bool(is_prepared())
+    return os.path.exists(os.path.join(str(builder.data_dir), "dataset_info.json"))
+
+
+def _check_downloadable(builder, name):
+    """Raises DataError at once where the download could not succeed: a host the builder
+    downloads from (its `url_infos`) does not accept a connection. TFDS would retry each
+    file for minutes before saying so; this says which files, where a prepared copy goes,
+    and the alternative of plain text files.
+    """
+    urls = sorted(getattr(builder, "url_infos", None) or {})
+    unreachable = unreachable_hosts(urls)
+    if not unreachable:
+        return
+    raise DataError(
+        f"{name} is not prepared under {builder.data_dir}, and this machine cannot reach "
+        f"{', '.join(unreachable)} to download it ({len(urls)} file(s): {', '.join(urls)}). "
+        f"Prepare it where there is a network (`tfds build {name}`, or this same command) and copy the "
+        f"directory {builder.data_dir} to the same path here (under TFDS_DATA_DIR, by default "
+        "~/tensorflow_datasets), or give the text as --dataset files:TRAIN_SRC,TRAIN_TGT,VALID_SRC,VALID_TGT"
+    )
+
+
+def unreachable_hosts(urls, timeout=_DOWNLOAD_PROBE_SECONDS):
+    """The `host:port`s of `urls` that do not accept a TCP connection within `timeout`
+    seconds (name lookups included, all hosts at once), sorted; empty if all do."""
+    addresses = set()
+    for url in urls:
+        parts = urllib.parse.urlsplit(url)
+        if parts.hostname:
+            addresses.add((parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)))
+    if not addresses:
+        return []
+
+    def connects(address):
+        try:
+            socket.create_connection(address, timeout=timeout).close()
+            return True
+        except OSError:
+            return False
+
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(addresses))
+    futures = {pool.submit(connects, address): address for address in addresses}
+    done, _ = concurrent.futures.wait(futures, timeout=timeout)
+    pool.shutdown(wait=False)  # A name lookup that hangs is not waited for.
+    failed = [address for future, address in futures.items() if future not in done or not future.result()]
+    return sorted(f"{host}:{port}" for host, port in failed)
 
 
 def _tfds_pairs(tfds, builder, split, source_lang, target_lang):

@@ -236,7 +236,15 @@ def test_tfds_a_config_or_version_the_builder_lacks_is_named(name, message):
         load_corpus(name, "pt", "en")
 
 
-def test_tfds_a_failed_download_is_named_with_the_way_out(monkeypatch, tmp_path):
+@pytest.fixture
+def hosts_reachable(monkeypatch):
+    """Every download host answers (under mock_data nothing is downloaded at all)."""
+    import data.corpora
+
+    monkeypatch.setattr(data.corpora, "unreachable_hosts", lambda urls: [])
+
+
+def test_tfds_a_failed_download_is_named_with_the_way_out(monkeypatch, tmp_path, hosts_reachable):
     tfds = pytest.importorskip("tensorflow_datasets")
     import requests
 
@@ -256,7 +264,55 @@ def test_tfds_a_failed_download_is_named_with_the_way_out(monkeypatch, tmp_path)
         load_corpus("ted_hrlr_translate/pt_to_en", "pt", "en")
 
 
-def test_tfds_translation_builder_under_mock_data(tmp_path):
+def test_tfds_without_a_network_fails_at_once_naming_the_files_the_directory_and_files(monkeypatch):
+    # TFDS would retry every file for minutes; the hosts are tried once, before it starts.
+    tfds = pytest.importorskip("tensorflow_datasets")
+    import data.corpora
+
+    asked = []
+    monkeypatch.setattr(data.corpora, "unreachable_hosts", lambda urls: asked.append(urls) or ["www.phontron.com:80"])
+
+    def must_not_download(self, *args, **kwargs):
+        raise AssertionError("download_and_prepare was called")
+
+    monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", must_not_download)
+    with pytest.raises(DataError) as refused:
+        open_corpus("tfds:ted_hrlr_translate/pt_to_en", "pt", "en")
+    directory = str(tfds.builder("ted_hrlr_translate/pt_to_en").data_dir)  # not prepared: no copy here
+    url = "http://www.phontron.com/data/qi18naacl-dataset.tar.gz"
+    assert asked == [[url]]
+    assert str(refused.value) == (
+        f"ted_hrlr_translate/pt_to_en is not prepared under {directory}, and this machine cannot reach "
+        f"www.phontron.com:80 to download it (1 file(s): {url}). Prepare it where there is a network "
+        "(`tfds build ted_hrlr_translate/pt_to_en`, or this same command) and copy the directory "
+        f"{directory} to the same path here (under TFDS_DATA_DIR, by default ~/tensorflow_datasets), or give "
+        "the text as --dataset files:TRAIN_SRC,TRAIN_TGT,VALID_SRC,VALID_TGT"
+    )
+
+
+def test_a_host_is_unreachable_unless_it_accepts_a_connection_in_time():
+    import socket
+
+    from data.corpora import unreachable_hosts
+
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    listening.listen()
+    open_port = listening.getsockname()[1]
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    closed_port = closed.getsockname()[1]  # bound, never listening: refused
+    try:
+        urls = [f"http://127.0.0.1:{open_port}/a.tgz", f"http://127.0.0.1:{open_port}/b.tgz",
+                f"https://127.0.0.1:{closed_port}/c.tgz", "http://host.invalid/d.tgz"]
+        assert unreachable_hosts(urls, timeout=5) == [f"127.0.0.1:{closed_port}", "host.invalid:80"]
+        assert unreachable_hosts(urls[:2]) == [] and unreachable_hosts([]) == []
+    finally:
+        listening.close()
+        closed.close()
+
+
+def test_tfds_translation_builder_under_mock_data(tmp_path, hosts_reachable):
     tfds = pytest.importorskip("tensorflow_datasets")
     config = DataConfig(
         dataset="ted_hrlr_translate/pt_to_en",
@@ -312,7 +368,7 @@ def test_a_library_error_is_reported_by_its_first_line_or_its_type():
     assert first_line(OSError("  \n")) == "OSError"
 
 
-def test_tfds_streams_its_own_tf_data_stream_in_batches(monkeypatch):
+def test_tfds_streams_its_own_tf_data_stream_in_batches(monkeypatch, hosts_reachable):
     """Pairs come from `builder.as_dataset(...)` batch by batch, as a generator: never a
     list of the whole split."""
     tfds = pytest.importorskip("tensorflow_datasets")

@@ -363,3 +363,21 @@ def test_a_run_with_other_data_is_refused_before_its_data_is_read(tmp_path):
                        "--model-dir", str(model_dir))
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == f"error: file not found: {tmp_path / 'missing.en'}"
+
+
+def test_a_tfds_corpus_out_of_reach_fails_at_once_and_leaves_no_model_directory(tmp_path, monkeypatch, capsys):
+    # In this process, so that no real download can start: the hosts are said unreachable.
+    import tensorflow_datasets as tfds
+
+    import data.corpora
+    from app.train import main
+
+    monkeypatch.setattr(data.corpora, "unreachable_hosts", lambda urls: ["www.statmt.org:80"])
+    monkeypatch.setattr(tfds.core.DatasetBuilder, "is_prepared", lambda self: False)
+    model_dir = tmp_path / "run"
+    assert main(["--dataset", "tfds:wmt14_translate/de-en", "--model-dir", str(model_dir)]) == 1
+    error = capsys.readouterr().err
+    assert "error: wmt14_translate/de-en is not prepared under " in error
+    assert "cannot reach www.statmt.org:80 to download it (5 file(s): http://data.statmt.org/wmt19/" in error
+    assert error.rstrip().endswith("or give the text as --dataset files:TRAIN_SRC,TRAIN_TGT,VALID_SRC,VALID_TGT")
+    assert not model_dir.exists()
