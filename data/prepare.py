@@ -13,8 +13,11 @@ A split is prepared when its directory has no manifest, or one whose fingerprint
 settings, vocabulary checksum, input files' sizes and mtimes or the TFDS name and
 version) differs: then it is rebuilt, and the reason printed. A split being written is a
 hidden temporary directory, renamed into place whole (data/shards.py), so an
-interrupted preparation leaves nothing training reads; the next start removes the
-leftovers and prepares the missing splits again.
+interrupted preparation leaves nothing training reads. Train, the split that takes
+hours at WMT's size, is checkpointed every `SHARD_PAIRS` pairs: the next start, for the
+same fingerprint, skips the pairs those shards hold (read, not tokenized again) and
+goes on, to the same result as an uninterrupted preparation. Validation and test, small,
+are prepared again whole.
 
 BPE-dropout's per-epoch segmentation is the same pass over train (`prepare_sampled_train`),
 written as the split "train-sampled", the previous epoch's replaced.
@@ -42,6 +45,9 @@ _CHUNK = 20_000
 # Sentences per BPE-dropout draw, each with its own seed from (seed, side, first pair):
 # the same chunks as before preparation streamed, so the same seed gives the same ids.
 SAMPLE_CHUNK = 100_000
+# Pairs of train between checkpoints of its preparation: what a kill can cost at most. A
+# million pairs is a minute or two of a 2-core CPU's tokenizing (docs/results.md).
+SHARD_PAIRS = 1_000_000
 # Chunks in flight per worker: bounds the parent's memory while keeping workers busy.
 _IN_FLIGHT_PER_WORKER = 2
 # The vocabulary is trained on at most this many sentences (source and target lines
@@ -157,14 +163,25 @@ def _difference(old, new) -> str:
 def _write_split(split, corpus, config, segmenter, data_dir, wanted, log):
     keep_text = split != "train"  # Validation and test keep their raw pairs for BLEU.
     sources, targets = [], []
-    too_long = 0
-    progress = _Progress(f"prepare {split}", log)
-    with SplitWriter(data_dir, split, config.vocab_size, config.max_length) as writer:
-        for chunk, encoded in segmenter.map(_chunks(corpus.pairs(split), _CHUNK), _encode_chunk):
+    resume_key = None if keep_text else wanted  # Train is written resumably, shard by shard.
+    with SplitWriter(data_dir, split, config.vocab_size, config.max_length, resume_key=resume_key) as writer:
+        done = writer.resumed or {"consumed": 0, "too_long": 0}
+        consumed, too_long = done["consumed"], done["too_long"]
+        if consumed:
+            log(f"prepare {split}: resuming after the {consumed:,} pairs an interrupted preparation left prepared")
+        progress = _Progress(f"prepare {split}", log, pairs=consumed)
+        # The pairs already prepared are read past, not tokenized: the stream still counts them.
+        pairs = itertools.islice(corpus.pairs(split), consumed, None)
+        last_checkpoint = consumed
+        for chunk, encoded in segmenter.map(_chunks(pairs, _CHUNK), _encode_chunk):
             too_long += _append_fitting(writer, encoded, config.max_length)
+            consumed += len(chunk[0])
             if keep_text:
                 sources += chunk[0]
                 targets += chunk[1]
+            elif consumed - last_checkpoint >= SHARD_PAIRS:
+                writer.checkpoint({"consumed": consumed, "too_long": too_long})
+                last_checkpoint = consumed
             progress.update(len(chunk[0]))
         manifest = {
             "split": split,
@@ -392,9 +409,13 @@ class _Progress:
 
     label: str
     log: Callable
-    pairs: int = 0
+    pairs: int = 0  # from an earlier, interrupted preparation, when it resumes
     started: float = dataclasses.field(default_factory=time.monotonic)
     _reported: int = 0
+
+    def __post_init__(self):
+        self._first = self.pairs  # the rate counts this run's pairs only
+        self._reported = self.pairs
 
     def update(self, count: int) -> None:
         self.pairs += count
@@ -411,4 +432,4 @@ class _Progress:
 
     def _line(self) -> str:
         seconds = max(time.monotonic() - self.started, 1e-9)
-        return f"{self.label}: {self.pairs:,} pairs ({self.pairs / seconds:,.0f}/s)"
+        return f"{self.label}: {self.pairs:,} pairs ({(self.pairs - self._first) / seconds:,.0f}/s)"

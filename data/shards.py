@@ -18,6 +18,13 @@ pieces + [end], int32, 0 = padding. A split is written under a hidden temporary 
 renamed into place whole, its manifest written last (`SplitWriter`), so a directory
 without a manifest, or whose manifest's fingerprint differs, is never read.
 
+A large split is written resumably: every so many pairs (a shard of the stream) the
+writer makes what it appended durable and records how far it got (`checkpoint`), in
+"<data dir>/.<split>.resumable/progress.json". A preparation killed mid-split keeps those
+shards: the next one, for the same fingerprint, cuts the files back to the last
+checkpoint and goes on from there, and the split it commits is the same, byte for byte,
+as an uninterrupted preparation's.
+
 Numpy only, no TensorFlow: the preparation's worker processes import this module.
 """
 
@@ -36,6 +43,9 @@ FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 TEXT = "text.json"  # Validation's and test's raw pairs, for BLEU: small splits only.
 _PARTIAL = ".partial-"  # Marks a split being written: "<data dir>/.<split>.partial-<pid>".
+_RESUMABLE = ".resumable"  # A split written resumably: "<data dir>/.<split>.resumable".
+PROGRESS = "progress.json"  # In a resumable split: how far its writer got, at its last checkpoint.
+_FILES = ("source.ids", "target.ids", "source.offsets", "target.offsets", "lengths")
 # Rows a reader gathers between handing its mapped pages back to the kernel (see
 # `_Mapped.release`). A row read through a map can map more than its own page (the
 # kernel maps the cached pages around a fault), and rows of a batch lie anywhere in the
@@ -69,25 +79,77 @@ class SplitWriter:
     Until `commit`, everything goes to a hidden temporary directory, removed if the block
     fails; `commit` writes the manifest last, then renames the directory into place
     (replacing an older one).
+
+    With a `resume_key` (the split's fingerprint), the temporary directory is the split's
+    resumable one: `checkpoint(state)` makes the pairs appended so far durable, and a
+    later writer with the same key starts from the last checkpoint, with `resumed` the
+    `state` recorded there (None when it starts afresh). An interrupted resumable writer
+    keeps its directory once it has a checkpoint.
     """
 
-    def __init__(self, data_dir: str, split: str, vocab_size: int, max_length: int):
+    def __init__(self, data_dir: str, split: str, vocab_size: int, max_length: int, resume_key=None):
         self.path = os.path.join(data_dir, split)
-        self.temporary = os.path.join(data_dir, f".{split}{_PARTIAL}{os.getpid()}")
+        self._resume_key = resume_key
+        name = f".{split}{_RESUMABLE}" if resume_key is not None else f".{split}{_PARTIAL}{os.getpid()}"
+        self.temporary = os.path.join(data_dir, name)
         self._id_dtype = id_dtype(vocab_size)
         self._length_dtype = length_dtype(max_length)
         self.pairs = 0
         self._ends = {"source": 0, "target": 0}
         self._files = {}
+        self.resumed = None
 
     def __enter__(self):
+        progress = self._progress()
+        if progress is not None and progress.get("key") == self._resume_key:
+            # Everything past the checkpoint (a chunk written after it, half a write) goes.
+            for name in _FILES:
+                file = open(os.path.join(self.temporary, name), "r+b")
+                file.truncate(progress["sizes"][name])
+                file.seek(0, os.SEEK_END)
+                self._files[name] = file
+            self.pairs, self._ends, self.resumed = progress["pairs"], dict(progress["ends"]), progress["state"]
+            return self
         shutil.rmtree(self.temporary, ignore_errors=True)
         os.makedirs(self.temporary)
-        for name in ("source.ids", "target.ids", "source.offsets", "target.offsets", "lengths"):
+        for name in _FILES:
             self._files[name] = open(os.path.join(self.temporary, name), "wb")
         for side in ("source", "target"):
             np.zeros([1], np.int64).tofile(self._files[f"{side}.offsets"])
         return self
+
+    def _progress(self) -> Optional[dict]:
+        """The last checkpoint of a resumable split's earlier writer, or None."""
+        if self._resume_key is None:
+            return None
+        try:
+            with open(os.path.join(self.temporary, PROGRESS), encoding="utf-8") as file:
+                progress = json.load(file)
+        except (OSError, ValueError):
+            return None
+        if not all(os.path.isfile(os.path.join(self.temporary, name)) for name in _FILES):
+            return None
+        return progress if isinstance(progress, dict) and "sizes" in progress else None
+
+    def checkpoint(self, state) -> None:
+        """Makes every pair appended so far durable, then records `state` (JSON: what the
+        caller needs to go on, e.g. the pairs of the stream consumed) with the files'
+        sizes: a resumable writer of the same key starts from here."""
+        if self._resume_key is None:
+            raise ValueError("checkpoint() needs a SplitWriter made with a resume_key")
+        for file in self._files.values():
+            file.flush()
+            os.fsync(file.fileno())
+        progress = {
+            "key": self._resume_key, "pairs": self.pairs, "ends": self._ends, "state": state,
+            "sizes": {name: file.tell() for name, file in self._files.items()},
+        }
+        path = os.path.join(self.temporary, PROGRESS)
+        with open(path + ".new", "w", encoding="utf-8") as file:
+            json.dump(progress, file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(path + ".new", path)
 
     def append(self, source_ids, source_lengths, target_ids, target_lengths) -> None:
         """Adds pairs: flat pieces (int [P]) and pieces per pair (int [n]) of each side,
@@ -117,6 +179,9 @@ class SplitWriter:
             manifest, format=FORMAT_VERSION, pairs=self.pairs, id_dtype=self._id_dtype.name,
             length_dtype=self._length_dtype.name,
         )
+        for name in (PROGRESS, PROGRESS + ".new"):  # the committed split holds what any other does
+            if os.path.exists(os.path.join(self.temporary, name)):
+                os.remove(os.path.join(self.temporary, name))
         with open(os.path.join(self.temporary, MANIFEST), "w", encoding="utf-8") as file:
             json.dump(manifest, file, indent=1, sort_keys=True)
             file.flush()
@@ -133,19 +198,24 @@ class SplitWriter:
     def __exit__(self, *exc_info):
         for file in self._files.values():  # Not committed: an error, or an interrupt.
             file.close()
-        shutil.rmtree(self.temporary, ignore_errors=True)
+        # A resumable split keeps what its last checkpoint made durable, for the next writer.
+        if not os.path.exists(os.path.join(self.temporary, PROGRESS)):
+            shutil.rmtree(self.temporary, ignore_errors=True)
         return False
 
 
 def remove_leftovers(data_dir: str) -> list:
     """Removes what an interrupted preparation left under `data_dir`: temporary split
-    directories, and split directories without a manifest. Returns their names."""
+    directories, and split directories without a manifest, but not the resumable splits
+    that have a checkpoint (`SplitWriter`). Returns their names."""
     removed = []
     if not os.path.isdir(data_dir):
         return removed
     for name in sorted(os.listdir(data_dir)):
         path = os.path.join(data_dir, name)
         if not os.path.isdir(path):
+            continue
+        if name.endswith(_RESUMABLE) and os.path.exists(os.path.join(path, PROGRESS)):
             continue
         if _PARTIAL in name or not os.path.exists(os.path.join(path, MANIFEST)):
             shutil.rmtree(path, ignore_errors=True)
