@@ -29,10 +29,10 @@ ROOT = Path(__file__).resolve().parents[2]
 # Seconds one launch (both workers, or workers and reference together) may take. A tiny
 # run needs well under a minute of CPU; the margin is for a busy machine.
 TIMEOUT = 300
-# Dropout off: its random state is not checkpointed, so a resumed run would draw other
-# masks than an uninterrupted one.
+# Dropout on: worker w's replica draws the masks of replica w of one process (the global
+# replica index), and a resumed run the masks it would have drawn (checkpointed state).
 TINY = [
-    "--num-layers", "1", "--d-model", "32", "--d-ff", "64", "--num-heads", "2", "--dropout", "0",
+    "--num-layers", "1", "--d-model", "32", "--d-ff", "64", "--num-heads", "2", "--dropout", "0.1",
     "--vocab-size", "300", "--batch-tokens", "512", "--eval-every", "0", "--no-bleu", "--seed", "1",
     # A budget the run fits in: its pace is agreed on by the workers at every record,
     # a collective that must not change what they train.
