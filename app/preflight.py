@@ -6,7 +6,8 @@ it will take, before you start the long one. Takes train.py's flags; writes noth
     python -m app.preflight --size base --cpu-replicas 2 --batch-tokens 2000   # no GPU: CPU replicas
 
 It prints the devices TensorFlow sees (and warns of NVIDIA GPUs it does not), the
-precision and XLA setting the run would take, tokens per replica per step, the first
+precision and XLA setting the run would take, whether its corpus is there (files that
+exist, a TFDS dataset prepared or its download hosts answering), tokens per replica per step, the first
 call's tracing and compiling time, the steady time per step, target tokens per second,
 model FLOPs utilization against the devices' peak, peak memory, whether every replica
 still holds the same weights, and the wall time of the run's training steps. The last
@@ -106,6 +107,8 @@ def run(args, strategy, model_config, train_config, batch_tokens, out=print):
     out(f"precision: {train_config.precision}{auto}; XLA: {'on (--jit)' if train_config.jit else 'off'}")
     out(f"model: {args.size}, layers {model_config.num_layers}, d_model {model_config.d_model}, "
         f"d_ff {model_config.d_ff}, heads {model_config.num_heads}, vocabulary {model_config.vocab_size}")
+    data_source, data_problem = _data_source(args)
+    out(f"data: {args.dataset} {args.source_lang}->{args.target_lang}: {data_problem or data_source}")
 
     rehearsal = rehearse(
         model_config, train_config, strategy, batch_tokens, length=args.preflight_length,
@@ -136,7 +139,7 @@ def run(args, strategy, model_config, train_config, batch_tokens, out=print):
         out(f"estimate: {format_duration(rehearsal.seconds_per_step)} per step; the run's length in steps "
             "depends on the corpus (--epochs)")
 
-    results = checks(rehearsal, warning)
+    results = checks(rehearsal, warning, data_problem, data_source)
     for check in results:
         out(f"  [{'ok' if check.passed else 'FAILED'}] {check.name}: {check.detail}")
     failed = [check.name for check in results if not check.passed]
@@ -147,6 +150,18 @@ def run(args, strategy, model_config, train_config, batch_tokens, out=print):
     out(f"preflight passed: {args.size} on {replicas} replica(s) ({where}), "
         + (f"about {format_duration(steps * rehearsal.seconds_per_step)} of training" if steps else "ready to train"))
     return 0
+
+
+def _data_source(args):
+    """`(where the corpus comes from, None)`, or `(None, why it cannot be read)`: files
+    checked to exist, a TFDS builder prepared or its hosts answering; nothing read."""
+    from data.corpora import describe_source
+    from data.errors import DataError
+
+    try:
+        return describe_source(args.dataset, args.source_lang, args.target_lang), None
+    except DataError as error:
+        return None, str(error)
 
 
 def _describe_devices(tf):

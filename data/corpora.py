@@ -294,25 +294,7 @@ def _read_tfds(name, source_lang, target_lang):
     # Imported here: it takes seconds and only this source needs it.
     import tensorflow_datasets as tfds
 
-    try:
-        builder = tfds.builder(name)
-    except tfds.core.registered.DatasetNotFoundError:
-        raise DataError(
-            f"unknown dataset {name!r}: expected 'multi30k', 'files:...', or a "
-            "TensorFlow Datasets translation builder such as 'wmt14_translate/de-en'"
-        ) from None
-    except (ValueError, AssertionError) as error:
-        # A config or version the builder lacks ("wmt14_translate/xx-yy", ":9.9.9"), or a
-        # name TFDS cannot parse; its message lists what there is.
-        raise DataError(f"TensorFlow Datasets cannot build {name!r}: {first_line(error)}") from None
-    languages = sorted(builder.info.features.keys())
-    for flag, lang in (("--source-lang", source_lang), ("--target-lang", target_lang)):
-        if lang not in languages:
-            raise DataError(
-                f"{name} has no language {lang!r} (given by {flag}); its examples have "
-                f"the keys {', '.join(languages)}"
-            )
-
+    builder = _tfds_builder(tfds, name, source_lang, target_lang)
     if not _tfds_prepared(builder):
         _check_downloadable(builder, name)
     try:
@@ -334,6 +316,54 @@ def _read_tfds(name, source_lang, target_lang):
     }
     fingerprint = {"tfds": builder.info.full_name, "data_dir": str(builder.data_dir)}
     return raw, fingerprint
+
+
+def _tfds_builder(tfds, name, source_lang, target_lang):
+    """The builder of `name`, checked to hold both languages; nothing downloaded."""
+    try:
+        builder = tfds.builder(name)
+    except tfds.core.registered.DatasetNotFoundError:
+        raise DataError(
+            f"unknown dataset {name!r}: expected 'multi30k', 'files:...', or a "
+            "TensorFlow Datasets translation builder such as 'wmt14_translate/de-en'"
+        ) from None
+    except (ValueError, AssertionError) as error:
+        # A config or version the builder lacks ("wmt14_translate/xx-yy", ":9.9.9"), or a
+        # name TFDS cannot parse; its message lists what there is.
+        raise DataError(f"TensorFlow Datasets cannot build {name!r}: {first_line(error)}") from None
+    languages = sorted(builder.info.features.keys())
+    for flag, lang in (("--source-lang", source_lang), ("--target-lang", target_lang)):
+        if lang not in languages:
+            raise DataError(
+                f"{name} has no language {lang!r} (given by {flag}); its examples have "
+                f"the keys {', '.join(languages)}"
+            )
+    return builder
+
+
+def describe_source(dataset: str, source_lang: str, target_lang: str) -> str:
+    """Where `dataset`'s text would come from, in a line, checked without reading it or
+    downloading anything: bundled, files that exist, or a TFDS builder prepared here or
+    whose download hosts answer (`python -m app.preflight`).
+
+    Raises:
+        DataError: as `open_corpus` would, where the run could not read the text.
+    """
+    if dataset == "multi30k":
+        _read_multi30k(source_lang, target_lang)
+        return f"multi30k {source_lang}->{target_lang}, bundled"
+    if dataset.startswith("files:"):
+        _, fingerprint = _read_files(dataset)
+        size = sum(entry["size"] for entry in fingerprint["files"])
+        return f"{len(fingerprint['files'])} text files, {size / 1e9:.2f} GB"
+    import tensorflow_datasets as tfds
+
+    name = dataset.removeprefix("tfds:")
+    builder = _tfds_builder(tfds, name, source_lang, target_lang)
+    if _tfds_prepared(builder):
+        return f"TensorFlow Datasets {name}, prepared in {builder.data_dir}"
+    _check_downloadable(builder, name)
+    return f"TensorFlow Datasets {name}, not prepared: the run downloads and prepares it first (its hosts answer)"
 
 
 def _tfds_prepared(builder):

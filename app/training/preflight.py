@@ -200,12 +200,16 @@ class Check:
     detail: str
 
 
-def checks(rehearsal, unseen_gpu_warning=None):
-    """The rehearsal's pass/fail checks, in the order they are printed."""
+def checks(rehearsal, unseen_gpu_warning=None, data_problem=None, data_source=""):
+    """The rehearsal's pass/fail checks, in the order they are printed.
+
+    `data_problem`: why the run could not read its corpus (`data.corpora.describe_source`'s
+    error), or None; `data_source`: where it reads it from, when it can."""
     finite = all(math.isfinite(loss) for loss in rehearsal.losses)
     differences = rehearsal.replica_differences
     largest = max(differences.values(), default=0.0)
     return [
+        Check("the corpus can be read", data_problem is None, data_problem or data_source),
         Check(
             "TensorFlow sees the machine's GPUs", unseen_gpu_warning is None,
             unseen_gpu_warning or "no NVIDIA GPU left unseen",

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.training.peaks import compute_dtype, device_peak, known_gpu_peak
-from app.training.preflight import Rehearsal, checks, format_duration, rows_per_replica
+from app.training.preflight import Check, Rehearsal, checks, format_duration, rows_per_replica
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["--num-layers", "1", "--d-model", "32", "--d-ff", "64", "--num-heads", "2", "--vocab-size", "300"]
@@ -36,6 +36,7 @@ def test_a_rehearsal_over_two_cpu_replicas_reports_and_passes_and_writes_nothing
     assert line("TensorFlow ").endswith("devices: 1 CPU")
     assert line("strategy: ") == "strategy: MirroredStrategy over 2 replica(s) on the CPU"
     assert line("precision: ") == "precision: float32; XLA: off"
+    assert line("data: ") == "data: multi30k en->de: multi30k en->de, bundled"
     # 1,024 tokens over 2 replicas: 32 sentences of 16 each.
     assert line("batches: ") == (
         "batches: 1024 tokens a side over 2 replica(s), accumulating 1: 512 target tokens per replica per step "
@@ -76,13 +77,16 @@ def test_a_rehearsals_rates_come_from_its_steady_steps():
 def test_each_check_fails_on_its_own_fault():
     assert all(check.passed for check in checks(_rehearsal()))
     diverged = checks(_rehearsal(replica_differences={"encoder/kernel": 6e-8, "decoder/kernel": 1e-7}))
-    assert [check.passed for check in diverged] == [True, True, False]
-    assert diverged[2].detail == (
+    assert [check.passed for check in diverged] == [True, True, True, False]
+    assert diverged[3].detail == (
         "2 variables differ between replicas (largest 1e-07), e.g. decoder/kernel, encoder/kernel"
     )
-    assert [check.passed for check in checks(_rehearsal(losses=[6.9, math.nan]))] == [True, False, True]
+    assert [check.passed for check in checks(_rehearsal(losses=[6.9, math.nan]))] == [True, True, False, True]
     unseen = checks(_rehearsal(), unseen_gpu_warning="warning: this machine seems to have an NVIDIA GPU")
-    assert [check.passed for check in unseen] == [False, True, True]
+    assert [check.passed for check in unseen] == [True, False, True, True]
+    unread = checks(_rehearsal(), data_problem="file not found: train.en")
+    assert [check.passed for check in unread] == [False, True, True, True]
+    assert unread[0] == Check("the corpus can be read", False, "file not found: train.en")
 
 
 def test_a_failed_check_ends_with_its_name_and_exit_code_1(monkeypatch):
@@ -101,7 +105,7 @@ def test_a_failed_check_ends_with_its_name_and_exit_code_1(monkeypatch):
     monkeypatch.setattr("app.training.precision.matmul_peak", lambda dtype: 1e11)
     printed = []
     args = argparse.Namespace(size="tiny", precision="float32", preflight_length=32, preflight_steps=4,
-                              preflight_seconds=60)
+                              preflight_seconds=60, dataset="multi30k", source_lang="en", target_lang="de")
     code = run(args, tf.distribute.get_strategy(), ModelConfig.from_size("tiny", vocab_size=300),
                TrainConfig(train_steps=100, precision="float32"), 1024, out=printed.append)
     assert code == 1
@@ -159,3 +163,13 @@ def test_a_bad_flag_is_refused_before_tensorflow_loads():
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 2 and "--preflight-steps" in result.stderr
+
+
+def test_a_corpus_the_run_could_not_read_fails_the_preflight(tmp_path):
+    from app.preflight import _data_source
+
+    missing = argparse.Namespace(dataset=f"files:{tmp_path}/a.en,{tmp_path}/a.de", source_lang="en", target_lang="de")
+    assert _data_source(missing) == (None, f"file not found: {tmp_path}/a.en")
+    for lang in ("en", "de"):
+        (tmp_path / f"a.{lang}").write_text("one\ntwo\n", encoding="utf-8")
+    assert _data_source(missing) == ("2 text files, 0.00 GB", None)
