@@ -134,6 +134,30 @@ def test_named_splits_and_their_aliases():
         read_references(parse_args(["--model-dir", "x", "--split", "bogus"]), config)
 
 
+def test_newstest2014_is_the_test_split_of_tfds_wmt14(monkeypatch):
+    # Read through TFDS's own stream of wmt14_translate/de-en's "test" (newstest2014),
+    # here mocked: no download.
+    tfds = pytest.importorskip("tensorflow_datasets")
+    import data.corpora
+
+    monkeypatch.setattr(data.corpora, "unreachable_hosts", lambda urls: [])
+    asked = []
+    as_dataset = tfds.core.DatasetBuilder.as_dataset
+
+    def recording(self, *args, **kwargs):
+        asked.append((self.name, self.builder_config.name, kwargs.get("split")))
+        return as_dataset(self, *args, **kwargs)
+
+    monkeypatch.setattr(tfds.core.DatasetBuilder, "as_dataset", recording)
+    config = DataConfig(dataset="tfds:wmt14_translate/de-en", source_lang="en", target_lang="de")
+    args = parse_args(["--saved-model", "x", "--dataset", "tfds:wmt14_translate/de-en", "--split", "test"])
+    with tfds.testing.mock_data(num_examples=6, policy=tfds.testing.MockPolicy.USE_CODE):
+        sources, references, description = read_references(args, config)
+    assert asked == [("wmt14_translate", "de-en", "test")]
+    assert description == "tfds:wmt14_translate/de-en test en->de"
+    assert 0 < len(sources) == len(references) <= 6
+
+
 def test_source_and_reference_files_must_align(tmp_path):
     (tmp_path / "s").write_text("a\nb\n", encoding="utf-8")
     (tmp_path / "r").write_text("a\n", encoding="utf-8")
