@@ -35,7 +35,6 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # this process reads checkpoints with TensorFlow
 
 from app.cli.flag_types import positive_int  # noqa: E402
 from benchmarks.bench_data_scale import pair_counts, run_measured, write_corpus  # noqa: E402
@@ -109,6 +108,9 @@ def newest_checkpoint(model_dir):
 
 def resume_state(path):
     """Every variable of a checkpoint a resumed step depends on (not its clock or save count)."""
+    from app.cli.quiet_tensorflow import import_tensorflow
+
+    import_tensorflow()  # without its start-up lines in the benchmark's output
     import tensorflow as tf
 
     reader = tf.train.load_checkpoint(path)
