@@ -13,10 +13,11 @@ With neither --checkpoint nor --average-last, the run's settings.json says which
 tiny averages its newest 10 checkpoints, base and big their newest 5 and 20, as the paper
 did; small takes the best by validation BLEU (`train.py --average-last`).
 
-Without --alpha, the length penalty of the default signature is the one of 0.0, 0.2, ...,
-1.6 whose translations of the validation split score the highest BLEU, as the paper chose
-its 0.6 on the development set (app/export/alpha_search.py); export_info.json records the
-grid and its scores.
+Without --alpha, the length penalty of the default signature is chosen on the validation
+split, as the paper chose its 0.6 on the development set: of 0.0, 0.2, ..., 1.6, the
+smallest whose BLEU is not significantly below the best alpha's (paired bootstrap, 95%
+confidence; app/export/alpha_search.py). export.py prints each alpha's BLEU, p-value
+against the best and decoding speed, and export_info.json records them with the choice.
 
 See app/export/saved_model.py for the signatures and guarantees.
 """
@@ -63,7 +64,8 @@ def parse_args(argv=None):
     add_decoding_arguments(
         parser,
         beam_size_help="beams of the default signature",
-        alpha_chosen_by="the best of 0.0, 0.2, ..., 1.6 by BLEU on the run's validation split",
+        alpha_chosen_by="the smallest of 0.0, 0.2, ..., 1.6 whose BLEU on the run's validation split is not "
+        "significantly below the best alpha's",
     )
     parser.add_argument(
         "--parallel-searches",

@@ -1,7 +1,9 @@
 """The length penalty chosen on validation (app/export/alpha_search.py) and export.py's use of it.
 
 A fake translator whose translations per alpha are fixed pins the choice with BLEU worked
-out by hand; the `model_dir` fixture (conftest.py) runs the whole export on a 2-value grid.
+out by hand and p-values counted from the bootstrap's draw (as tests/export/test_significance.py
+counts them); a fake clock pins the speeds. The `model_dir` fixture (conftest.py) runs the
+whole export on a 2-value grid.
 """
 
 import dataclasses
@@ -16,9 +18,12 @@ import pytest
 import tensorflow as tf
 
 from app.decoding.translate import DecodingConfig
+from app.evaluation.significance import RESAMPLES, SEED
 from app.export import alpha_search
 from app.export.alpha_search import (
+    AlphaScore,
     AlphaSearch,
+    choose,
     choose_on_validation,
     sample_indices,
     search_alpha,
@@ -55,44 +60,127 @@ SHORT = ["the cat sat on the", "a dog runs in the"]
 SHORT_BLEU = round(100 * math.exp(1 - 12 / 10), 2)  # 81.87
 
 
-def test_the_alpha_of_the_highest_bleu_is_chosen_and_of_equal_ones_the_smallest():
+def ticking(*seconds):
+    """A clock for search_alpha: each alpha's decode takes the next of `seconds`."""
+    times = iter(np.cumsum([0.0] + [t for duration in seconds for t in (duration, 0.0)]).tolist())
+    return lambda: next(times)
+
+
+def test_of_equal_bleu_the_smallest_alpha_is_the_best_and_a_worse_one_is_not_chosen():
     assert SHORT_BLEU == 81.87
     table = {0.0: SHORT, 0.5: REFERENCES, 1.0: REFERENCES, 1.5: ["", ""]}
     translator = FakeTranslator(table)
-    result = search_alpha(translator, SOURCES, REFERENCES, "en", lowercase=False, grid=(1.5, 1.0, 0.5, 0.0))
-    assert result.grid == ((1.5, 0.0), (1.0, 100.0), (0.5, 100.0), (0.0, SHORT_BLEU))
-    assert result.chosen == 0.5
+    result = search_alpha(
+        translator, SOURCES, REFERENCES, "en", lowercase=False, grid=(1.5, 1.0, 0.5, 0.0), clock=ticking(1, 2, 4, 8)
+    )
+    # 1.0 ties 0.5 on every resample (the same translations); SHORT and the empty
+    # translations score below 100 on every resample of these two sentences.
+    assert result.grid == (
+        AlphaScore(1.5, 0.0, 0.0, 2.0),
+        AlphaScore(1.0, 100.0, 1.0, 1.0),
+        AlphaScore(0.5, 100.0, 1.0, 0.5),
+        AlphaScore(0.0, SHORT_BLEU, 0.0, 0.2),
+    )
+    assert result.best == 0.5 and result.chosen == 0.5
     assert result.sentences == 2
-    # Each alpha decodes every sentence once, at that alpha and the translator's max_extra_length.
-    assert [alpha for alpha, _, _ in translator.calls] == [1.5, 1.0, 0.5, 0.0]
-    for _, sources, extra in translator.calls:
+    # One sentence traces the function first; then each alpha decodes every sentence once,
+    # at that alpha and the translator's max_extra_length.
+    assert translator.calls[0] == (1.5, ["s0"], [7])
+    assert [alpha for alpha, _, _ in translator.calls[1:]] == [1.5, 1.0, 0.5, 0.0]
+    for _, sources, extra in translator.calls[1:]:
         assert sorted(sources) == SOURCES and extra == [7, 7]
     assert result.signature.startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
     assert result.record() == {
         "split": "validation",
         "sentences": 2,
-        "grid": [{"alpha": 1.5, "bleu": 0.0}, {"alpha": 1.0, "bleu": 100.0},
-                 {"alpha": 0.5, "bleu": 100.0}, {"alpha": 0.0, "bleu": SHORT_BLEU}],
+        "batch_size": 64,
+        "grid": [
+            {"alpha": 1.5, "bleu": 0.0, "p_value": 0.0, "sentences_per_second": 2.0},
+            {"alpha": 1.0, "bleu": 100.0, "p_value": 1.0, "sentences_per_second": 1.0},
+            {"alpha": 0.5, "bleu": 100.0, "p_value": 1.0, "sentences_per_second": 0.5},
+            {"alpha": 0.0, "bleu": SHORT_BLEU, "p_value": 0.0, "sentences_per_second": 0.2},
+        ],
+        "best": 0.5,
         "chosen": 0.5,
+        "rule": "the smallest alpha whose BLEU is not significantly below the best alpha's (paired bootstrap)",
+        "confidence": 0.95,
+        "resamples": 1000,
+        "seed": 12345,
         "bleu_signature": result.signature,
     }
-    assert result.summary() == (
-        "alpha by validation BLEU (2 sentences): 1.5: 0.00 | 1: 100.00 | 0.5: 100.00 | 0: 81.87 -> 0.5"
+    assert result.summary().splitlines() == [
+        "alpha by validation BLEU (2 sentences), each against the best by paired bootstrap (1,000 resamples):",
+        "  alpha 1.5: BLEU 0.00, p 0.000 (significantly below), 2.0 sentences/s",
+        "  alpha 1: BLEU 100.00, p 1.000, 1.0 sentences/s",
+        "  alpha 0.5: BLEU 100.00, the best, 0.5 sentences/s",
+        "  alpha 0: BLEU 81.87, p 0.000 (significantly below), 0.2 sentences/s",
+        "-> 0.5: the smallest alpha not significantly below 0.5's BLEU at 95% confidence",
+    ]
+
+
+# Ten sentences for the choice rule: the best alpha translates them all as the references
+# do, so another alpha scores below it exactly in the resamples that draw one of the
+# sentences it gets wrong.
+TEN_SOURCES = [f"s{i}" for i in range(10)]
+TEN_REFERENCES = [f"sentence number {i} of the ten in this fixture" for i in range(10)]
+
+
+def wrong_on(indices):
+    return ["nothing like it" if i in indices else reference for i, reference in enumerate(TEN_REFERENCES)]
+
+
+def share_drawing_none_of(indices):
+    draws = np.random.default_rng(SEED).choice(10, size=(RESAMPLES, 10), replace=True)
+    return float(np.mean(~np.isin(draws, list(indices)).any(axis=1)))
+
+
+def test_a_smaller_alpha_within_noise_of_the_best_is_chosen_and_one_below_it_is_not():
+    # The issue's case: the best is the top of the grid, 1.6, but 0.6 (wrong on one sentence
+    # of ten) is within noise of it; 0 (wrong on four) is significantly below.
+    table = {0.0: wrong_on({0, 3, 6, 8}), 0.6: wrong_on({5}), 1.6: TEN_REFERENCES}
+    result = search_alpha(
+        FakeTranslator(table, TEN_SOURCES), TEN_SOURCES, TEN_REFERENCES, "en", lowercase=False, grid=(0.0, 0.6, 1.6)
+    )
+    p_values = [entry.p_value for entry in result.grid]
+    assert p_values == [share_drawing_none_of({0, 3, 6, 8}), share_drawing_none_of({5}), 1.0]
+    assert p_values[0] <= 0.05 < 0.3 < p_values[1]  # about 0.6 ** 10 and 0.9 ** 10
+    assert [entry.bleu for entry in result.grid][2] == 100.0 > result.grid[1].bleu > result.grid[0].bleu
+    assert result.best == 1.6 and result.chosen == 0.6
+    assert result.summary().splitlines()[-1] == (
+        "-> 0.6: the smallest alpha not significantly below 1.6's BLEU at 95% confidence"
     )
 
 
+def test_the_best_alpha_is_chosen_where_every_smaller_one_is_significantly_below_it():
+    table = {0.0: wrong_on(set(range(10))), 0.6: wrong_on({1, 4, 7}), 1.6: TEN_REFERENCES}
+    result = search_alpha(
+        FakeTranslator(table, TEN_SOURCES), TEN_SOURCES, TEN_REFERENCES, "en", lowercase=False, grid=(0.0, 0.6, 1.6)
+    )
+    assert [entry.p_value for entry in result.grid] == [0.0, share_drawing_none_of({1, 4, 7}), 1.0]
+    assert result.grid[1].p_value <= 0.05  # about 0.7 ** 10 = 0.028
+    assert result.best == 1.6 and result.chosen == 1.6
+
+
+def test_the_rule_takes_the_smallest_alpha_not_significantly_below_at_the_confidence():
+    p_values = {0.0: 0.01, 0.2: 0.05, 0.4: 0.051, 0.6: 0.4, 1.6: 1.0}
+    assert choose(p_values) == 0.4
+    assert choose(p_values, confidence=0.9) == 0.6
+    assert choose({1.6: 1.0}) == 1.6
+
+
 def test_each_alpha_s_bleu_is_logged_as_it_is_measured():
-    lines, times = [], iter([0.0, 12.5, 12.5, 95.0])  # the clock at each alpha's start and end
+    lines = []
     translator = FakeTranslator({0.0: SHORT, 1.0: REFERENCES})
 
     def log(line):
         lines.append((line, len(translator.calls)))  # with the decodes done when it was written
 
-    search_alpha(translator, SOURCES, REFERENCES, "en", lowercase=False, grid=(0.0, 1.0), log=log,
-                 clock=lambda: next(times))
-    assert lines == [
-        ("  alpha 0 (1/2): BLEU 81.87, decoded in 12.5 s", 1),
-        ("  alpha 1 (2/2): BLEU 100.00, decoded in 1:22", 2),
+    search_alpha(
+        translator, SOURCES, REFERENCES, "en", lowercase=False, grid=(0.0, 1.0), log=log, clock=ticking(12.5, 82.5)
+    )
+    assert lines == [  # after the decode of one sentence that traces the function
+        ("  alpha 0 (1/2): BLEU 81.87, 0.2 sentences/s (decoded in 12.5 s)", 2),
+        ("  alpha 1 (2/2): BLEU 100.00, 0.0 sentences/s (decoded in 1:22)", 3),
     ]
 
 
@@ -104,9 +192,11 @@ def test_a_lowercasing_model_is_chosen_for_by_lowercased_bleu():
     cased_bleu = round(100 * (1 / 3) ** 0.25, 2)  # 75.98
     short_bleu = round(100 * math.exp(1 - 6 / 5), 2)  # 81.87, as SHORT
     cased = search_alpha(FakeTranslator(table, ["s0"]), ["s0"], references, "en", lowercase=False, grid=(0.0, 1.0))
-    assert cased.grid == ((0.0, cased_bleu), (1.0, short_bleu)) and cased.chosen == 1.0
+    assert [(e.alpha, e.bleu, e.p_value) for e in cased.grid] == [(0.0, cased_bleu, 0.0), (1.0, short_bleu, 1.0)]
+    assert cased.chosen == 1.0
     lowered = search_alpha(FakeTranslator(table, ["s0"]), ["s0"], references, "en", lowercase=True, grid=(0.0, 1.0))
-    assert lowered.grid == ((0.0, 100.0), (1.0, short_bleu)) and lowered.chosen == 0.0
+    assert [(e.alpha, e.bleu, e.p_value) for e in lowered.grid] == [(0.0, 100.0, 1.0), (1.0, short_bleu, 0.0)]
+    assert lowered.chosen == 0.0
     assert "case:lc" in lowered.signature
 
 
@@ -130,14 +220,17 @@ def test_only_the_sampled_sentences_are_decoded_and_scored():
     table = {0.0: [references[i] if i in (0, 2, 5, 7) else "wrong" for i in range(10)]}
     translator = FakeTranslator(table, sources)
     result = search_alpha(translator, sources, references, "en", lowercase=False, grid=(0.0,), max_sentences=4)
-    assert sorted(source for _, batch, _ in translator.calls for source in batch) == ["s0", "s2", "s5", "s7"]
-    assert result.grid == ((0.0, 100.0),) and result.sentences == 4
+    assert translator.calls[0][1] == ["s0"]  # the trace
+    assert sorted(source for _, batch, _ in translator.calls[1:] for source in batch) == ["s0", "s2", "s5", "s7"]
+    assert [(e.alpha, e.bleu) for e in result.grid] == [(0.0, 100.0)] and result.sentences == 4
 
 
 def test_a_split_without_sentences_or_an_empty_grid_is_refused():
     translator = FakeTranslator({0.0: SHORT})
     with pytest.raises(ValueError, match="the grid of alphas is empty"):
         search_alpha(translator, SOURCES, REFERENCES, "en", lowercase=False, grid=())
+    with pytest.raises(ValueError, match=r"the grid of alphas repeats a value: \(0.0, 0.5, 0.0\)"):
+        search_alpha(translator, SOURCES, REFERENCES, "en", lowercase=False, grid=(0, 0.5, 0))
     with pytest.raises(ValueError, match="no sentences to choose alpha on"):
         search_alpha(translator, [], [], "en", lowercase=False)
     with pytest.raises(ValueError, match="2 sources but 1 references"):
@@ -192,15 +285,21 @@ def test_one_traced_function_decodes_every_alpha_as_app_evaluate_scores(model_di
     assert translator.serve_with_options.experimental_get_tracing_count() == 1
     assert lines[0] == "choosing alpha on validation: 2 values x 20 sentences, beam 4"
     # One line per alpha as it is measured, then the summary.
-    assert [re.sub(r"(\d+\.\d s|\d+:\d\d)$", "S", line) for line in lines[1:3]] == [
-        f"  alpha 0 (1/2): BLEU {record['grid'][0]['bleu']:.2f}, decoded in S",
-        f"  alpha 1.5 (2/2): BLEU {record['grid'][1]['bleu']:.2f}, decoded in S",
-    ]
-    assert lines[3].startswith("alpha by validation BLEU (20 sentences): 0: ") and len(lines) == 4
+    for line, entry, number in zip(lines[1:3], record["grid"], (1, 2)):
+        speed = entry["sentences_per_second"]
+        assert re.fullmatch(
+            rf"  alpha {entry['alpha']:g} \({number}/2\): BLEU {entry['bleu']:.2f}, {speed:.1f} sentences/s "
+            r"\(decoded in (\d+\.\d s|\d+:\d\d)\)",
+            line,
+        ), line
+        assert speed > 0
+    summary = lines[3].splitlines()
+    assert summary[0].startswith("alpha by validation BLEU (20 sentences), each against the best") and len(lines) == 4
+    assert len(summary) == 4 and summary[-1].startswith(f"-> {record['chosen']:g}: the smallest alpha")
     # The whole split (20 sentences) at alpha 1.5 scores as `python -m app.evaluate` scores it.
     assert app.evaluate.main(["--model-dir", model_dir, "--split", "validation", "--alpha", "1.5", "--json"]) == 0
     evaluated = json.loads(capsys.readouterr().out)
-    assert record["grid"][1] == {"alpha": 1.5, "bleu": evaluated["bleu"]}
+    assert record["grid"][1]["alpha"] == 1.5 and record["grid"][1]["bleu"] == evaluated["bleu"]
 
 
 @pytest.fixture
@@ -223,20 +322,26 @@ def test_an_export_without_alpha_decodes_by_default_with_the_one_chosen_on_valid
     assert search["split"] == "validation" and search["sentences"] == 8
     assert [entry["alpha"] for entry in search["grid"]] == [0.0, 1.5]
     best = max(entry["bleu"] for entry in search["grid"])
-    assert search["chosen"] == min(entry["alpha"] for entry in search["grid"] if entry["bleu"] == best)
+    assert search["best"] == min(entry["alpha"] for entry in search["grid"] if entry["bleu"] == best)
+    assert search["chosen"] == min(entry["alpha"] for entry in search["grid"] if entry["p_value"] > 0.05)
+    assert search["confidence"] == 0.95 and search["resamples"] == 1000
+    assert all(entry["sentences_per_second"] > 0 for entry in search["grid"])
     assert info["alpha"] == search["chosen"]
     assert printed[0] == f"loading the weights of {model_dir}"
     printed = printed[1:]
     assert printed[0] == "choosing alpha on validation: 2 values x 8 sentences, beam 4"
     assert [line.split(":")[0] for line in printed[1:3]] == ["  alpha 0 (1/2)", "  alpha 1.5 (2/2)"]
-    assert printed[3] == AlphaSearch(
-        8, tuple((e["alpha"], e["bleu"]) for e in search["grid"]), search["chosen"], ""
+    summary = AlphaSearch(
+        8, tuple(AlphaScore(**entry) for entry in search["grid"]), search["best"], search["chosen"], ""
     ).summary()
+    assert printed[3 : 3 + 4] == summary.splitlines()
+    printed = printed[4:]
     # What else takes the time, then the result.
-    assert printed[4] == f"writing the SavedModel to {path}: tracing its signatures, then saving"
-    assert re.fullmatch(r"checking that TensorFlow Serving registers every op of the graph \(written in \d+\.\d s\)",
-                        printed[5])
-    assert re.fullmatch(rf"exported \S+ to {re.escape(str(path))} in (\d+\.\d s|\d+:\d\d)", printed[6])
+    assert printed[3] == f"writing the SavedModel to {path}: tracing its signatures, then saving"
+    assert re.fullmatch(
+        r"checking that TensorFlow Serving registers every op of the graph \(written in \d+\.\d s\)", printed[4]
+    )
+    assert re.fullmatch(rf"exported \S+ to {re.escape(str(path))} in (\d+\.\d s|\d+:\d\d)", printed[5])
 
     loaded = tf.saved_model.load(str(path))
     inputs = tf.constant(SENTENCES)
@@ -313,4 +418,5 @@ def test_export_s_help_names_the_grid(capsys):
     with pytest.raises(SystemExit):
         export.parse_args(["--help"])
     grid = alpha_search.ALPHA_GRID
-    assert f"the best of {grid[0]}, {grid[1]}, ..., {grid[-1]} by BLEU" in " ".join(capsys.readouterr().out.split())
+    printed = " ".join(capsys.readouterr().out.split())
+    assert f"the smallest of {grid[0]}, {grid[1]}, ..., {grid[-1]} whose BLEU" in printed
