@@ -25,6 +25,8 @@ from app.serving.rest_api import ServingError, TensorSpec
 log = logging.getLogger("app.serve")
 
 START, LOADING, AVAILABLE, UNLOADING, END = "START", "LOADING", "AVAILABLE", "UNLOADING", "END"
+# The most a failed version's retry interval grows: 64 times --load_retry_interval_micros.
+MAX_BACKOFF = 64
 
 
 @dataclasses.dataclass
@@ -96,13 +98,19 @@ class LoadedVersion:
                 log.info("warm-up of %s version %s: %s", name, self.version, error)
 
 
-def load_version(version, path):
-    """The version in directory `path`: a CTranslate2 export (model.bin, app/export/ctranslate2.py)
-    or a SavedModel (saved_model.pb), with the same interface."""
-    if os.path.exists(os.path.join(path, "model.bin")) and not os.path.exists(os.path.join(path, "saved_model.pb")):
+def is_ctranslate2(path):
+    """Whether the version directory `path` holds a CTranslate2 export (app/export/ctranslate2.py)."""
+    return os.path.exists(os.path.join(path, "model.bin")) and not os.path.exists(os.path.join(path, "saved_model.pb"))
+
+
+def load_version(version, path, intra_threads=0):
+    """The version in directory `path`, in this process: a CTranslate2 export (model.bin) or a
+    SavedModel (saved_model.pb), with the same interface. The server loads each in a process
+    of its own instead (version_process.py); this is what that process runs."""
+    if is_ctranslate2(path):
         from app.serving.ctranslate2_version import CTranslate2Version
 
-        return CTranslate2Version(version, path)
+        return CTranslate2Version(version, path, intra_threads=intra_threads)
     return LoadedVersion(version, path)
 
 
@@ -195,8 +203,10 @@ class ModelManager:
             directory goes away is forgotten: created again, it is tried afresh.
         load_retry_interval_seconds: the least time between two tries of a version that
             failed (TF Serving's --load_retry_interval_micros, one minute by default):
-            time for a version still being copied into place to be complete.
-        loader: `(version, path) -> LoadedVersion`; tests may replace it.
+            time for a version still being copied into place to be complete. It doubles
+            with each further failure (`retry_wait`).
+        loader: `(version, path) -> LoadedVersion` or what has its interface; the server's
+            loads each version in a process of its own (version_process.py).
         clock: seconds, for the retry interval; tests may replace it.
     """
 
@@ -224,9 +234,16 @@ class ModelManager:
         self._base_path_problem = None  # what was wrong with base_path at the last poll
         self.versions_on_disk = 0  # how many version directories the last poll found
 
+    def retry_wait(self, failed_loads):
+        """Seconds from a version's last failed load to its next try: the retry interval,
+        doubled with each failure (at most `MAX_BACKOFF` times), so that a version that
+        keeps failing is tried ever more rarely."""
+        return self.load_retry_interval_seconds * min(2 ** max(failed_loads - 1, 0), MAX_BACKOFF)
+
     def to_load(self):
         """The (version, path) pairs to load now, newest first."""
         self._check_base_path()
+        self._forget_dead()
         directories = version_directories(self.base_path)
         self.versions_on_disk = len(directories)
         for version in [v for v in self._failed_at if v not in directories]:
@@ -242,10 +259,18 @@ class ModelManager:
             if status.failed_loads > self.max_num_load_retries:
                 continue
             failed_at = self._failed_at.get(version)
-            if failed_at is not None and self._clock() - failed_at < self.load_retry_interval_seconds:
+            if failed_at is not None and self._clock() - failed_at < self.retry_wait(status.failed_loads):
                 continue
             pending.append((version, os.path.join(self.base_path, directories[version])))
         return pending
+
+    def _forget_dead(self):
+        """Versions whose process died (version_process.py) stop being served and count as a
+        failed load: retried after the retry wait, at most max_num_load_retries times."""
+        for version, loaded in list(self.loaded.items()):
+            if not getattr(loaded, "alive", True):
+                del self.loaded[version]
+                self.failed(version, RuntimeError("its process ended unexpectedly"))
 
     def _check_base_path(self):
         """Logs, once per change, a base path that is missing or not a directory (as TF
@@ -287,7 +312,8 @@ class ModelManager:
     def failed(self, version, error):
         status = self.status[version]
         status.state, status.error_code = END, "UNKNOWN"
-        status.error_message = f"{type(error).__name__}: {_first_line(str(error))}"
+        type_name = getattr(error, "type_name", type(error).__name__)  # as raised in the version's process
+        status.error_message = f"{type_name}: {_first_line(str(error))}"
         status.failed_loads += 1
         self._failed_at[version] = self._clock()
         log.warning("model %s version %s failed to load: %s", self.name, version, status.error_message)
@@ -299,7 +325,8 @@ class ModelManager:
             return  # nothing newer is servable yet: keep serving what there is
         for version in sorted(self.loaded):
             if version not in keep:
-                # Requests in flight hold their own reference; the memory goes with the last.
+                # Requests in flight hold their own reference; the version's process ends
+                # with the last (version_process.py).
                 del self.loaded[version]
                 self.status[version] = VersionStatus(END)
                 log.info("model %s version %s unloaded", self.name, version)

@@ -1,0 +1,191 @@
+"""Each version in a process of its own (app/serving/version_process.py), on the tiny
+export: the same answers as in-process, and its memory gone with it once unloaded."""
+
+import gc
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from app.serving.models import ModelManager
+from app.serving.rest_api import ServingError
+from app.serving.version_process import CpuThreads, RemoteError, VersionProcess
+from tests.conftest import SENTENCES
+from tests.serving.test_serve import Server, serving_base
+from tests.serving.test_serve_models import poll
+from tests.tiny_run import ROOT
+
+
+def gone(pid, seconds=20):
+    """Whether process `pid` has exited (and been reaped) within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().split(")")[-1].split()[0] == "Z":  # exited, not yet reaped
+                    time.sleep(0.05)
+                    continue
+        except FileNotFoundError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_version_in_its_own_process_answers_as_in_process_and_ends_with_its_last_reference(exported):
+    _, _, path, expected = exported
+    version = VersionProcess(1, path, CpuThreads(1, 1), max_calls=2)
+    version.warm_up()
+    assert {"greedy", "nbest", "serving_default", "translate_with_options"} <= set(version.signatures)
+    assert version.input_specs("serving_default")["inputs"].dtype == np.dtype(object)
+    # Two calls at once, from two threads, each matched to its own answer.
+    results = {}
+
+    def call(loaded, name, sentences):
+        results[name] = loaded.run("serving_default", {"inputs": np.array(sentences, dtype=object)})
+
+    threads = [threading.Thread(target=call, args=(version, i, SENTENCES[i::2])) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    del threads  # they hold the version
+    for i in range(2):
+        assert results[i]["translations"].tolist() == expected["translations"][i::2].tolist()
+        np.testing.assert_allclose(results[i]["scores"], expected["scores"][i::2], rtol=1e-5)
+    with pytest.raises(ServingError, match='signature name: "nope" not found'):
+        version.input_specs("nope")
+    # An input the model refuses is that request's error, and the process goes on.
+    with pytest.raises(ServingError):
+        version.run("translate_with_options", {
+            "inputs": np.array([b"a"], dtype=object), "alpha": np.array([-1.0], np.float32),
+            "max_extra_length": np.array([5], np.int32),
+        })
+    assert version.run("greedy", {"inputs": np.array([b"a"], dtype=object)})["translations"].shape == (1,)
+    pid = version.pid
+    del version
+    gc.collect()
+    assert gone(pid), "the version's process outlived its last reference"
+
+
+def test_a_version_that_fails_to_load_leaves_no_process(tmp_path):
+    (tmp_path / "1").mkdir()
+    (tmp_path / "1" / "saved_model.pb").write_bytes(b"not a SavedModel")
+    before = set(_children())
+    with pytest.raises(RemoteError) as error:
+        VersionProcess(1, str(tmp_path / "1"))
+    assert error.value.type_name in ("DecodeError", "OSError", "ValueError", "RuntimeError")
+    assert set(_children()) <= before
+
+
+def test_a_dead_version_process_fails_its_calls_and_is_loaded_again(exported, tmp_path):
+    _, _, path, _ = exported
+    base = tmp_path / "translator"
+    base.mkdir()
+    os.symlink(path, base / "1")
+    manager = ModelManager("translator", str(base), loader=VersionProcess, load_retry_interval_seconds=0)
+    poll(manager)
+    first = manager.get()
+    os.kill(first.pid, signal.SIGKILL)
+    with pytest.raises(ServingError, match="the process of version 1 ended unexpectedly") as error:
+        for _ in range(100):
+            first.run("greedy", {"inputs": np.array([b"a"], dtype=object)})
+            time.sleep(0.05)
+    assert error.value.status == 503
+    assert not first.alive
+    poll(manager)  # counted as a failed load, and retried at once (no retry interval here)
+    again = manager.get()
+    assert again is not first and again.alive
+    assert again.run("greedy", {"inputs": np.array([b"a"], dtype=object)})["translations"].shape == (1,)
+    again.close()
+    assert gone(again.pid)
+
+
+def test_a_newer_version_ends_the_older_ones_process(exported, tmp_path):
+    _, _, path, _ = exported
+    base = tmp_path / "translator"
+    base.mkdir()
+    os.symlink(path, base / "1")
+    manager = ModelManager("translator", str(base), loader=VersionProcess)
+    poll(manager)
+    first_pid = manager.get().pid
+    os.symlink(path, base / "2")
+    poll(manager)
+    assert manager.get().version == 2
+    gc.collect()
+    assert gone(first_pid)
+    manager.get().close()
+
+
+def _children():
+    """The pids of this process's living children."""
+    children = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, NotADirectoryError, ProcessLookupError):
+            continue
+        if fields[0] != "Z" and int(fields[1]) == os.getpid():
+            children.append(int(name))
+    return children
+
+
+def test_the_server_process_holds_no_tensorflow(exported, tmp_path_factory, tmp_path):
+    base = serving_base(tmp_path_factory, exported)
+    server = Server(base, log_path=tmp_path / "serve.log")
+    try:
+        with open(f"/proc/{server.process.pid}/maps") as f:
+            maps = f.read()
+        assert "libtensorflow" not in maps  # the versions' processes have it, and give it back
+        status, body = server.predict({"instances": SENTENCES[:2]})
+        assert status == 200, body
+    finally:
+        server.stop()
+    assert server.process.returncode == 0
+
+
+def test_sigterm_answers_the_request_in_flight_then_exits_0(exported, tmp_path_factory, tmp_path):
+    base = serving_base(tmp_path_factory, exported)
+    server = Server(base, log_path=tmp_path / "serve.log")
+    body = json.dumps({"instances": SENTENCES[:3]}).encode()
+    head = (
+        f"POST /v1/models/translator:predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode()
+    with socket.create_connection((server.host, int(server.port)), timeout=120) as connection:
+        connection.sendall(head + body[:10])  # in flight: its handler is reading the body
+        time.sleep(0.5)
+        server.process.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        with pytest.raises(OSError):  # no new connections once stopping
+            socket.create_connection((server.host, int(server.port)), timeout=5)
+        connection.sendall(body[10:])
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200 OK"), answer[:300]
+    assert len(json.loads(answer.partition(b"\r\n\r\n")[2])["predictions"]) == 3
+    assert server.process.wait(60) == 0
+    server.log.close()
+
+
+def test_a_port_in_use_is_one_line_naming_the_flag_before_anything_loads(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        start = time.monotonic()
+        result = subprocess.run(
+            [sys.executable, "-m", "app.serve", "--model_base_path", str(tmp_path), "--rest_api_port", str(port)],
+            cwd=ROOT, capture_output=True, text=True, timeout=60,
+        )
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"app.serve: --rest_api_port {port} on --host 127.0.0.1: Address already in use"
+    assert time.monotonic() - start < 20  # no model loaded, no TensorFlow imported
