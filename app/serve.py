@@ -26,17 +26,21 @@ call (app/serving/batching.py). Built on aiohttp. Binds 127.0.0.1 unless --host 
 
 import argparse
 import asyncio
+import functools
 import logging
 import os
 import signal
+import socket
 import sys
 
 from app.cli.flag_types import add_hidden_alias
-from app.cli.quiet_tensorflow import import_tensorflow
 from app.serving.batching import BatchingParameters
-from app.serving.rest_api import MODEL_NAME, Limits
+from app.serving.rest_api import DEFAULT_READ_TIMEOUT_SECONDS, MODEL_NAME, Limits
 
 log = logging.getLogger("app.serve")
+
+# How long a stopping server waits for the requests in flight (a second signal: no wait).
+SHUTDOWN_GRACE_SECONDS = 60.0
 
 
 def _bool(text):
@@ -108,15 +112,38 @@ def parse_args(argv=None):
         default=Limits.max_text_length,
         help=f"most characters per input text (default {Limits.max_text_length})",
     )
-    for flag, what in (("intra", "threads one op may use"), ("inter", "ops run at once")):
-        parser.add_argument(
-            f"--tensorflow_{flag}_op_parallelism",
-            type=int,
-            default=0,
-            help=f"{what} on the CPU (default 0: TensorFlow's choice, as TF Serving; on a 2-core CPU the tiny "
-            "model decoded fastest with 1 thread per op and TensorFlow's choice of ops at once: "
-            "docs/serving.md#threads)",
-        )
+    parser.add_argument(
+        "--allowed_hosts",
+        default="",
+        help="comma-separated names besides IP addresses, localhost and this machine's name that requests may "
+        "give as Host, e.g. the name a reverse proxy forwards (default: none; '*': any)",
+    )
+    parser.add_argument(
+        "--allowed_origins",
+        default="",
+        help="comma-separated origins (https://app.example.com) of web pages allowed to call the server "
+        "(default none: only the server's own page; '*': any)",
+    )
+    parser.add_argument(
+        "--read_timeout_seconds",
+        type=float,
+        default=DEFAULT_READ_TIMEOUT_SECONDS,
+        help=f"close a connection whose request stalls, or that stays idle, this long "
+        f"(default {DEFAULT_READ_TIMEOUT_SECONDS:g})",
+    )
+    parser.add_argument(
+        "--tensorflow_intra_op_parallelism",
+        type=int,
+        help="threads one op may use on the CPU (default: a quarter of the cores, at least 1, fewer where "
+        "several model calls may run at once: what decoded fastest, docs/serving.md#threads; 0: TensorFlow's "
+        "choice, every core, as TF Serving's default); a CTranslate2 version's threads per call",
+    )
+    parser.add_argument(
+        "--tensorflow_inter_op_parallelism",
+        type=int,
+        default=0,
+        help="ops run at once on the CPU (default 0: TensorFlow's choice, one per core, as TF Serving)",
+    )
     for action in list(parser._actions):
         for option in action.option_strings:
             if "_" in option:
@@ -127,6 +154,8 @@ def parse_args(argv=None):
         parser.error(f"--model_name {args.model_name!r}: use letters, digits, '.', '_' and '-' (it is part of URLs)")
     if not 0 <= args.rest_api_port <= 65535:
         parser.error(f"--rest_api_port must be 0-65535 (0: a free one), got {args.rest_api_port}")
+    if not args.read_timeout_seconds > 0:
+        parser.error(f"--read_timeout_seconds must be more than 0, got {args.read_timeout_seconds}")
     if not args.file_system_poll_wait_seconds >= 0:
         wait = args.file_system_poll_wait_seconds
         parser.error(f"--file_system_poll_wait_seconds must be >= 0 (0: look once, at start), got {wait}")
@@ -135,7 +164,7 @@ def parse_args(argv=None):
         ("max_text_length", 1), ("tensorflow_intra_op_parallelism", 0), ("tensorflow_inter_op_parallelism", 0),
     )
     for flag, least in least_values:
-        if getattr(args, flag) < least:
+        if getattr(args, flag) is not None and getattr(args, flag) < least:
             parser.error(f"--{flag} must be at least {least}, got {getattr(args, flag)}")
     args.batching_parameters = BatchingParameters()
     if args.batching_parameters_file:
@@ -151,23 +180,24 @@ async def serve(args):
     from aiohttp import web
 
     from app.serving.batching import Batcher
-    from app.serving.models import ModelManager, load_version
+    from app.serving.models import ModelManager
+    from app.serving.origins import OriginPolicy
     from app.serving.server import Server
+    from app.serving.version_process import CpuThreads, VersionProcess
 
-    parameters = args.batching_parameters
+    batcher = Batcher(args.batching_parameters, args.enable_batching)
+    threads = CpuThreads(args.tensorflow_intra_op_parallelism, args.tensorflow_inter_op_parallelism)
     manager = ModelManager(
         args.model_name,
         args.model_base_path,
         args.num_versions,
         args.max_num_load_retries,
-        load_version,
+        functools.partial(VersionProcess, threads=threads, max_calls=batcher.threads),
         load_retry_interval_seconds=args.load_retry_interval_micros / 1e6,
     )
     server = Server(
-        manager,
-        Batcher(parameters, args.enable_batching),
-        Limits(args.max_instances, args.max_text_length),
-        args.file_system_poll_wait_seconds,
+        manager, batcher, Limits(args.max_instances, args.max_text_length), args.file_system_poll_wait_seconds,
+        OriginPolicy.from_flags(args.allowed_hosts, args.allowed_origins, args.host), args.read_timeout_seconds,
     )
     # The signals first: the first poll, inside runner.setup(), may load for a while.
     # A first SIGINT or SIGTERM stops the server once the requests in flight are answered;
@@ -182,7 +212,7 @@ async def serve(args):
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(signum, on_signal)
-    runner = web.AppRunner(server.app(), access_log=None)
+    runner = server.runner()
     setup = asyncio.create_task(runner.setup())
     stopping = asyncio.create_task(stop.wait())
     await asyncio.wait({setup, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -190,7 +220,11 @@ async def serve(args):
         return
     setup.result()  # its error, if it failed
     site = web.TCPSite(runner, args.host, args.rest_api_port)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as error:  # taken while the first version loaded
+        await runner.cleanup()
+        sys.exit(f"app.serve: --rest_api_port {args.rest_api_port} on --host {args.host}: {error.strerror or error}")
     host, port = runner.addresses[0][:2]
     versions = ", ".join(str(v) for v in sorted(manager.loaded)) or "none yet"
     print(
@@ -198,21 +232,35 @@ async def serve(args):
         flush=True,
     )
     await stopping
+    # Stop accepting, then let the requests in flight finish, those still sending their
+    # body included (aiohttp's own shutdown would stop reading them), then close.
+    log.info("stopping: no new connections; answering the %d requests in flight", server.in_flight)
+    await site.stop()
+    await server.drained(SHUTDOWN_GRACE_SECONDS)
     await runner.cleanup()
+
+
+def check_port(host, port):
+    """Exits with one line naming --rest_api_port when the port cannot be bound, before a
+    version loads for long seconds. (Bound again to serve: the check leaves it free.)"""
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        for family, kind, protocol, _, address in addresses:
+            with socket.socket(family, kind, protocol) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio binds
+                probe.bind(address)
+    except OSError as error:
+        reason = error.strerror or str(error)
+        sys.exit(f"app.serve: --rest_api_port {port} on --host {host}: {reason}")
 
 
 def main(argv=None):
     args = parse_args(argv)
-    import_tensorflow()
-    import tensorflow as tf
-
-    # Before the first op runs: TensorFlow makes its pools then, once per process.
-    tf.config.threading.set_intra_op_parallelism_threads(args.tensorflow_intra_op_parallelism)
-    tf.config.threading.set_inter_op_parallelism_threads(args.tensorflow_inter_op_parallelism)
-    from app.cli.threads import describe_cpu_threads
-
+    check_port(args.host, args.rest_api_port)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
-    log.info(describe_cpu_threads())
+    from app.serving.server import OneLineErrors
+
+    logging.getLogger("aiohttp.server").addFilter(OneLineErrors())
     asyncio.run(serve(args))
     # os._exit, not a return: Python would join the loading thread at exit, which a
     # version still loading would hold up for as long as its load takes.

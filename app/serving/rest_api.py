@@ -55,6 +55,11 @@ class TensorSpec:
 MODEL_NAME = flag_types.MODEL_NAME
 
 
+# Seconds a connection may stall mid-request, or stay idle between requests, before it is
+# closed (--read_timeout_seconds): long enough for a slow link to send a full request.
+DEFAULT_READ_TIMEOUT_SECONDS = 30.0
+
+
 @dataclasses.dataclass(frozen=True)
 class Limits:
     """What the server accepts per request (flags --max_instances, --max_text_length)."""

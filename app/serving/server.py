@@ -19,7 +19,9 @@ from aiohttp import web
 from app.export.export_info import read_export_info
 from app.serving.batching import client_connected
 from app.serving.models import no_export_yet
+from app.serving.origins import OriginPolicy, is_json
 from app.serving.rest_api import (
+    DEFAULT_READ_TIMEOUT_SECONDS,
     Limits,
     ServingError,
     error_body,
@@ -49,21 +51,35 @@ SIGNATURE_METHODS = {"classify": "classification", "regress": "regression"}
 class Server:
     """The aiohttp application around one `ModelManager` and its `Batcher`."""
 
-    def __init__(self, manager, batcher, limits=Limits(), poll_seconds=1.0):
+    def __init__(self, manager, batcher, limits=Limits(), poll_seconds=1.0, origins=OriginPolicy(),
+                 read_timeout_seconds=DEFAULT_READ_TIMEOUT_SECONDS):
         self.manager = manager
         self.batcher = batcher
         self.limits = limits
         self.poll_seconds = poll_seconds
+        self.origins = origins
+        self.read_timeout_seconds = read_timeout_seconds
         self.responses = {}  # HTTP status -> count, for /monitoring
+        self.in_flight = 0  # requests being received or answered
+        self._idle = asyncio.Event()
+        self._idle.set()
         self._loading = None  # the thread pool that loads versions
         self._poller = None
         page = PAGE.read_text(encoding="utf-8")
         self._page = page.replace("{{MODEL_NAME}}", html.escape(manager.name, quote=True))
 
+    def runner(self):
+        """The aiohttp runner to serve `app()` with. Its keep-alive timeout is the read
+        timeout: aiohttp closes a connection idle for that long, a request whose headers
+        stall included; `_read_body` times out a stalled body."""
+        return web.AppRunner(self.app(), access_log=None, keepalive_timeout=self.read_timeout_seconds)
+
     def app(self):
         # Room for max_instances texts of max_text_length characters, \u-escaped.
-        client_max_size = 2**20 + self.limits.max_instances * self.limits.max_text_length * 12
-        app = web.Application(middlewares=[self._json_errors], client_max_size=client_max_size)
+        self._client_max_size = 2**20 + self.limits.max_instances * self.limits.max_text_length * 12
+        app = web.Application(
+            middlewares=[self._own_origin_only, self._json_errors], client_max_size=self._client_max_size
+        )
         app.router.add_get("/", self.page)
         app.router.add_get("/page.json", self.page_info)
         app.router.add_get("/monitoring/prometheus/metrics", self.metrics)
@@ -93,6 +109,9 @@ class Server:
             self._poller.cancel()
             await asyncio.gather(self._poller, return_exceptions=True)
         await self.batcher.stop()
+        for loaded in list(self.manager.loaded.values()):
+            if hasattr(loaded, "close"):  # a version in a process of its own: end it now
+                loaded.close()
         # A version still loading is not waited for: it would be thrown away. (Its thread
         # cannot be stopped; main() exits without joining it.)
         self._loading.shutdown(wait=False, cancel_futures=True)
@@ -121,21 +140,67 @@ class Server:
     # Handlers.
 
     @web.middleware
+    async def _own_origin_only(self, request, handler):
+        """Refuses requests for other names and from other sites' pages (origins.py); lets
+        allowed pages read the answers."""
+        self.in_flight += 1
+        self._idle.clear()
+        try:
+            return await self._checked_origin(request, handler)
+        finally:
+            self.in_flight -= 1
+            if not self.in_flight:
+                self._idle.set()
+
+    async def _checked_origin(self, request, handler):
+        host, origin = request.headers.get("Host"), request.headers.get("Origin")
+        try:
+            self.origins.check_host(host)
+            cross_origin = self.origins.cross_origin(origin, host)
+            if request.method == "POST" and origin is not None and not is_json(request.headers.get("Content-Type")):
+                raise ServingError("a request from a web page must be sent as Content-Type: application/json",
+                                   status=415)
+        except ServingError as error:
+            log.info("refused %s %s: %s", request.method, request.path, error.message)
+            return self._count(_json(error_body(error.message), error.status))
+        if cross_origin and request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
+            return self._count(web.Response(status=204, headers=self.origins.preflight_headers(origin)))
+        response = await handler(request)
+        if cross_origin:
+            response.headers.update(self.origins.cors_headers(origin))
+        return response
+
+    async def drained(self, timeout):
+        """Returns once no request is in flight, or after `timeout` seconds."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except asyncio.TimeoutError:
+            log.warning("%d requests still in flight after %g s; closing them", self.in_flight, timeout)
+
+    def _count(self, response):
+        self.responses[response.status] = self.responses.get(response.status, 0) + 1
+        return response
+
+    @web.middleware
     async def _json_errors(self, request, handler):
         """Every answer, errors included, is JSON as TF Serving's: {"error": "..."}."""
         try:
             response = await handler(request)
         except ServingError as error:
+            if error.status in (408, 499):  # the client's doing, worth one line
+                log.info("%s %s from %s: %s", request.method, request.path, request.remote, error.message)
             response = _json(error_body(error.message), error.status)
+            if error.status == 408:  # the rest of a stalled body must not be read as a request
+                response.force_close()
         except web.HTTPException as error:
             if error.status < 400:
                 raise
             response = _json(error_body(f"{error.reason}: {request.method} {request.path}"), error.status)
         except Exception as error:
             log.exception("%s %s failed", request.method, request.path)
-            response = _json(error_body(f"{type(error).__name__}: {error}"), 500)
-        self.responses[response.status] = self.responses.get(response.status, 0) + 1
-        return response
+            type_name = getattr(error, "type_name", type(error).__name__)  # as raised in the version's process
+            response = _json(error_body(f"{type_name}: {error}"), 500)
+        return self._count(response)
 
     async def page(self, request):
         return web.Response(text=self._page, content_type="text/html")
@@ -196,7 +261,7 @@ class Server:
             raise ServingError(f"Servable not found for request: {request}", status=404)
 
     async def predict(self, request, name, version, label=None):
-        document = parse_json_body(await request.read())
+        document = parse_json_body(await self._read_body(request))
         signature_name = signature_name_of(document)
         self._check_name(name, version, label)
         loaded = self.manager.get(version)  # held until answered, even if a newer one arrives
@@ -205,6 +270,27 @@ class Server:
             loaded, signature_name, parsed.inputs, parsed.rows, lambda: client_connected(request)
         )
         return _json(format_response(outputs, parsed.format))
+
+    async def _read_body(self, request):
+        """The request's body, as `request.read()` reads it, but a 499 (one log line) when its
+        client leaves before sending all of it, and a 408 when it sends nothing for
+        `read_timeout_seconds`: a stalled client must not hold a connection forever."""
+        body = bytearray()
+        while True:
+            try:
+                chunk = await asyncio.wait_for(request.content.readany(), self.read_timeout_seconds)
+            except asyncio.TimeoutError:
+                raise ServingError(
+                    f"Request Timeout: no data for {self.read_timeout_seconds:g} s while reading the body "
+                    "(--read_timeout_seconds)", status=408
+                ) from None
+            except ConnectionError:
+                raise ServingError("The client closed the connection while sending its request", status=499) from None
+            if not chunk:
+                return bytes(body)
+            body.extend(chunk)
+            if len(body) > self._client_max_size:
+                raise web.HTTPRequestEntityTooLarge(max_size=self._client_max_size, actual_size=len(body))
 
     async def metrics(self, request):
         name = self.manager.name
@@ -219,6 +305,24 @@ class Server:
             for size, count in sorted(self.batcher.batch_sizes.items())
         ]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+
+class OneLineErrors(logging.Filter):
+    """Makes aiohttp's own error records (bad framing, a body longer than its Content-Length,
+    a connection lost while answering) one short line: their tracebacks say nothing about
+    the server, and their messages may quote a client's bytes at length."""
+
+    MAX_CHARACTERS = 300
+
+    def filter(self, record):
+        if record.exc_info and record.exc_info[1] is not None:
+            error = record.exc_info[1]
+            detail = " ".join(str(error).split())
+            record.msg = f"{record.getMessage()}: {type(error).__name__}: {detail}"
+            record.args, record.exc_info, record.exc_text = (), None, None
+        if len(str(record.msg)) > self.MAX_CHARACTERS:
+            record.msg = str(record.msg)[: self.MAX_CHARACTERS] + " ..."
+        return True
 
 
 def _unquoted(text):
