@@ -7,7 +7,10 @@ A free worker takes the queue whose oldest request has waited longest, waits unt
 request is `batch_timeout_micros` old or `max_batch_size` rows are queued, concatenates up
 to `max_batch_size` rows along dimension 0 and calls the model once in a thread; each
 request gets its own rows of every output back. While the workers are busy, requests
-queue up, so the busier the server, the larger the batches.
+queue up, so the busier the server, the larger the batches. A request of more rows than
+one call takes is served a slice at a time, its rest going behind the requests that came
+meanwhile: a one-sentence request sent beside a 64-sentence one waits for one batch, not
+for all of the large one.
 
 Requests are merged only when the model would give each the same answer alone:
 same version, same signature, and equal values of every non-string input (for
@@ -46,7 +49,7 @@ from app.serving.rest_api import ServingError
 class BatchingParameters:
     """TF Serving's BatchingParameters, the fields this server uses."""
 
-    # The most rows in one model call; a larger single request runs alone.
+    # The most rows in one model call; a larger request is answered over several calls.
     max_batch_size: int = 32
     # How long the oldest queued request waits for others before its batch runs.
     batch_timeout_micros: int = 5000
@@ -125,12 +128,42 @@ class _Task:
     inputs: dict  # name -> np.ndarray [rows, ...]
     rows: int
     future: asyncio.Future
-    arrival: float
+    arrival: float  # when it joined the back of its queue: at its arrival, or after its last slice
     still_wanted: object  # () -> bool, false once the client has gone
+    splittable: bool = True  # every input has `rows` rows, so a slice of rows is a request too
+    taken: int = 0  # rows already handed to a model call
+    answered: dict = dataclasses.field(default_factory=dict)  # first row of a slice -> its outputs
+    answered_rows: int = 0
+
+    @property
+    def waiting_rows(self):
+        return self.rows - self.taken
 
     def gone(self):
-        """True if nobody waits for the answer: the caller's future was cancelled or its client left."""
-        return self.future.cancelled() or not self.still_wanted()
+        """True if nobody waits for the answer: the caller's future is done (failed or
+        cancelled) or its client left."""
+        return self.future.done() or not self.still_wanted()
+
+    def take(self, most):
+        """`(first row, inputs)` of the next slice of at most `most` rows (all that wait
+        if the task cannot be split)."""
+        start = self.taken
+        count = min(most, self.waiting_rows) if self.splittable else self.waiting_rows
+        self.taken += count
+        if start == 0 and count == self.rows:
+            return start, self.inputs
+        return start, {name: value[start : start + count] for name, value in self.inputs.items()}
+
+    def answer(self, start, rows, outputs):
+        """Records the outputs of the slice from row `start`; once every row has its
+        outputs, answers the request with them, in order (slices may end out of order)."""
+        self.answered[start] = outputs
+        self.answered_rows += rows
+        if self.answered_rows == self.rows and not self.future.done():
+            parts = [self.answered[first] for first in sorted(self.answered)]
+            self.future.set_result(
+                parts[0] if len(parts) == 1 else {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+            )
 
 
 def client_connected(request):
@@ -185,20 +218,21 @@ class Batcher:
             self._drop_gone()  # abandoned requests must not refuse live ones
             if self._queued_rows() >= limit:
                 raise ServingError("The batch scheduling queue to which this task was submitted is full", status=503)
+        splittable = self.enabled and _has_rows(inputs, rows)
         if self.enabled:
             key = (id(version), signature_name, self._options_key(inputs, rows))
         else:  # a key of its own: never merged, taken by the next free worker
             key = ("alone", next(self._unique))
         task = _Task(
             key, version, signature_name, inputs, rows, asyncio.get_running_loop().create_future(), time.monotonic(),
-            still_wanted,
+            still_wanted, splittable,
         )
         self._queues.setdefault(key, []).append(task)
         self._changed.set()
         return await task.future
 
     def _queued_rows(self):
-        return sum(task.rows for queue in self._queues.values() for task in queue)
+        return sum(task.waiting_rows for queue in self._queues.values() for task in queue)
 
     def _drop_gone(self):
         """Removes every queued request nobody waits for any more (see `_Task.gone`)."""
@@ -237,7 +271,8 @@ class Batcher:
                 await self._changed.wait()
             key = min(self._queues, key=lambda k: self._queues[k][0].arrival)
             deadline = self._queues[key][0].arrival + timeout
-            while key in self._queues and sum(t.rows for t in self._queues[key]) < self.parameters.max_batch_size:
+            most = self.parameters.max_batch_size
+            while key in self._queues and sum(task.waiting_rows for task in self._queues[key]) < most:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
@@ -251,31 +286,59 @@ class Batcher:
             batch = self._take(key)
             if batch:
                 await self._execute(batch)
+                self._queue_rest(batch)
 
     def _take(self, key):
-        """Removes the oldest tasks of a queue, up to max_batch_size rows (at least one task)."""
+        """Removes up to max_batch_size rows from a queue, oldest first, as `(task, first row,
+        inputs)` slices. A request with more rows than fit gives a slice and leaves the queue
+        until that slice has run; its rest then goes behind the requests that came meanwhile
+        (`_queue_rest`): a large request is served a batch at a time, interleaved with small
+        ones, which wait for one batch, not for all of it. (A request that cannot be split is
+        taken whole, alone if it must be.)"""
         queue = self._queues[key]
+        most = self.parameters.max_batch_size
         batch, rows = [], 0
-        while queue and (not batch or rows + queue[0].rows <= self.parameters.max_batch_size):
-            task = queue.pop(0)
+        while queue and rows < most:
+            task = queue[0]
             if task.gone():
+                queue.pop(0)
                 _answer_gone(task)
                 continue
-            batch.append(task)
-            rows += task.rows
+            if batch and not task.splittable and rows + task.waiting_rows > most:
+                break
+            start, inputs = task.take(most - rows)
+            batch.append((task, start, inputs))
+            rows += _rows_of(task, inputs)
+            queue.pop(0)
+            if task.waiting_rows:  # the rest of a large request: queued again once this slice is run
+                break
         if not queue:
             del self._queues[key]
         return batch
 
+    def _queue_rest(self, batch):
+        """Puts the rest of each large request in `batch` back in its queue, behind the
+        requests that came while its slice ran (see `_take`)."""
+        for task, _, _ in batch:
+            if not task.waiting_rows or task.future.done():
+                continue
+            if task.gone():
+                _answer_gone(task)
+                continue
+            task.arrival = time.monotonic()
+            self._queues.setdefault(task.key, []).append(task)
+            self._changed.set()
+
     async def _execute(self, batch):
-        first = batch[0]
-        if self.enabled:
-            inputs = {name: np.concatenate([task.inputs[name] for task in batch]) for name in first.inputs}
-        else:  # one request, whose outputs go back whole, as the model gave them
-            inputs = first.inputs
-        rows = sum(task.rows for task in batch)
+        first = batch[0][0]
+        sizes = [_rows_of(task, part) for task, _, part in batch]
+        rows = sum(sizes)
         loop = asyncio.get_running_loop()
         try:
+            if len(batch) == 1:  # as it is: it may have inputs without rows, which run whole
+                inputs = batch[0][2]
+            else:
+                inputs = {name: np.concatenate([part[name] for _, _, part in batch]) for name in batch[0][2]}
             outputs = await loop.run_in_executor(self._executor, first.version.run, first.signature_name, inputs)
             if not self.enabled:
                 self._count(rows)
@@ -288,19 +351,29 @@ class Batcher:
                         f"output {name} has no batch dimension of {rows} rows; cannot split it", status=500
                     )
         except Exception as error:
-            for task in batch:
+            for task, _, _ in batch:
                 if not task.future.done():
                     task.future.set_exception(error)
             return
         self._count(rows)
-        start = 0
-        for task in batch:
+        offset = 0
+        for (task, start, _), size in zip(batch, sizes):
             if not task.future.done():
-                task.future.set_result({name: value[start : start + task.rows] for name, value in outputs.items()})
-            start += task.rows
+                task.answer(start, size, {name: value[offset : offset + size] for name, value in outputs.items()})
+            offset += size
 
     def _count(self, rows):
         self.batch_sizes[rows] = self.batch_sizes.get(rows, 0) + 1
+
+
+def _has_rows(inputs, rows):
+    """Whether every input has `rows` rows (dimension 0), so that any slice of rows is a request."""
+    return all(np.ndim(value) > 0 and len(value) == rows for value in inputs.values())
+
+
+def _rows_of(task, inputs):
+    """Rows in a slice: those of its inputs, or the whole request's where it was not split."""
+    return len(next(iter(inputs.values()))) if task.splittable and inputs else task.rows
 
 
 def _answer_gone(task):

@@ -117,15 +117,58 @@ def test_different_options_signatures_and_versions_are_never_merged():
     assert [inputs["inputs"] for _, inputs in v2.calls] == [[b"h"]]
 
 
-def test_a_request_larger_than_max_batch_size_runs_alone():
+def test_a_request_larger_than_max_batch_size_is_answered_over_several_calls():
     version = FakeVersion()
     requests = [
         (version, "serving_default", {"inputs": strings(*"abcdef")}),
         (version, "serving_default", {"inputs": strings("g")}),
     ]
     outputs = run_all(Batcher(BatchingParameters(max_batch_size=4, batch_timeout_micros=20_000)), requests)
-    assert [len(o["echo"]) for o in outputs] == [6, 1]
-    assert sorted(len(inputs["inputs"]) for _, inputs in version.calls) == [1, 6]
+    assert [o["echo"].tolist() for o in outputs] == [[t.encode() for t in "abcdef"], [b"g"]]
+    assert [o["twice"].shape for o in outputs] == [(6, 2), (1, 2)]
+    # Its first slice, then the request that waited behind it, with the rest.
+    assert [inputs["inputs"] for _, inputs in version.calls] == [[b"a", b"b", b"c", b"d"], [b"g", b"e", b"f"]]
+
+
+def test_a_small_request_waits_for_one_slice_of_a_large_one_not_for_all_of_it():
+    version = FakeVersion(seconds=0.2)
+
+    async def main():
+        batcher = Batcher(BatchingParameters(max_batch_size=4, batch_timeout_micros=0))
+        batcher.start()
+        try:
+            twelve = {"inputs": strings(*"abcdefghijkl")}
+            large = asyncio.ensure_future(batcher.run(version, "serving_default", twelve, 12))
+            while not version.running:  # the first slice is in the model
+                await asyncio.sleep(0.01)
+            small = await batcher.run(version, "serving_default", {"inputs": strings("x")}, 1)
+            return small, len(version.calls), await large
+        finally:
+            await batcher.stop()
+
+    small, calls_before_small_answered, large = asyncio.run(main())
+    assert small["echo"].tolist() == [b"x"] and calls_before_small_answered == 2
+    assert large["echo"].tolist() == [t.encode() for t in "abcdefghijkl"]
+    assert [inputs["inputs"] for _, inputs in version.calls] == [
+        [b"a", b"b", b"c", b"d"], [b"x", b"e", b"f", b"g"], [b"h", b"i", b"j", b"k"], [b"l"],
+    ]
+
+
+def test_a_request_whose_inputs_cannot_be_sliced_runs_whole():
+    version = FakeVersion()
+
+    async def main():
+        batcher = Batcher(BatchingParameters(max_batch_size=2, batch_timeout_micros=0))
+        batcher.start()
+        try:
+            # A scalar input: no rows to slice, so the three texts go in one call.
+            return await batcher.run(version, "serving_default", {"inputs": strings(*"abc"), "k": np.array(3)}, 3)
+        finally:
+            await batcher.stop()
+
+    outputs = asyncio.run(main())
+    assert outputs["echo"].tolist() == [b"a", b"b", b"c"]
+    assert [inputs["inputs"] for _, inputs in version.calls] == [[b"a", b"b", b"c"]]
 
 
 def test_a_failing_call_fails_each_of_its_requests():
