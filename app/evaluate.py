@@ -73,11 +73,7 @@ def parse_args(argv=None):
     )
     parser.add_argument("--output", help="write the translations here, one per line (default: not written)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text (default: text)")
-    add_thread_arguments(
-        parser.add_argument_group("CPU threads"),
-        "on a 2-core CPU, 1 (and TensorFlow's choice of ops at once) decoded the tiny model fastest "
-        "(docs/serving.md#threads)",
-    )
+    add_thread_arguments(parser.add_argument_group("CPU threads"), decoding=True)
     # None: not given, so that a flag which cannot apply is told apart from its default.
     parser.set_defaults(beam_size=None)
     args = parser.parse_args(argv)
@@ -314,7 +310,7 @@ def main(argv=None):
     import_tensorflow()
     from app.cli.threads import set_threads_from_flags
 
-    set_threads_from_flags(args)  # before TensorFlow runs an op: its pools are made then
+    set_threads_from_flags(args, decoding=True)  # before TensorFlow runs an op: its pools are made then
     from app.cli.progress import CountProgress
     from app.decoding.translate import DecodingConfig
     from app.export.locate import saved_model_version

@@ -124,11 +124,7 @@ def build_parser():
         "--sampling-temperature", type=_temperature, metavar="T", help="divide the logits by T (default 1)"
     )
     sampling.add_argument("--seed", type=_seed, help="the random seed (default 0)")
-    add_thread_arguments(
-        parser.add_argument_group("CPU threads"),
-        "on a 2-core CPU, 1 (and TensorFlow's choice of ops at once) decoded the tiny model fastest "
-        "(docs/serving.md#threads)",
-    )
+    add_thread_arguments(parser.add_argument_group("CPU threads"), decoding=True)
     # None: not given, so that a flag that cannot apply is told apart from its default.
     parser.set_defaults(beam_size=None, max_extra_length=None)
     return parser
@@ -148,6 +144,8 @@ def parse_args(argv=None):
             parser.error(f"--saved-model: {error}")
     if args.model_dir is not None and not os.path.isdir(args.model_dir):
         parser.error(f"--model-dir {args.model_dir}: no such directory")
+    if args.input != STDIN and os.path.isdir(args.input):
+        parser.error(f"--input {args.input}: is a directory; give the file of sentences to translate")
     if args.input != STDIN and not os.path.isfile(args.input):
         parser.error(f"--input {args.input}: no such file")
     if args.output:
@@ -408,7 +406,7 @@ def main(argv=None):
     import_tensorflow()
     from app.cli.threads import set_threads_from_flags
 
-    set_threads_from_flags(args)  # before TensorFlow runs an op: its pools are made then
+    set_threads_from_flags(args, decoding=True)  # before TensorFlow runs an op: its pools are made then
     from app.cli.progress import CountProgress  # (imports Keras)
     from app.export.saved_model import ExportError
     from data.errors import DataError

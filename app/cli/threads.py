@@ -18,6 +18,9 @@ import sys
 
 import tensorflow as tf
 
+from app.cli.decoding_threads import decoding_intra_op_threads
+from app.cli.flags import DEFAULT_PARALLEL_SEARCHES
+
 
 def set_cpu_threads(intra_op=None, inter_op=None):
     """Sizes TensorFlow's two thread pools; None or 0 leaves TensorFlow's own choice.
@@ -52,11 +55,18 @@ def describe_cpu_threads():
     return f"CPU threads: {per_op}, {at_once}"
 
 
-def set_threads_from_flags(args, stream=None):
+def set_threads_from_flags(args, stream=None, decoding=False):
     """Sizes the pools from a command's `--intra-op-threads` and `--inter-op-threads`
     (`app.cli.flags.add_thread_arguments`) and, where either is given, says so in a line
     on `stream` (default standard error: standard output may hold the command's result).
-    Call it before TensorFlow runs an op."""
+    A command that `decoding` gives ops the threads decoding ran fastest with when
+    `--intra-op-threads` is not given (app/cli/decoding_threads.py). Call it before
+    TensorFlow runs an op."""
     set_cpu_threads(args.intra_op_threads, args.inter_op_threads)
+    if args.intra_op_threads is None and decoding:
+        try:
+            set_cpu_threads(decoding_intra_op_threads(DEFAULT_PARALLEL_SEARCHES))
+        except ValueError:  # called again in a process whose TensorFlow has started: its pools stand
+            pass
     if args.intra_op_threads or args.inter_op_threads:
         print(describe_cpu_threads(), file=stream or sys.stderr)
