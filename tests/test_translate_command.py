@@ -206,6 +206,7 @@ def test_the_sample_signature_takes_one_setting_per_instance(exported):
         (["--checkpoint", "best"], "--checkpoint applies to --model-dir only"),
         (["--nbest", "2", "--alpha", "1"], "--alpha cannot apply with --nbest to a SavedModel"),
         (["--input", "/no/such/file"], "--input /no/such/file: no such file"),
+        (["--input", "/"], "--input /: is a directory; give the file of sentences to translate"),
     ],
 )
 def test_bad_flags_exit_2_naming_the_flag(exported, args, message, capsys):
