@@ -261,7 +261,10 @@ def _child_main(connection, version, path, threads, max_calls):
                 break
             if message is None:
                 break
-            calls.submit(answer, *message)
+            if max_calls == 1:  # one call at a time: run it here, a thread handoff less per call
+                answer(*message)
+            else:
+                calls.submit(answer, *message)
     # Not a return: TensorFlow's teardown at interpreter exit is slow and may log.
     os._exit(0)
 

@@ -1,0 +1,227 @@
+"""The local server left running: memory across hot reloads and failed loads, under load.
+
+    python benchmarks/bench_serving_soak.py --tiny                      # exports a tiny model first
+    python benchmarks/bench_serving_soak.py --export saved_models/translator/3 --reloads 20 --broken 10
+
+With `--in-process-loads N` it first loads and releases the version N times in one
+process, as the server did before each version had a process of its own.
+
+It copies one exported version into a base path of its own as version 1, starts
+`python -m app.serve` on it (polling every 0.2 s, no wait between retries) and keeps
+`--clients` threads sending requests of 1-3 sentences. Then, `--reloads` times, it exports
+the next version the documented way (copied to `.tmp-N`, renamed to `N`) and waits until
+that version is AVAILABLE and the previous one's process has ended; then it makes
+`--broken` failed loads (a version whose saved_model.pb is garbage, retried
+`--broken - 1` times). After the first load and after each step it prints the resident
+memory of the server and of its versions' processes together, and at the end the
+requests that failed (a reload must fail none) and the growth against the first load.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from app.cli.flag_types import int_at_least  # noqa: E402
+from benchmarks.bench_serving import ServerFailed, export_tiny, post, start_server  # noqa: E402
+
+SENTENCES = ["A man rides a bike.", "Two dogs play in the snow.", "A woman reads a book on a bench."]
+
+
+def resident_bytes(pid):
+    """Resident memory of `pid` and all its descendants, in bytes (from /proc)."""
+    total, pending = 0, [pid]
+    children = _children_by_parent()
+    while pending:
+        current = pending.pop()
+        try:
+            with open(f"/proc/{current}/status") as f:
+                total += next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+        except (FileNotFoundError, StopIteration):
+            continue
+        pending.extend(children.get(current, []))
+    return total
+
+
+def _children_by_parent():
+    children = {}
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(name))
+    return children
+
+
+def status(url, model):
+    with urllib.request.urlopen(f"{url}/v1/models/{model}", timeout=30) as response:
+        return {int(s["version"]): s for s in json.loads(response.read())["model_version_status"]}
+
+
+def wait_for(condition, what, seconds=600):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise ServerFailed(f"waited {seconds} s for {what}")
+        time.sleep(0.2)
+
+
+def place(export, base, version, broken=False):
+    """Copies `export` in as `version`, the documented way: into .tmp-N, then renamed."""
+    temporary = base / f".tmp-{version}"
+    shutil.copytree(export, temporary)
+    if broken:
+        (temporary / "saved_model.pb").write_bytes(b"not a SavedModel")
+    os.rename(temporary, base / str(version))
+
+
+# Why versions run in processes of their own: one process loading a version and dropping
+# it again, with every function it added removed from the eager context and malloc trimmed.
+IN_PROCESS = """
+import ctypes, gc, sys
+from tensorflow.python.eager import context
+from app.serving.models import LoadedVersion
+
+def resident_gib():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 2**20
+
+print(f"in one process, before loading: {resident_gib():.2f} GiB", flush=True)
+for load in range(1, int(sys.argv[2]) + 1):
+    before = set(context.context().list_function_names())
+    version = LoadedVersion(load, sys.argv[1])
+    version.warm_up()
+    del version
+    gc.collect()
+    for name in set(context.context().list_function_names()) - before:
+        context.context().remove_function(name)
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    print(f"in one process, after load {load} and its release: {resident_gib():.2f} GiB", flush=True)
+"""
+
+
+def in_process_loads(export, loads):
+    """Runs IN_PROCESS in a Python of its own; its lines go to standard output."""
+    import subprocess
+
+    subprocess.run([sys.executable, "-c", IN_PROCESS, export, str(loads)], cwd=ROOT, check=True,
+                   env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT)})
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--export", help="one exported version directory (saved_model.pb or model.bin)")
+    source.add_argument("--tiny", action="store_true", help="train and export the tests' tiny model first")
+    parser.add_argument("--reloads", type=int_at_least(0), default=20, help="new versions to switch to (default 20)")
+    parser.add_argument(
+        "--broken", type=int_at_least(0), default=10, help="failed loads of a broken version (default 10)"
+    )
+    parser.add_argument(
+        "--clients", type=int_at_least(1), default=2, help="threads sending requests throughout (default 2)"
+    )
+    parser.add_argument("--server-flags", default="", help="more flags for python -m app.serve")
+    parser.add_argument(
+        "--in-process-loads", type=int_at_least(0), default=0,
+        help="first load and release the version this many times in one process, as the server did before "
+        "each version had a process of its own (default 0: not)",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="soak-"))
+    export = args.export or str(Path(export_tiny(work)) / "1")
+    if args.in_process_loads:
+        in_process_loads(export, args.in_process_loads)
+    base = work / "served"
+    base.mkdir()
+    place(export, base, 1)
+    flags = ["--file_system_poll_wait_seconds", "0.2", "--load_retry_interval_micros", "0",
+             "--max_num_load_retries", str(max(args.broken - 1, 0)), *args.server_flags.split()]
+    log = open(work / "serve.log", "w")
+    process, url = start_server(str(base), flags, log)
+    endpoint = f"{url}/v1/models/translator:predict"
+    stop, failures, answered = threading.Event(), [], [0]
+
+    def client():
+        while not stop.is_set():
+            try:
+                if len(post(endpoint, {"instances": SENTENCES[: 1 + answered[0] % 3]})["predictions"]) < 1:
+                    failures.append("no predictions")
+                answered[0] += 1
+            except (urllib.error.URLError, OSError, ValueError, KeyError) as error:
+                failures.append(repr(error))
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(args.clients)]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(2)
+        first = resident_bytes(process.pid)
+        print(f"after the first load: {first / 2**30:.2f} GiB (server {resident_bytes_of(process.pid)})", flush=True)
+        version = 1
+        for _ in range(args.reloads):
+            old_processes = set(_children_by_parent().get(process.pid, []))
+            version += 1
+            start = time.monotonic()
+            place(export, base, version)
+            wait_for(lambda v=version: status(url, "translator").get(v, {}).get("state") == "AVAILABLE",
+                     f"version {version}")
+            wait_for(lambda: not old_processes & set(_children_by_parent().get(process.pid, [])),
+                     "the old version's process to end", 60)
+            memory = resident_bytes(process.pid)
+            print(f"reload to version {version} in {time.monotonic() - start:.1f} s: {memory / 2**30:.2f} GiB "
+                  f"({memory / first - 1:+.1%}), failed requests so far {len(failures)}", flush=True)
+        version += 1
+        if args.broken:
+            place(export, base, version, broken=True)
+            wait_for(lambda: status(url, "translator").get(version, {}).get("state") == "END"
+                     and _failed_loads(work / "serve.log", version) >= args.broken, f"{args.broken} failed loads")
+            memory = resident_bytes(process.pid)
+            print(f"after {args.broken} failed loads of version {version}: {memory / 2**30:.2f} GiB "
+                  f"({memory / first - 1:+.1%})", flush=True)
+        stop.set()
+        for thread in threads:
+            thread.join(60)
+        final = resident_bytes(process.pid)
+        print(f"answered {answered[0]} requests, failed {len(failures)}; memory {first / 2**30:.2f} -> "
+              f"{final / 2**30:.2f} GiB ({final / first - 1:+.1%} against the first load)")
+        for failure in failures[:5]:
+            print("  failed:", failure)
+    finally:
+        stop.set()
+        process.terminate()
+        process.wait(60)
+        log.close()
+    shutil.rmtree(work, ignore_errors=True)
+    return 1 if failures else 0
+
+
+def resident_bytes_of(pid):
+    """The server process alone, formatted."""
+    with open(f"/proc/{pid}/status") as f:
+        kib = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    return f"{kib / 2**20:.2f} GiB"
+
+
+def _failed_loads(log_path, version):
+    with open(log_path, encoding="utf-8", errors="replace") as f:
+        return sum(f"version {version} failed to load" in line for line in f)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,19 @@
+"""benchmarks/bench_serving_soak.py on the tiny export: reloads and failed loads under load,
+no request failed, and memory that stays where the first load put it."""
+
+import re
+
+from benchmarks import bench_serving_soak
+
+
+def test_reloads_and_failed_loads_fail_no_request_and_keep_memory_flat(exported, capsys):
+    _, _, path, _ = exported
+    assert bench_serving_soak.main(["--export", path, "--reloads", "2", "--broken", "2", "--clients", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "reload to version 2 in" in out and "reload to version 3 in" in out
+    assert "after 2 failed loads of version 4" in out
+    growth = [float(g) for g in re.findall(r"\(([+-]\d+\.\d)%", out)]
+    assert len(growth) == 4, out
+    # A version loaded in the server's own process grew it by about a quarter each time.
+    assert max(growth) < 10, out
+    assert re.search(r"answered \d+ requests, failed 0;", out), out
