@@ -20,8 +20,12 @@ As in TF Serving, "/v1/models" matches in any case, and a version label
 TF Serving's model config file, which this server does not read.
 
 It serves the newest version under the base path and switches to a newly exported one
-without a restart (app/serving/models.py); concurrent requests are batched into one model
-call (app/serving/batching.py). Built on aiohttp. Binds 127.0.0.1 unless --host says otherwise.
+without a restart (app/serving/models.py), each version in a process of its own whose
+memory goes when it is unloaded (app/serving/version_process.py); concurrent requests are
+batched into one model call, large ones a batch at a time (app/serving/batching.py). Built
+on aiohttp. Binds 127.0.0.1 unless --host says otherwise, and answers only requests that
+name it and pages of its own origin unless --allowed_hosts / --allowed_origins say more
+(app/serving/origins.py).
 """
 
 import argparse
