@@ -120,7 +120,8 @@ def parse_args(argv=None):
         "--allowed_hosts",
         default="",
         help="comma-separated names besides IP addresses, localhost and this machine's name that requests may "
-        "give as Host, e.g. the name a reverse proxy forwards (default: none; '*': any)",
+        "give as Host, e.g. the name a reverse proxy forwards (default: none, and any name where --host is "
+        "not a loopback address; '*': any)",
     )
     parser.add_argument(
         "--allowed_origins",

@@ -8,7 +8,8 @@ checks stop it from using the server, without changing anything for TF Serving's
   page then reads the server's answers as same-origin; its requests still carry
   `Host: attacker.example`. A request is served only if its Host is an IP address, a
   `localhost` name, this machine's name, or a name given with --allowed_hosts (`*`: any,
-  for a reverse proxy that checks names itself).
+  for a reverse proxy that checks names itself). A server bound beyond the loopback
+  (`--host 0.0.0.0`) takes any Host unless --allowed_hosts is given.
 - Origin. Browsers send `Origin` with every cross-origin request and every POST. A
   request whose origin is not the server's own (its scheme aside: a proxy may add TLS) is
   refused unless --allowed_origins lists it (`*`: any); an allowed one gets the CORS
@@ -48,6 +49,17 @@ def split_host(host):
     return host.rstrip(".")
 
 
+def _is_loopback(host):
+    """Whether binding `host` serves this machine only (127.0.0.1, ::1, localhost)."""
+    name = split_host(host or "")
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
 def _is_address(name):
     try:
         ipaddress.ip_address(name)
@@ -65,11 +77,18 @@ class OriginPolicy:
     own_names: frozenset = frozenset()  # this machine's names, and the --host it binds
 
     @classmethod
-    def from_flags(cls, allowed_hosts="", allowed_origins="", bind_host=""):
+    def from_flags(cls, allowed_hosts="", allowed_origins="", bind_host="127.0.0.1"):
+        """The policy of the server's flags. A server bound to more than the loopback
+        (`--host 0.0.0.0`) was asked to serve other machines, under names it cannot know
+        (a compose service's, a cluster's): it takes any Host unless --allowed_hosts is
+        given, as Jupyter does; origins are checked either way."""
         own = {socket.gethostname().lower(), socket.getfqdn().lower(), split_host(bind_host or "")}
         origins = (origin.strip().rstrip("/") for origin in (allowed_origins or "").split(","))
         origins = frozenset(origin for origin in origins if origin)
-        return cls(_names(allowed_hosts), origins, frozenset(name for name in own if name))
+        hosts = _names(allowed_hosts)
+        if not hosts and not _is_loopback(bind_host):
+            hosts = frozenset({ANY})
+        return cls(hosts, origins, frozenset(name for name in own if name))
 
     def check_host(self, host):
         """Raises a 403 ServingError unless `host` (the Host header; None if absent) names this server."""

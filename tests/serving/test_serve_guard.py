@@ -120,6 +120,13 @@ def test_a_request_that_names_another_host_is_refused(tmp_path):
         assert post(port, host="attacker.example")[0] == 403
     with running(tmp_path, OriginPolicy.from_flags(allowed_hosts="*")) as (server, port):
         assert post(port, host="attacker.example")[0] == 200
+    # Bound beyond the loopback, it serves names it cannot know (a compose service's, say),
+    # unless told which.
+    with running(tmp_path, OriginPolicy.from_flags(bind_host="0.0.0.0")) as (server, port):
+        assert post(port, host="translator:8501")[0] == 200
+        assert post(port, host="translator:8501", origin="https://evil.example")[0] == 403
+    with running(tmp_path, OriginPolicy.from_flags("translate.example.com", bind_host="0.0.0.0")) as (server, port):
+        assert post(port, host="translator:8501")[0] == 403
 
 
 def test_a_page_of_another_site_is_refused_and_gets_no_cors_headers(tmp_path):
