@@ -70,36 +70,6 @@ class Corpus:
     validation_note: Optional[str] = None
 
 
-def drop_empty_pairs(source: List[str], target: List[str]) -> Tuple[ParallelText, int]:
-    """Strips surrounding whitespace and drops pairs where either side is then empty.
-
-    Returns:
-        (the kept pairs, how many were dropped).
-    """
-    kept_source, kept_target = [], []
-    for source_line, target_line in zip(source, target):
-        source_line, target_line = source_line.strip(), target_line.strip()
-        if source_line and target_line:
-            kept_source.append(source_line)
-            kept_target.append(target_line)
-    return ParallelText(kept_source, kept_target), len(source) - len(kept_source)
-
-
-def hold_out(train: ParallelText) -> Tuple[ParallelText, ParallelText]:
-    """Splits evenly spaced pairs off train as validation (`held_out_indices`); deterministic.
-
-    Returns:
-        (the remaining train pairs, the held-out validation pairs).
-    """
-    held = set(held_out_indices(len(train)).tolist())
-    keep = [i for i in range(len(train)) if i not in held]
-
-    def pick(indices):
-        return ParallelText([train.source[i] for i in indices], [train.target[i] for i in indices])
-
-    return pick(keep), pick(sorted(held))
-
-
 def held_out_indices(count: int) -> np.ndarray:
     """Which of `count` non-empty training pairs are held out as validation: 1% (at most
     1000, at least 1), evenly spaced. int64 [H], ascending, distinct.
