@@ -4,6 +4,7 @@ of a run's weights to load and how to decode them (export.py, app.evaluate, app.
 import argparse
 
 from app.cli.flag_types import float_at_least, int_at_least, positive_int
+from app.decoding.config import DecodingConfig
 from app.model.config import NORMALIZATION_KINDS, POSITIONAL_KINDS, SHARING_MODES, SIZES, TABLE3_VARIANTS, ModelConfig
 
 _fraction = float_at_least(0)
@@ -144,13 +145,12 @@ def add_weights_arguments(parser: argparse.ArgumentParser, applies_to: str = "")
     )
 
 
-# The paper's decoding (section 6.1). The same values as app.decoding.translate.DecodingConfig's
-# defaults, written out so that --help need not import TensorFlow; a test pins them equal.
-DEFAULT_BEAM_SIZE = 4
-DEFAULT_ALPHA = 0.6
-DEFAULT_MAX_EXTRA_LENGTH = 50
-# Not the paper's: how many beam searches share one call's sentences (DecodingConfig's too).
-DEFAULT_PARALLEL_SEARCHES = 2
+# The paper's decoding (section 6.1), and how many beam searches share one call's sentences:
+# DecodingConfig's defaults, under the names the commands use.
+DEFAULT_BEAM_SIZE = DecodingConfig.beam_size
+DEFAULT_ALPHA = DecodingConfig.alpha
+DEFAULT_MAX_EXTRA_LENGTH = DecodingConfig.max_extra_length
+DEFAULT_PARALLEL_SEARCHES = DecodingConfig.parallel_searches
 
 
 def add_decoding_arguments(
