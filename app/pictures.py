@@ -152,7 +152,7 @@ def sentence_attention(translator, sentence, target=None, decoding=None):
     import tensorflow as tf
 
     from app.decoding.translate import DecodingConfig, translate_ids
-    from data.special_tokens import END_ID, PAD_ID, START_ID
+    from layers.special_tokens import END_ID, PAD_ID, START_ID
 
     decoding = decoding or DecodingConfig()
     tokenizer = translator.tokenizer

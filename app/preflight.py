@@ -21,7 +21,7 @@ random ids. No corpus is read and no model directory is touched.
 import argparse
 import sys
 
-from app.cli.flag_types import positive_int
+from data.flag_types import positive_int
 
 
 def parse_args(argv=None):

@@ -19,7 +19,7 @@ import time
 
 def parse_args(argv=None):
     # None of these imports TensorFlow: --help and a bad value answer at once.
-    from app.cli.flag_types import positive_int
+    from data.flag_types import positive_int
     from app.training.recipes import RECIPES
     from data.flags import add_data_arguments
 

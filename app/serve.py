@@ -37,7 +37,7 @@ import signal
 import socket
 import sys
 
-from app.cli.flag_types import add_hidden_alias
+from data.flag_types import add_hidden_alias
 from app.serving.batching import BatchingParameters
 from app.serving.rest_api import DEFAULT_READ_TIMEOUT_SECONDS, MODEL_NAME, Limits
 

@@ -52,7 +52,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 
-from app.cli.flag_types import float_at_least, int_list, positive_int  # noqa: E402
+from data.flag_types import float_at_least, int_list, positive_int  # noqa: E402
 from benchmarks import machine  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir)
@@ -118,7 +118,7 @@ def savedmodel_translator(path, threads, one_thread_per_op=False):
 def ctranslate2_translator(path, threads, compute_type, beam_size, alpha):
     """`translate(batch of strings) -> strings` by CTranslate2's translate_batch."""
     from app.serving.ctranslate2_version import Engine
-    from data.special_tokens import END_ID
+    from layers.special_tokens import END_ID
 
     if "tensorflow" in sys.modules:  # its thread pools would slow CTranslate2's several times
         raise SystemExit("TensorFlow was imported into the CTranslate2 worker")

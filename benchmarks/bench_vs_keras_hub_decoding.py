@@ -55,7 +55,7 @@ from keras import ops  # noqa: E402
 from app.model.config import ModelConfig  # noqa: E402
 from app.training.recipes import RECIPES  # noqa: E402
 from app.decoding.translate import translate_ids  # noqa: E402
-from app.cli.flag_types import float_at_least, int_list, name_list, positive_int  # noqa: E402
+from data.flag_types import float_at_least, int_list, name_list, positive_int  # noqa: E402
 from app.model.transformer import Transformer, build_transformer  # noqa: E402
 from benchmarks.keras_hub_peer import (  # noqa: E402
     MAX_SEQUENCE_LENGTH,
@@ -65,7 +65,7 @@ from benchmarks.keras_hub_peer import (  # noqa: E402
 )
 from data.config import DataConfig  # noqa: E402
 from data.dataset import prepare_data  # noqa: E402
-from data.special_tokens import END_ID, PAD_ID, START_ID  # noqa: E402
+from layers.special_tokens import END_ID, PAD_ID, START_ID  # noqa: E402
 
 OUTPUT_TOKENS = MAX_SEQUENCE_LENGTH - 1  # per sentence, both sides
 

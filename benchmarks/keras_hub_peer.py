@@ -23,7 +23,7 @@ import numpy as np
 
 from app.model.flops import forward_flops, training_flops  # noqa: F401  (this module's API, as before)
 from benchmarks import machine
-from data.special_tokens import END_ID, PAD_ID
+from layers.special_tokens import END_ID, PAD_ID
 
 # The example's fixed padded length, and its batch size in sentences.
 MAX_SEQUENCE_LENGTH = 40

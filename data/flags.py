@@ -8,7 +8,7 @@
 
 import argparse
 
-from app.cli.flag_types import float_at_least, positive_int
+from data.flag_types import float_at_least, positive_int
 from data.config import DEFAULT_MAX_LENGTH, DEFAULT_VOCAB_SIZE, SUBWORD_MODELS, DataConfig
 
 

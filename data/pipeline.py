@@ -26,7 +26,7 @@ import tensorflow as tf
 
 from data.buckets import BatchPlan
 from data.corpora import ParallelText
-from data.special_tokens import END_ID, START_ID
+from layers.special_tokens import END_ID, START_ID
 from data.tokenizer import SubwordTokenizer
 
 _TOKENIZE_CHUNK = 4096  # Sentences per tokenizer call; big enough to amortize op overhead.

@@ -37,7 +37,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 from data.errors import DataError
-from data.special_tokens import END_ID, START_ID
+from layers.special_tokens import END_ID, START_ID
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"

@@ -16,7 +16,7 @@ the eager kernel cache is cleared, which `tf.random.set_seed` and
 per call, the op is cached by TensorFlow like any other kernel, so the call stays cheap,
 and is simply rebuilt after a cache clear.
 
-Reserved ids: `data/special_tokens.py` (padding, start, end, unknown); the vocabulary is
+Reserved ids: `layers/special_tokens.py` (padding, start, end, unknown); the vocabulary is
 trained with them and a model file that reserves others is refused.
 
 Choices, each measured on Multi30k en-de (the figures:
@@ -71,7 +71,7 @@ from sentencepiece import sentencepiece_model_pb2
 
 from data.atomic_files import write_atomically
 from data.errors import DataError, first_line
-from data.special_tokens import END_ID, PAD_ID, START_ID, UNKNOWN_ID
+from layers.special_tokens import END_ID, PAD_ID, START_ID, UNKNOWN_ID
 
 # C0 and C1 control characters, DEL, and the Unicode line and paragraph separators (RE2
 # syntax): what Python's str.splitlines() or a C string would break a translation at. A

@@ -8,14 +8,14 @@ A mask is a **boolean** tensor that broadcasts against attention scores of shape
 Attention layers apply it before the softmax by adding a large finite negative number
 to hidden scores (see `MultiHeadAttention`), so hidden keys get exactly zero weight.
 
-Padding is `PAD_ID` (data/special_tokens.py) everywhere in the project.
+Padding is `PAD_ID` (layers/special_tokens.py) everywhere in the project.
 
 Dimension names: B batch, S source length, T target length, L cache length.
 """
 
 from keras import ops
 
-from data.special_tokens import PAD_ID
+from layers.special_tokens import PAD_ID
 
 
 def padding_mask(token_ids, pad_id=PAD_ID):

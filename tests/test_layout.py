@@ -32,6 +32,45 @@ def python_files(place):
     return [path] if path.is_file() else sorted(path.rglob("*.py"))
 
 
+# Bottom to top (docs/layout.md): a module imports only from its own floor or lower ones.
+FLOORS = [
+    ["layers"],
+    ["data"],
+    ["app.model"],
+    ["app.decoding", "app.model_dir", "app.evaluation"],
+    ["app.cli"],
+    ["app.training", "app.export", "app.serving"],
+]
+
+
+def floor_of(module):
+    """The floor of a project module (the commands above every package); None outside the project."""
+    for floor, packages in enumerate(FLOORS):
+        if any(module == package or module.startswith(package + ".") for package in packages):
+            return floor
+    if module == "app" or module.startswith("app."):
+        return len(FLOORS)  # app/*.py: the commands
+    return None
+
+
+def test_every_package_stands_on_a_floor():
+    packages = {f"app.{path.parent.name}" for path in (ROOT / "app").glob("*/__init__.py")} | {"data", "layers"}
+    assert packages == {p for floor in FLOORS for p in floor}, "add the package to FLOORS and docs/layout.md"
+
+
+def test_imports_only_look_down():
+    upward = []
+    for place in ("layers", "data", "app"):
+        for path in python_files(place):
+            module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            own = floor_of(module)
+            for imported in imported_modules(path):
+                floor = floor_of(imported)
+                if floor is not None and floor > own:
+                    upward.append(f"{path.relative_to(ROOT)} (floor {own}) imports {imported} (floor {floor})")
+    assert not upward, sorted(set(upward))
+
+
 @pytest.mark.parametrize("place", NOT_FROM_TRAINING)
 def test_export_serving_and_what_they_share_import_nothing_from_training(place):
     files = python_files(place)

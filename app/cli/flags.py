@@ -2,8 +2,9 @@
 of a run's weights to load and how to decode them (export.py, app.evaluate, app.pictures)."""
 
 import argparse
+import os
 
-from app.cli.flag_types import float_at_least, int_at_least, positive_int
+from data.flag_types import float_at_least, int_at_least, positive_int
 from app.decoding.config import DecodingConfig
 from app.model.config import NORMALIZATION_KINDS, POSITIONAL_KINDS, SHARING_MODES, SIZES, TABLE3_VARIANTS, ModelConfig
 
@@ -113,8 +114,6 @@ def add_model_source_arguments(parser: argparse.ArgumentParser):
     """--saved-model PATH or --model-dir DIR (one of them), and --checkpoint/--average-last
     for the latter: where app.translate and app.score read the model. --saved-model is
     None when neither is given; the command then reads `DEFAULT_EXPORT_BASE`."""
-    from app.export.locate import DEFAULT_EXPORT_BASE
-
     model = parser.add_mutually_exclusive_group()
     model.add_argument(
         "--saved-model",
@@ -144,6 +143,9 @@ def add_weights_arguments(parser: argparse.ArgumentParser, applies_to: str = "")
         "(default: as the run's settings.json says)",
     )
 
+
+# export.py's default base, which the server and the commands read when given none.
+DEFAULT_EXPORT_BASE = os.path.join("saved_models", "translator")
 
 # The paper's decoding (section 6.1), and how many beam searches share one call's sentences:
 # DecodingConfig's defaults, under the names the commands use.

@@ -41,7 +41,7 @@ import typing
 
 import tensorflow as tf
 
-from data.special_tokens import END_ID, PAD_ID, START_ID
+from layers.special_tokens import END_ID, PAD_ID, START_ID
 from layers.multi_head_attention import large_negative
 
 # Stands in for -inf (log 0): finite, so sums and products of it never make NaN. The

@@ -25,7 +25,7 @@ V vocabulary size.
 import tensorflow as tf
 
 from app.model.transformer import Transformer
-from data.special_tokens import END_ID, PAD_ID, START_ID
+from layers.special_tokens import END_ID, PAD_ID, START_ID
 
 
 def target_ids(tokens, max_length):

@@ -11,7 +11,7 @@ from app.decoding.beam_search import longest_output, loose_shape
 from app.decoding.incremental import IncrementalDecoder
 from app.decoding.translate import output_lengths
 from app.model.transformer import Transformer
-from data.special_tokens import END_ID, PAD_ID, START_ID
+from layers.special_tokens import END_ID, PAD_ID, START_ID
 
 
 def greedy_decode(transformer: Transformer, source_ids, max_extra_length=50):

@@ -27,7 +27,7 @@ from app.decoding.beam_search import beam_search, largest_alpha
 from app.decoding.config import DecodingConfig  # noqa: F401  (imported from here by callers)
 from app.decoding.incremental import IncrementalDecoder
 from app.model.transformer import Transformer
-from data.special_tokens import END_ID, PAD_ID, START_ID
+from layers.special_tokens import END_ID, PAD_ID, START_ID
 
 
 def make_symbols_to_logits(decoder: IncrementalDecoder):

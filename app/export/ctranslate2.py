@@ -15,7 +15,7 @@ CTranslate2's built-in table concatenates them; a learned table as it is), embed
 scaled by sqrt(d_model), the model's layer-norm epsilon. The vocabulary is the
 sentencepiece model's pieces in id order, shared by source and target; CTranslate2's
 start, end and unknown tokens are the pieces of START_ID, END_ID and UNKNOWN_ID
-(data/special_tokens.py). Settings CTranslate2 cannot express (ScaleNorm, per-head widths
+(layers/special_tokens.py). Settings CTranslate2 cannot express (ScaleNorm, per-head widths
 other than d_model / h) are refused with an ExportError naming the setting.
 
 `app/serving/ctranslate2_version.py` serves such a directory behind the same REST API as
@@ -31,7 +31,7 @@ import numpy as np
 
 from app.export.export_info import EXPORT_INFO
 from app.export.saved_model import ExportError, new_version
-from data.special_tokens import END_ID, START_ID, UNKNOWN_ID
+from layers.special_tokens import END_ID, START_ID, UNKNOWN_ID
 from data.tokenizer import MODEL_FILENAME
 
 # The directory beside the SavedModel versions that holds the CTranslate2 versions.

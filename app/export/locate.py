@@ -12,9 +12,9 @@ directories are not. No TensorFlow here: commands check the path before importin
 import os
 import re
 
+from app.cli.flags import DEFAULT_EXPORT_BASE  # noqa: F401  (the commands import it from here)
+
 SAVED_MODEL_FILE = "saved_model.pb"
-# export.py's default base, which the server and the commands read when given none.
-DEFAULT_EXPORT_BASE = os.path.join("saved_models", "translator")
 _VERSION_NAME = re.compile(r"[0-9]+")
 
 

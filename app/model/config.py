@@ -26,7 +26,7 @@ NORMALIZATION_KINDS = ("layer", "scale")
 class ModelConfig:
     """Every hyperparameter of the model; the named sizes are copies with a few changed."""
 
-    # Shared subword vocabulary size, the reserved ids (data/special_tokens.py) included.
+    # Shared subword vocabulary size, the reserved ids (layers/special_tokens.py) included.
     vocab_size: int = 8000
     # N, the number of layers in the encoder and in the decoder.
     num_layers: int = 6

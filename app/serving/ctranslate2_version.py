@@ -52,7 +52,7 @@ import numpy as np
 
 from app.export.export_info import EXPORT_INFO, read_export_info
 from app.serving.rest_api import ServingError, TensorSpec
-from data.special_tokens import END_ID, PAD_ID, START_ID
+from layers.special_tokens import END_ID, PAD_ID, START_ID
 
 SUBWORDS = "subwords.model"
 

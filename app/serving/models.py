@@ -20,6 +20,7 @@ import time
 
 import numpy as np
 
+from app.cli.flags import DEFAULT_EXPORT_BASE
 from app.serving.rest_api import ServingError, TensorSpec
 
 log = logging.getLogger("app.serve")
@@ -159,7 +160,7 @@ def signature_def_json(path):
 VERSION_NAME = re.compile(r"[0-9]+")
 MAX_VERSION = 2**63 - 1
 # export.py's base path by default, and the server's.
-DEFAULT_BASE_PATH = os.path.join("saved_models", "translator")
+DEFAULT_BASE_PATH = DEFAULT_EXPORT_BASE
 
 
 def no_export_yet(base_path):

@@ -9,7 +9,7 @@ or micro-batches changes nothing about the gradients.
 import keras
 from keras import ops
 
-from data.special_tokens import PAD_ID
+from layers.special_tokens import PAD_ID
 
 
 def smoothed_cross_entropy(labels, logits, label_smoothing, pad_id=PAD_ID):

@@ -14,7 +14,7 @@ The trainer passes only the rows of real target tokens, so padding costs nothing
 TensorFlow only, like the training loop: under JAX, XLA fuses the plain path itself.
 
     states = transformer.decoder_states(target_in, memory, memory_mask, training=True)
-    real = labels != PAD_ID  # data/special_tokens.py
+    real = labels != PAD_ID  # layers/special_tokens.py
     loss_sum = projected_loss_sum(
         tf.boolean_mask(states, real), transformer.output_matrix(), tf.boolean_mask(labels, real), 0.1
     )

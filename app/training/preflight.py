@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 from app.model.flops import training_flops
-from data.special_tokens import START_ID
+from layers.special_tokens import START_ID
 
 # Ids below this are special (padding, start, end, unknown): synthetic tokens avoid them.
 FIRST_ORDINARY_ID = 4

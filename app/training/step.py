@@ -13,7 +13,7 @@ from app.model.transformer import Transformer
 from app.training.losses import summed_loss, summed_loss_and_nll
 from app.training.optimizer import last_learning_rate
 from app.training.output_loss import projected_loss_sum
-from data.special_tokens import PAD_ID
+from layers.special_tokens import PAD_ID
 
 
 def make_train_step(

@@ -46,7 +46,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from app.model.config import ModelConfig  # noqa: E402  (TensorFlow-free)
 from app.training.recipes import RECIPES  # noqa: E402  (TensorFlow-free)
-from app.cli.flag_types import int_at_least, positive_int  # noqa: E402  (TensorFlow-free)
+from data.flag_types import int_at_least, positive_int  # noqa: E402  (TensorFlow-free)
 from app.training.fused_adam import NOT_DECAYED  # noqa: E402  (TensorFlow-free at import)
 from app.training.losses import summed_loss  # noqa: E402
 from app.model.transformer import build_transformer  # noqa: E402
@@ -55,7 +55,7 @@ from keras_hub_peer import training_flops  # noqa: E402  (TensorFlow-free)
 
 from batches import LockstepBatches, load_ids, padded  # noqa: E402  (numpy only)
 from data.config import DEFAULT_MAX_LENGTH  # noqa: E402  (TensorFlow-free)
-from data.special_tokens import END_ID, PAD_ID, START_ID  # noqa: E402  (TensorFlow-free)
+from layers.special_tokens import END_ID, PAD_ID, START_ID  # noqa: E402  (TensorFlow-free)
 
 # What a recipe changes nothing of trains as `python train.py` trains tiny.
 TINY = RECIPES["tiny"]

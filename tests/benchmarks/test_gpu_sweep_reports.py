@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from data.special_tokens import END_ID
+from layers.special_tokens import END_ID
 
 ROOT = Path(__file__).resolve().parents[2]
 

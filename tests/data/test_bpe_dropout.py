@@ -10,7 +10,7 @@ from data.flags import add_data_arguments, data_config_from_args
 from data.config import DataConfig
 from data.dataset import prepare_data
 from data.errors import DataError
-from data.special_tokens import END_ID, START_ID
+from layers.special_tokens import END_ID, START_ID
 from tests.tiny_run import write_multi30k_slice
 
 

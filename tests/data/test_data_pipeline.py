@@ -13,7 +13,7 @@ from data.config import DataConfig
 from data.dataset import prepare_data
 from data.errors import DataError
 from data.summary import format_summary, padding_efficiency, summarize
-from data.special_tokens import END_ID, START_ID
+from layers.special_tokens import END_ID, START_ID
 
 MULTI30K_DIR = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "data", "multi30k")
 

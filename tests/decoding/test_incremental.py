@@ -11,7 +11,7 @@ from app.decoding.beam_search import beam_search
 from app.decoding.incremental import IncrementalDecoder, _Norm
 from app.decoding.translate import output_lengths, translate_ids
 from app.model.transformer import Transformer, build_transformer
-from data.special_tokens import END_ID, PAD_ID, START_ID
+from layers.special_tokens import END_ID, PAD_ID, START_ID
 from tests.model.test_model import VARIANTS, tiny_config
 
 SOURCE_IDS = np.array([[5, 6, 7, 8, 9, 2], [9, 10, 2, 0, 0, 0], [11, 12, 13, 2, 0, 0]], "int32")

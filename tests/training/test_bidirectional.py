@@ -13,7 +13,7 @@ from app.training.loop import train
 from app.training.run_length import plan_bidirectional_epochs
 from data.dataset import PreparedData
 from data.pipeline import TokenizedPairs
-from data.special_tokens import END_ID, START_ID
+from layers.special_tokens import END_ID, START_ID
 from tests.training.helpers import small_model_config
 
 

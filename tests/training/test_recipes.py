@@ -78,7 +78,7 @@ def test_the_recipes_and_the_special_tokens_import_without_tensorflow():
     # benchmarks/gpu/train_jax.py reads them on machines without TensorFlow.
     script = (
         "import json, sys\n"
-        "import app.training.recipes, app.model.config, data.special_tokens\n"
+        "import app.training.recipes, app.model.config, layers.special_tokens\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'jax'))))\n"
     )
     result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
