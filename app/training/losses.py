@@ -12,11 +12,20 @@ from keras import ops
 from layers.special_tokens import PAD_ID
 
 
+def smoothed_target(label_smoothing, vocab_size):
+    """`(on - off, off)`, float32: the label-smoothed target is t = off + (on - off) * onehot(label),
+    with on = 1 - epsilon on the label and off = epsilon / (V - 1) on each of the other V - 1
+    ids (padding included, as in the paper's setup: every id is a class). The one
+    definition that every loss here and the fused one (output_loss.py) use."""
+    off_value = label_smoothing / ops.cast(vocab_size - 1, "float32")
+    return 1.0 - label_smoothing - off_value, off_value
+
+
 def smoothed_cross_entropy(labels, logits, label_smoothing, pad_id=PAD_ID):
     """Per-token label-smoothed cross-entropy, zero at padding.
 
-    The smoothed target puts 1 - epsilon on the label and spreads epsilon uniformly over
-    the other V - 1 ids (padding included, as in the paper's setup: every id is a class).
+    The smoothed target (`smoothed_target`) puts 1 - epsilon on the label and spreads
+    epsilon uniformly over the other V - 1 ids.
 
     Args:
         labels: int `[B, T]`, 0 = padding.
@@ -47,8 +56,7 @@ def _smoothed_loss_with_direct_gradient(labels, logits, label_smoothing):
     tests/training/test_losses.py pins that both give the same gradient.
     """
     vocab_size = ops.shape(logits)[-1]
-    off_value = label_smoothing / ops.cast(vocab_size - 1, "float32")
-    on_minus_off = 1.0 - label_smoothing - off_value
+    on_minus_off, off_value = smoothed_target(label_smoothing, vocab_size)
 
     @ops.custom_gradient
     def loss_of(logits):
@@ -72,9 +80,8 @@ def _log_probs(logits):
 
 def _smoothed_from_log_probs(labels, log_probs, label_smoothing, pad_id=PAD_ID):
     vocab_size = ops.shape(log_probs)[-1]
-    on_value = 1.0 - label_smoothing
-    off_value = label_smoothing / ops.cast(vocab_size - 1, "float32")
-    targets = ops.one_hot(labels, vocab_size) * (on_value - off_value) + off_value  # [B, T, V]
+    on_minus_off, off_value = smoothed_target(label_smoothing, vocab_size)
+    targets = ops.one_hot(labels, vocab_size) * on_minus_off + off_value  # [B, T, V]
     loss = -ops.sum(targets * log_probs, axis=-1)  # [B, T]
     weights = ops.cast(ops.not_equal(labels, pad_id), "float32")  # [B, T]
     return loss * weights, weights

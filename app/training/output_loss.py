@@ -22,6 +22,8 @@ TensorFlow only, like the training loop: under JAX, XLA fuses the plain path its
 
 import tensorflow as tf
 
+from app.training.losses import smoothed_target
+
 # Rows projected at once: 512 x 8,000 float32 logits are 16 MB, small enough to stay in
 # cache; whole tiny training steps ran fastest with it of the slice sizes tried
 # (docs/lab-notebook.md#records-moved-from-code-comments-2026-11-26).
@@ -36,9 +38,8 @@ SAFE_LABEL_PROBABILITY = 1e-30
 def projected_loss_sum(states, matrix, labels, label_smoothing, rows_per_slice=ROWS_PER_SLICE):
     """Sums the label-smoothed cross-entropy of the logits `states @ matrix^T` over rows.
 
-    The same loss as `app.training.losses.smoothed_cross_entropy`: the smoothed target t puts
-    on = 1 - epsilon on the label and off = epsilon / (V - 1) on every other id, so
-    t = off + (on - off) * onehot(label).
+    The same loss as `app.training.losses.smoothed_cross_entropy`, with the same smoothed
+    target (`losses.smoothed_target`): t = off + (on - off) * onehot(label).
 
     Per slice, only the softmax p is made at full size, in float32. The matrix products
     take their inputs' dtype (in bfloat16 they run much faster than in float32:
@@ -82,8 +83,7 @@ def projected_loss_sum(states, matrix, labels, label_smoothing, rows_per_slice=R
         label_term_after_products = compute_dtype == tf.float32
         num_rows = tf.shape(states)[0]
         vocab_size = tf.shape(matrix)[0]
-        off_value = label_smoothing / (tf.cast(vocab_size, tf.float32) - 1.0)
-        on_minus_off = 1.0 - label_smoothing - off_value
+        on_minus_off, off_value = smoothed_target(label_smoothing, vocab_size)
         # At least one (empty) slice when there are no rows: a TensorArray of none cannot concat.
         num_slices = tf.maximum((num_rows + rows_per_slice - 1) // rows_per_slice, 1)
 

@@ -60,3 +60,15 @@ def test_the_written_out_loss_gradient_equals_autodiff_of_the_loss():
     gradient, reference_gradient = tape.gradient(weighted, logits), tape.gradient(weighted_reference, logits)
     np.testing.assert_allclose(gradient.numpy(), reference_gradient.numpy(), atol=1e-6)
     assert np.all(gradient.numpy()[labels.numpy() == 0] == 0.0)  # nothing flows from padding
+
+
+def test_the_smoothed_target_is_one_definition_for_every_loss():
+    from app.training.losses import smoothed_target
+
+    on_minus_off, off = smoothed_target(0.1, 5)
+    np.testing.assert_allclose([float(on_minus_off), float(off)], [0.875, 0.025], rtol=1e-7)
+    target = off + on_minus_off * np.eye(5, dtype=np.float32)[2]
+    np.testing.assert_allclose(target, [0.025, 0.025, 0.9, 0.025, 0.025], rtol=1e-6)
+    assert abs(float(np.sum(target)) - 1.0) < 1e-6
+    on_minus_off, off = smoothed_target(0.0, 8000)
+    assert (float(on_minus_off), float(off)) == (1.0, 0.0)
