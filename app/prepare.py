@@ -19,8 +19,8 @@ import time
 
 def parse_args(argv=None):
     # None of these imports TensorFlow: --help and a bad value answer at once.
-    from data.flag_types import positive_int
     from app.training.recipes import RECIPES
+    from data.flag_types import positive_int
     from data.flags import add_data_arguments
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -8,8 +8,8 @@
 
 import argparse
 
-from data.flag_types import float_at_least, positive_int
 from data.config import DEFAULT_MAX_LENGTH, DEFAULT_VOCAB_SIZE, SUBWORD_MODELS, DataConfig
+from data.flag_types import float_at_least, positive_int
 
 
 def batch_tokens(text):

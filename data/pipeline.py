@@ -26,8 +26,8 @@ import tensorflow as tf
 
 from data.buckets import BatchPlan
 from data.corpora import ParallelText
-from layers.special_tokens import END_ID, START_ID
 from data.tokenizer import SubwordTokenizer
+from layers.special_tokens import END_ID, START_ID
 
 _TOKENIZE_CHUNK = 4096  # Sentences per tokenizer call; big enough to amortize op overhead.
 _ASSEMBLE_THREADS = 2  # Batches gathered and padded at once (microseconds each).

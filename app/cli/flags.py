@@ -4,9 +4,9 @@ of a run's weights to load and how to decode them (export.py, app.evaluate, app.
 import argparse
 import os
 
-from data.flag_types import float_at_least, int_at_least, positive_int
 from app.decoding.config import DecodingConfig
 from app.model.config import NORMALIZATION_KINDS, POSITIONAL_KINDS, SHARING_MODES, SIZES, TABLE3_VARIANTS, ModelConfig
+from data.flag_types import float_at_least, int_at_least, positive_int
 
 _fraction = float_at_least(0)
 # Flag name -> ModelConfig field, for the Table 3 knobs a user may override.

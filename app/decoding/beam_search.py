@@ -41,8 +41,8 @@ import typing
 
 import tensorflow as tf
 
-from layers.special_tokens import END_ID, PAD_ID, START_ID
 from layers.multi_head_attention import large_negative
+from layers.special_tokens import END_ID, PAD_ID, START_ID
 
 # Stands in for -inf (log 0): finite, so sums and products of it never make NaN. The
 # search runs in float32 whatever the model's dtype (logits are cast first).

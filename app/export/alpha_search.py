@@ -33,8 +33,8 @@ import tensorflow as tf
 
 from app.cli.progress import format_seconds
 from app.decoding.translate import DecodingConfig
-from app.evaluation.in_order import translate_all
 from app.evaluation import significance
+from app.evaluation.in_order import translate_all
 from app.evaluation.metrics import score
 from app.model_dir.settings import load_settings
 from data.corpora import open_corpus

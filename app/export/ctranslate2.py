@@ -31,8 +31,8 @@ import numpy as np
 
 from app.export.export_info import EXPORT_INFO
 from app.export.saved_model import ExportError, new_version
-from layers.special_tokens import END_ID, START_ID, UNKNOWN_ID
 from data.tokenizer import MODEL_FILENAME
+from layers.special_tokens import END_ID, START_ID, UNKNOWN_ID
 
 # The directory beside the SavedModel versions that holds the CTranslate2 versions.
 SUBDIRECTORY = "ctranslate2"
