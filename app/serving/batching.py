@@ -145,14 +145,14 @@ class _Task:
         return self.future.done() or not self.still_wanted()
 
     def take(self, most):
-        """`(first row, inputs)` of the next slice of at most `most` rows (all that wait
-        if the task cannot be split)."""
+        """`(first row, rows, inputs)` of the next slice of at most `most` rows (all that
+        wait if the task cannot be split)."""
         start = self.taken
         count = min(most, self.waiting_rows) if self.splittable else self.waiting_rows
         self.taken += count
         if start == 0 and count == self.rows:
-            return start, self.inputs
-        return start, {name: value[start : start + count] for name, value in self.inputs.items()}
+            return start, count, self.inputs
+        return start, count, {name: value[start : start + count] for name, value in self.inputs.items()}
 
     def answer(self, start, rows, outputs):
         """Records the outputs of the slice from row `start`; once every row has its
@@ -290,7 +290,7 @@ class Batcher:
 
     def _take(self, key):
         """Removes up to max_batch_size rows from a queue, oldest first, as `(task, first row,
-        inputs)` slices. A request with more rows than fit gives a slice and leaves the queue
+        rows, inputs)` slices. A request with more rows than fit gives a slice and leaves the queue
         until that slice has run; its rest then goes behind the requests that came meanwhile
         (`_queue_rest`): a large request is served a batch at a time, interleaved with small
         ones, which wait for one batch, not for all of it. (A request that cannot be split is
@@ -306,9 +306,9 @@ class Batcher:
                 continue
             if batch and not task.splittable and rows + task.waiting_rows > most:
                 break
-            start, inputs = task.take(most - rows)
-            batch.append((task, start, inputs))
-            rows += _rows_of(task, inputs)
+            piece = task.take(most - rows)
+            batch.append((task, *piece))
+            rows += piece[1]
             queue.pop(0)
             if task.waiting_rows:  # the rest of a large request: queued again once this slice is run
                 break
@@ -319,10 +319,10 @@ class Batcher:
     def _queue_rest(self, batch):
         """Puts the rest of each large request in `batch` back in its queue, behind the
         requests that came while its slice ran (see `_take`)."""
-        for task, _, _ in batch:
-            if not task.waiting_rows or task.future.done():
+        for task, *_ in batch:
+            if not task.waiting_rows:
                 continue
-            if task.gone():
+            if task.gone():  # failed meanwhile, or its client left
                 _answer_gone(task)
                 continue
             task.arrival = time.monotonic()
@@ -331,14 +331,13 @@ class Batcher:
 
     async def _execute(self, batch):
         first = batch[0][0]
-        sizes = [_rows_of(task, part) for task, _, part in batch]
-        rows = sum(sizes)
+        rows = sum(size for _, _, size, _ in batch)
         loop = asyncio.get_running_loop()
         try:
             if len(batch) == 1:  # as it is: it may have inputs without rows, which run whole
-                inputs = batch[0][2]
+                inputs = batch[0][3]
             else:
-                inputs = {name: np.concatenate([part[name] for _, _, part in batch]) for name in batch[0][2]}
+                inputs = {name: np.concatenate([part[name] for *_, part in batch]) for name in batch[0][3]}
             outputs = await loop.run_in_executor(self._executor, first.version.run, first.signature_name, inputs)
             if not self.enabled:
                 self._count(rows)
@@ -351,13 +350,13 @@ class Batcher:
                         f"output {name} has no batch dimension of {rows} rows; cannot split it", status=500
                     )
         except Exception as error:
-            for task, _, _ in batch:
+            for task, *_ in batch:
                 if not task.future.done():
                     task.future.set_exception(error)
             return
         self._count(rows)
         offset = 0
-        for (task, start, _), size in zip(batch, sizes):
+        for task, start, size, _ in batch:
             if not task.future.done():
                 task.answer(start, size, {name: value[offset : offset + size] for name, value in outputs.items()})
             offset += size
@@ -369,11 +368,6 @@ class Batcher:
 def _has_rows(inputs, rows):
     """Whether every input has `rows` rows (dimension 0), so that any slice of rows is a request."""
     return all(np.ndim(value) > 0 and len(value) == rows for value in inputs.values())
-
-
-def _rows_of(task, inputs):
-    """Rows in a slice: those of its inputs, or the whole request's where it was not split."""
-    return len(next(iter(inputs.values()))) if task.splittable and inputs else task.rows
 
 
 def _answer_gone(task):
