@@ -229,7 +229,7 @@ async def serve(args):
         await site.start()
     except OSError as error:  # taken while the first version loaded
         await runner.cleanup()
-        sys.exit(f"app.serve: --rest_api_port {args.rest_api_port} on --host {args.host}: {error.strerror or error}")
+        sys.exit(port_error(args.host, args.rest_api_port, error))
     host, port = runner.addresses[0][:2]
     versions = ", ".join(str(v) for v in sorted(manager.loaded)) or "none yet"
     print(
@@ -255,8 +255,12 @@ def check_port(host, port):
                 probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio binds
                 probe.bind(address)
     except OSError as error:
-        reason = error.strerror or str(error)
-        sys.exit(f"app.serve: --rest_api_port {port} on --host {host}: {reason}")
+        sys.exit(port_error(host, port, error))
+
+
+def port_error(host, port, error):
+    """The one line a port that cannot be bound ends the server with."""
+    return f"app.serve: --rest_api_port {port} on --host {host}: {error.strerror or error}"
 
 
 def main(argv=None):

@@ -74,11 +74,15 @@ class Server:
         stall included; `_read_body` times out a stalled body."""
         return web.AppRunner(self.app(), access_log=None, keepalive_timeout=self.read_timeout_seconds)
 
+    @property
+    def _client_max_size(self):
+        """The largest body: room for max_instances texts of max_text_length characters, each escaped as \\uXXXX."""
+        return 2**20 + self.limits.max_instances * self.limits.max_text_length * 12
+
     def app(self):
-        # Room for max_instances texts of max_text_length characters, \u-escaped.
-        self._client_max_size = 2**20 + self.limits.max_instances * self.limits.max_text_length * 12
         app = web.Application(
-            middlewares=[self._own_origin_only, self._json_errors], client_max_size=self._client_max_size
+            middlewares=[self._counted_in_flight, self._own_origin_only, self._json_errors],
+            client_max_size=self._client_max_size,
         )
         app.router.add_get("/", self.page)
         app.router.add_get("/page.json", self.page_info)
@@ -140,19 +144,21 @@ class Server:
     # Handlers.
 
     @web.middleware
-    async def _own_origin_only(self, request, handler):
-        """Refuses requests for other names and from other sites' pages (origins.py); lets
-        allowed pages read the answers."""
+    async def _counted_in_flight(self, request, handler):
+        """Counts the requests being received or answered, for a stopping server (`drained`)."""
         self.in_flight += 1
         self._idle.clear()
         try:
-            return await self._checked_origin(request, handler)
+            return await handler(request)
         finally:
             self.in_flight -= 1
             if not self.in_flight:
                 self._idle.set()
 
-    async def _checked_origin(self, request, handler):
+    @web.middleware
+    async def _own_origin_only(self, request, handler):
+        """Refuses requests for other names and from other sites' pages (origins.py); lets
+        allowed pages read the answers."""
         host, origin = request.headers.get("Host"), request.headers.get("Origin")
         try:
             self.origins.check_host(host)
