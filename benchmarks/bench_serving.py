@@ -61,8 +61,9 @@ def export_tiny(directory):
     return base
 
 
-def start_server(base, flags, log):
-    """A `python -m app.serve` process on a free port; `(process, url)` once it answers.
+def start_server(base, flags, log, root=ROOT):
+    """A `python -m app.serve` process of the checkout `root` (this one by default) on a free
+    port; `(process, url)` once it answers.
 
     `log` is the open file its stderr goes to. Raises ServerFailed when the server exits
     or is silent for 300 s before it answers, or answers with no version loaded (the
@@ -70,7 +71,8 @@ def start_server(base, flags, log):
     """
     process = subprocess.Popen(
         [sys.executable, "-m", "app.serve", "--model_base_path", base, "--rest_api_port", "0", *flags],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        cwd=root, stdout=subprocess.PIPE, stderr=log, text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(root)},
     )
     line = ""
     while "Serving model" not in line:

@@ -15,9 +15,6 @@ batch, not for a whole large request.
 
 import argparse
 import concurrent.futures
-import os
-import re
-import select
 import subprocess
 import sys
 import tempfile
@@ -28,28 +25,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_serving import ServerFailed, export_tiny, post  # noqa: E402
+from benchmarks.bench_serving import export_tiny, post, start_server  # noqa: E402
 
 SMALL = "A man rides a bike."
 # About 1,000 characters: sentences of a long document, joined.
 LONG = " ".join(["Two dogs play in the snow while a child in a red coat watches them from the fence."] * 12)[:990]
-
-
-def start(root, base, flags, log):
-    """`python -m app.serve` of the checkout `root`; `(process, url)` once it answers."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "app.serve", "--model_base_path", base, "--rest_api_port", "0", *flags],
-        cwd=root, stdout=subprocess.PIPE, stderr=log, text=True,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(root)},
-    )
-    line = ""
-    while "Serving model" not in line:
-        ready, _, _ = select.select([process.stdout], [], [], 600)
-        line = process.stdout.readline() if ready else ""
-        if not line and (not ready or process.poll() is not None):
-            process.kill()
-            raise ServerFailed(f"the server of {root} did not start; see {log.name}")
-    return process, re.search(r"(http://\S+?)/?$", line.strip()).group(1)
 
 
 def label(root):
@@ -115,7 +95,7 @@ def main(argv=None):
     for root in args.roots.split(","):
         root = str(Path(root).resolve())
         with open(work / "serve.log", "w") as log:
-            process, url = start(root, base, args.server_flags.split(), log)
+            process, url = start_server(base, args.server_flags.split(), log, root=root)
             try:
                 latencies, rate = measure(url, args)
             finally:

@@ -39,16 +39,21 @@ SENTENCES = ["A man rides a bike.", "Two dogs play in the snow.", "A woman reads
 
 
 def resident_bytes(pid):
-    """Resident memory of `pid` and all its descendants, in bytes (from /proc)."""
+    """Resident memory of `pid` alone, in bytes (from /proc); 0 once it has exited."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+    except (FileNotFoundError, StopIteration):
+        return 0
+
+
+def tree_resident_bytes(pid):
+    """Resident memory of `pid` and all its descendants, in bytes."""
     total, pending = 0, [pid]
     children = _children_by_parent()
     while pending:
         current = pending.pop()
-        try:
-            with open(f"/proc/{current}/status") as f:
-                total += next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
-        except (FileNotFoundError, StopIteration):
-            continue
+        total += resident_bytes(current)
         pending.extend(children.get(current, []))
     return total
 
@@ -171,8 +176,9 @@ def main(argv=None):
         thread.start()
     try:
         time.sleep(2)
-        first = resident_bytes(process.pid)
-        print(f"after the first load: {first / 2**30:.2f} GiB (server {resident_bytes_of(process.pid)})", flush=True)
+        first = tree_resident_bytes(process.pid)
+        server = resident_bytes(process.pid)
+        print(f"after the first load: {first / 2**30:.2f} GiB (server {server / 2**30:.2f} GiB)", flush=True)
         version = 1
         for _ in range(args.reloads):
             old_processes = set(_children_by_parent().get(process.pid, []))
@@ -183,7 +189,7 @@ def main(argv=None):
                      f"version {version}")
             wait_for(lambda: not old_processes & set(_children_by_parent().get(process.pid, [])),
                      "the old version's process to end", 60)
-            memory = resident_bytes(process.pid)
+            memory = tree_resident_bytes(process.pid)
             print(f"reload to version {version} in {time.monotonic() - start:.1f} s: {memory / 2**30:.2f} GiB "
                   f"({memory / first - 1:+.1%}), failed requests so far {len(failures)}", flush=True)
         version += 1
@@ -191,13 +197,13 @@ def main(argv=None):
             place(export, base, version, broken=True)
             wait_for(lambda: status(url, "translator").get(version, {}).get("state") == "END"
                      and _failed_loads(work / "serve.log", version) >= args.broken, f"{args.broken} failed loads")
-            memory = resident_bytes(process.pid)
+            memory = tree_resident_bytes(process.pid)
             print(f"after {args.broken} failed loads of version {version}: {memory / 2**30:.2f} GiB "
                   f"({memory / first - 1:+.1%})", flush=True)
         stop.set()
         for thread in threads:
             thread.join(60)
-        final = resident_bytes(process.pid)
+        final = tree_resident_bytes(process.pid)
         print(f"answered {answered[0]} requests, failed {len(failures)}; memory {first / 2**30:.2f} -> "
               f"{final / 2**30:.2f} GiB ({final / first - 1:+.1%} against the first load)")
         for failure in failures[:5]:
@@ -209,13 +215,6 @@ def main(argv=None):
         log.close()
     shutil.rmtree(work, ignore_errors=True)
     return 1 if failures else 0
-
-
-def resident_bytes_of(pid):
-    """The server process alone, formatted."""
-    with open(f"/proc/{pid}/status") as f:
-        kib = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
-    return f"{kib / 2**20:.2f} GiB"
 
 
 def _failed_loads(log_path, version):
