@@ -159,15 +159,13 @@ def signature_def_json(path):
 # read as TF Serving reads it, an int64; a larger number is not a version.
 VERSION_NAME = re.compile(r"[0-9]+")
 MAX_VERSION = 2**63 - 1
-# export.py's base path by default, and the server's.
-DEFAULT_BASE_PATH = DEFAULT_EXPORT_BASE
 
 
 def no_export_yet(base_path):
     """What to do where `base_path` holds no version: "no model exported under PATH yet: run
     python export.py" (with its --model-base-path where that is not the default)."""
     command = "python export.py"
-    if os.path.normpath(base_path) != DEFAULT_BASE_PATH:
+    if os.path.normpath(base_path) != DEFAULT_EXPORT_BASE:
         command += f" --model-base-path {base_path}"
     return f"no model exported under {base_path} yet: run {command}"
 
