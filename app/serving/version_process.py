@@ -285,12 +285,9 @@ def _load(version, path, threads, max_calls):
     from app.cli.quiet_tensorflow import import_tensorflow
 
     import_tensorflow()
-    import tensorflow as tf
+    from app.cli.threads import describe_cpu_threads, set_cpu_threads
 
-    tf.config.threading.set_intra_op_parallelism_threads(intra_op)
-    tf.config.threading.set_inter_op_parallelism_threads(threads.inter_op)
-    from app.cli.threads import describe_cpu_threads
-
+    set_cpu_threads(intra_op, threads.inter_op)
     log.info("version %s: %s", version, describe_cpu_threads())
     return load_version(version, path)
 
