@@ -1,4 +1,4 @@
-"""Trains the Transformer: the command is app/train.py (`python train.py --help`)."""
+"""Trains the Transformer: the command is app/commands/train.py (`python train.py --help`)."""
 
 import time
 
@@ -7,7 +7,7 @@ STARTED = time.monotonic()
 
 import sys  # noqa: E402
 
-from app.train import main, parse_args  # noqa: E402, F401  (parse_args: tests build configs from flags)
+from app.commands.train import main, parse_args  # noqa: E402, F401  (parse_args: tests build configs from flags)
 
 if __name__ == "__main__":
     sys.exit(main(started=STARTED))

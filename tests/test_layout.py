@@ -10,8 +10,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # that a serving host needs none of it; the model, decoding and the model directory are
 # what both sides share.
 NOT_FROM_TRAINING = [
-    "export.py", "app/export_model.py", "app/export", "app/serving", "app/serve.py", "app/client.py",
-    "app/translate.py", "app/score.py",
+    "export.py", "app/commands/export.py", "app/export", "app/serving", "app/commands/serve.py",
+    "app/commands/client.py",
+    "app/commands/translate.py", "app/commands/score.py",
     "app/model", "app/decoding", "app/model_dir", "app/cli",
 ]
 
@@ -40,16 +41,17 @@ FLOORS = [
     ["app.decoding", "app.model_dir", "app.evaluation"],
     ["app.cli"],
     ["app.training", "app.export", "app.serving"],
+    ["app.commands"],
 ]
 
 
 def floor_of(module):
-    """The floor of a project module (the commands above every package); None outside the project."""
+    """The floor of a project module (the `app/NAME.py` aliases above every package); None outside the project."""
     for floor, packages in enumerate(FLOORS):
         if any(module == package or module.startswith(package + ".") for package in packages):
             return floor
     if module == "app" or module.startswith("app."):
-        return len(FLOORS)  # app/*.py: the commands
+        return len(FLOORS)  # app/*.py: the aliases of the commands
     return None
 
 
@@ -89,3 +91,13 @@ def test_every_app_package_says_what_it_holds():
     assert len(packages) >= 7
     for package in packages:
         assert ast.get_docstring(ast.parse((package / "__init__.py").read_text())), f"{package} has no docstring"
+
+
+def test_each_alias_only_runs_its_command():
+    """`app/NAME.py` keeps `python -m app.NAME` working and holds nothing else."""
+    aliases = sorted(path for path in (ROOT / "app").glob("*.py") if path.name != "__init__.py")
+    assert len(aliases) == 10
+    for path in aliases:
+        command = "export" if path.stem == "export_model" else path.stem
+        assert (ROOT / "app" / "commands" / f"{command}.py").is_file(), path
+        assert set(imported_modules(path)) == {f"app.commands.{command}", f"app.commands.{command}.main"}, path

@@ -141,7 +141,9 @@ def test_the_wheel_holds_the_packages_data_and_commands(tmp_path):
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         entry_points = next(archive.read(name).decode() for name in names if name.endswith("entry_points.txt"))
-    wanted = {"app/serving/static/index.html", "data/multi30k/train.en.gz", "layers/__init__.py", "app/score.py"}
+    wanted = {
+        "app/serving/static/index.html", "data/multi30k/train.en.gz", "layers/__init__.py", "app/commands/score.py",
+    }
     assert wanted <= names
     assert not any(name.startswith(("tests/", "benchmarks/")) for name in names)
     for command, target in PROJECT["scripts"].items():

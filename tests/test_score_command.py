@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from app.decoding.forced import forced_log_probs
 from app.decoding.translate import translate_ids
-from app.score import format_line, main, read_pairs
+from app.commands.score import format_line, main, read_pairs
 from tests.conftest import SENTENCES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -187,7 +187,7 @@ def test_without_a_model_flag_it_reads_the_default_export(files, monkeypatch, ca
 def test_flags_are_checked_before_tensorflow_is_imported(tmp_path):
     code = (
         "import sys\n"
-        "from app.score import main\n"
+        "from app.commands.score import main\n"
         "try:\n"
         "    main(['--model-dir', '.', '--source', 'missing.en', '--target', 'missing.de'])\n"
         "except SystemExit as exit_:\n"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import tensorflow as tf
 
-from app.translate import format_output, main, read_lines, translate_lines
+from app.commands.translate import format_output, main, read_lines, translate_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 # Empty and blank lines between sentences of mixed lengths, an over-long one among them.
@@ -241,7 +241,8 @@ def test_a_beam_size_the_export_lacks_names_both(exported, input_file, capsys):
 
 def test_bad_flags_are_refused_before_tensorflow_is_imported():
     code = (
-        "import sys\nfrom app.translate import main\ntry:\n    main(['--nbest', '0'])\nexcept SystemExit as e:\n"
+        "import sys\nfrom app.commands.translate import main\n"
+        "try:\n    main(['--nbest', '0'])\nexcept SystemExit as e:\n"
         "    print(e.code, 'tensorflow' in sys.modules)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)

@@ -188,7 +188,7 @@ def search_alpha(
             -> {"translations": string [B], ...}` and `decoding`): one traced function serves
             every alpha, because alpha is a tensor input.
         sources, references: the validation split's raw strings, one pair per sentence.
-        target_lang: the references' language, for `app.evaluate.score`.
+        target_lang: the references' language, for `app.commands.evaluate.score`.
         lowercase: whether the model writes lowercase (trained with --lowercase): then
             lowercased BLEU is compared, as training's validation BLEU does.
         grid: the alphas to try (default `ALPHA_GRID`).

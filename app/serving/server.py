@@ -1,6 +1,6 @@
 """The local TF Serving stand-in as an aiohttp application: routes, status, metadata, predict.
 
-`python -m app.serve` (app/serve.py) parses the flags, then builds a `Server` around one
+`python -m app.serve` (app/commands/serve.py) parses the flags, then builds a `Server` around one
 `ModelManager` (models.py) and its `Batcher` (batching.py); request bodies are read and
 answers written by rest_api.py.
 """

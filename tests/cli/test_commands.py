@@ -89,7 +89,9 @@ def parsers_of(module_name):
 
 
 @pytest.mark.parametrize(
-    "module_name", ["train", "export", "app.prepare", "app.evaluate", "app.serve", "app.client", "app.pictures"]
+    "module_name",
+    ["train", "export", "app.commands.prepare", "app.commands.evaluate", "app.commands.serve", "app.commands.client",
+     "app.commands.pictures"],
 )
 def test_every_optional_flag_says_its_default_in_help(module_name):
     missing = []
@@ -110,7 +112,7 @@ def test_every_optional_flag_says_its_default_in_help(module_name):
 
 def test_one_name_per_concept_and_the_old_names_still_work():
     import export
-    from app import client, evaluate, serve
+    from app.commands import client, evaluate, serve
 
     assert vars(export.parse_args(["--model-name", "en-de", "--model-base-path", "b"])) == vars(
         export.parse_args(["--name", "en-de", "--output", "b"])

@@ -185,7 +185,7 @@ def test_evaluating_the_test_split_reads_no_training_file(monkeypatch):
     import argparse
 
     import data.text_files
-    from app.evaluate import read_references
+    from app.commands.evaluate import read_references
 
     opened = []
     lines = data.text_files._lines
@@ -260,7 +260,7 @@ def test_split_lengths_use_compact_dtypes(corpus, tmp_path):
 
 
 def test_the_prepare_command_prepares_what_train_py_then_reads(tmp_path, capsys):
-    from app import prepare
+    from app.commands import prepare
 
     spec = "files:" + ",".join(write_multi30k_slice(tmp_path, train=200, validation=20))
     model_dir = str(tmp_path / "run")
@@ -284,7 +284,7 @@ def test_the_prepare_command_prepares_what_train_py_then_reads(tmp_path, capsys)
 def test_the_prepare_command_takes_the_sizes_vocabulary_so_train_py_of_that_size_accepts_it(tmp_path, monkeypatch):
     """Without --vocab-size, the vocabulary is the one train.py --size would ask for."""
     import data.dataset
-    from app import prepare
+    from app.commands import prepare
 
     sizes = []
 

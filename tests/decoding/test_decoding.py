@@ -303,8 +303,8 @@ def test_decoding_config_checks_its_fields():
     "module_name, argv",
     [
         ("export", []),
-        ("app.evaluate", ["--model-dir", "run"]),
-        ("app.pictures", ["attention", "--model-dir", "run", "--sentence", "A dog."]),
+        ("app.commands.evaluate", ["--model-dir", "run"]),
+        ("app.commands.pictures", ["attention", "--model-dir", "run", "--sentence", "A dog."]),
     ],
 )
 def test_every_command_line_decodes_by_default_as_decoding_config(module_name, argv):

@@ -238,18 +238,18 @@ def test_a_split_without_sentences_or_an_empty_grid_is_refused():
 
 
 def test_the_validation_split_is_read_as_app_evaluate_reads_it(model_dir):
-    import app.evaluate
+    import app.commands.evaluate
     from app.model_dir.settings import load_settings
 
     _, data_config, _ = load_settings(model_dir)
     sources, references = validation_pairs(data_config)
-    args = app.evaluate.parse_args(["--model-dir", model_dir, "--split", "validation"])
-    assert (sources, references) == app.evaluate.read_references(args, data_config)[:2]
+    args = app.commands.evaluate.parse_args(["--model-dir", model_dir, "--split", "validation"])
+    assert (sources, references) == app.commands.evaluate.read_references(args, data_config)[:2]
     assert len(sources) == 20  # the fixture's validation file
     # Without validation files, the pairs held out of train.
     train_only = dataclasses.replace(data_config, dataset=",".join(data_config.dataset.split(",")[:2]))
     held = validation_pairs(train_only)
-    assert held == app.evaluate.read_references(args, train_only)[:2] and len(held[0]) == 3  # 1% of 300
+    assert held == app.commands.evaluate.read_references(args, train_only)[:2] and len(held[0]) == 3  # 1% of 300
 
 
 def _run_with_dataset(model_dir, tmp_path, dataset):
@@ -276,7 +276,7 @@ def test_without_a_readable_validation_split_the_paper_s_alpha_is_used_and_said_
 
 
 def test_one_traced_function_decodes_every_alpha_as_app_evaluate_scores(model_dir, capsys):
-    import app.evaluate
+    import app.commands.evaluate
     from app.export.saved_model import load_translator
 
     translator, _ = load_translator(model_dir)
@@ -297,7 +297,8 @@ def test_one_traced_function_decodes_every_alpha_as_app_evaluate_scores(model_di
     assert summary[0].startswith("alpha by validation BLEU (20 sentences), each against the best") and len(lines) == 4
     assert len(summary) == 4 and summary[-1].startswith(f"-> {record['chosen']:g}: the smallest alpha")
     # The whole split (20 sentences) at alpha 1.5 scores as `python -m app.evaluate` scores it.
-    assert app.evaluate.main(["--model-dir", model_dir, "--split", "validation", "--alpha", "1.5", "--json"]) == 0
+    flags = ["--model-dir", model_dir, "--split", "validation", "--alpha", "1.5", "--json"]
+    assert app.commands.evaluate.main(flags) == 0
     evaluated = json.loads(capsys.readouterr().out)
     assert record["grid"][1]["alpha"] == 1.5 and record["grid"][1]["bleu"] == evaluated["bleu"]
 

@@ -1,4 +1,4 @@
-"""app/client.py against servers that are not TF Serving: each failure is one error line.
+"""app/commands/client.py against servers that are not TF Serving: each failure is one error line.
 
 The client against the real server is in test_serve.py.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app.client import ClientError, predict
+from app.commands.client import ClientError, predict
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -104,14 +104,14 @@ def test_the_command_names_a_bad_flag_in_one_line(flags, message):
     ],
 )
 def test_an_answer_that_does_not_line_up_with_the_inputs_is_an_error(answering, body, nbest, message):
-    from app.client import translate
+    from app.commands.client import translate
 
     with pytest.raises(ClientError, match=message):
         translate(answering(body=body), "translator", ["A man.", "B."], nbest=nbest)
 
 
 def test_a_well_formed_answer_gives_each_input_its_hypotheses(answering):
-    from app.client import translate
+    from app.commands.client import translate
 
     body = (
         b'{"predictions": [{"translations": ["a", "b"], "scores": [-0.5, -1]},'

@@ -1,4 +1,4 @@
-"""app/serve.py over real HTTP on 127.0.0.1: TF Serving's REST API, its errors, the client,
+"""app/commands/serve.py over real HTTP on 127.0.0.1: TF Serving's REST API, its errors, the client,
 load, and the page in a headless Chromium. One server process serves the whole module."""
 
 import base64
@@ -166,7 +166,7 @@ AVAILABLE_1 = {
     (["--tensorflow-inter-op-parallelism", "-2"], "--tensorflow_inter_op_parallelism must be at least 0, got -2"),
 ])
 def test_a_bad_flag_is_refused_by_name_before_anything_loads(flags, message, capsys):
-    from app.serve import parse_args
+    from app.commands.serve import parse_args
 
     with pytest.raises(SystemExit) as exit_:
         parse_args(flags)

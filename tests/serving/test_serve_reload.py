@@ -1,4 +1,4 @@
-"""app/serve.py switches to a newly exported version while clients call it, failing none."""
+"""app/commands/serve.py switches to a newly exported version while clients call it, failing none."""
 
 import os
 import threading

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from app.evaluate import (
+from app.commands.evaluate import (
     describe_overlong,
     output_language,
     overlong_sources,
@@ -169,13 +169,13 @@ def test_source_and_reference_files_must_align(tmp_path):
 def test_empty_source_and_reference_files_are_refused_by_name_before_the_model_loads(
     model_dir, tmp_path, capsys, monkeypatch
 ):
-    import app.evaluate
+    import app.commands.evaluate
 
-    monkeypatch.setattr(app.evaluate, "make_translate_fn", lambda *_: pytest.fail("the model loaded"))
+    monkeypatch.setattr(app.commands.evaluate, "make_translate_fn", lambda *_: pytest.fail("the model loaded"))
     (tmp_path / "s").write_text("", encoding="utf-8")
     (tmp_path / "r").write_text("", encoding="utf-8")
     # Was a TensorFlow InvalidArgumentError traceback, once the model had loaded.
-    assert app.evaluate.main(["--model-dir", model_dir, "--source", str(tmp_path / "s"),
+    assert app.commands.evaluate.main(["--model-dir", model_dir, "--source", str(tmp_path / "s"),
                               "--reference", str(tmp_path / "r")]) == 1
     assert capsys.readouterr().err.strip() == (
         f"error: {tmp_path / 's'} and {tmp_path / 'r'} have no lines: there is nothing to score"
@@ -239,7 +239,7 @@ def test_a_saved_model_without_data_names_the_flags_it_needs(tmp_path):
 
 
 def test_a_saved_model_path_that_is_no_saved_model_is_refused_before_anything_loads(tmp_path, capsys):
-    from app.evaluate import main
+    from app.commands.evaluate import main
 
     base = tmp_path / "translator"
     for version in ("1", "2", "10", ".tmp-11-99"):  # a hidden .tmp-* is an export in progress
@@ -262,7 +262,7 @@ def test_a_saved_model_path_that_is_no_saved_model_is_refused_before_anything_lo
 
 
 def test_a_saved_model_is_scored_at_the_alpha_it_was_exported_with_unless_one_is_given(exported, tmp_path, capsys):
-    from app.evaluate import main
+    from app.commands.evaluate import main
 
     _, _, path, _ = exported
     saved_model = tmp_path / "1"
@@ -285,7 +285,7 @@ def test_a_saved_model_is_scored_at_the_alpha_it_was_exported_with_unless_one_is
 def test_a_saved_model_scored_on_files_writes_what_it_serves_and_splits_its_own_language(
     exported, tmp_path, capsys
 ):
-    from app.evaluate import main
+    from app.commands.evaluate import main
     from tests.conftest import SENTENCES
 
     _, _, path, served = exported
@@ -312,9 +312,9 @@ def test_a_saved_model_scored_on_files_writes_what_it_serves_and_splits_its_own_
 def test_an_output_path_that_cannot_be_written_is_refused_before_the_model_loads(
     model_dir, tmp_path, capsys, monkeypatch
 ):
-    import app.evaluate
+    import app.commands.evaluate
 
-    monkeypatch.setattr(app.evaluate, "make_translate_fn", lambda *_: pytest.fail("the model loaded"))
+    monkeypatch.setattr(app.commands.evaluate, "make_translate_fn", lambda *_: pytest.fail("the model loaded"))
     (tmp_path / "s").write_text("a\n", encoding="utf-8")
     (tmp_path / "r").write_text("b\n", encoding="utf-8")
     files = ["--model-dir", model_dir, "--source", str(tmp_path / "s"), "--reference", str(tmp_path / "r")]
@@ -326,7 +326,7 @@ def test_an_output_path_that_cannot_be_written_is_refused_before_the_model_loads
         (folder, f"--output {folder} is a directory; name a file to write the translations to"),
         (reference, f"--output {reference} is the --reference file; the translations would overwrite it"),
     ):
-        assert app.evaluate.main([*files, "--output", str(output)]) == 1
+        assert app.commands.evaluate.main([*files, "--output", str(output)]) == 1
         assert capsys.readouterr().err.strip() == f"error: {message}"
     assert reference.read_text(encoding="utf-8") == "b\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r", "s"]
@@ -338,7 +338,7 @@ def test_an_output_path_that_cannot_be_written_is_refused_before_the_model_loads
      (["--max-extra-length", "0"], "argument --max-extra-length: must be at least 1, got 0")],
 )
 def test_bad_decoding_options_are_refused_by_name_before_any_model_loads(tmp_path, capsys, flags, message):
-    from app.evaluate import main
+    from app.commands.evaluate import main
 
     for weights in (["--saved-model", str(tmp_path)], ["--model-dir", str(tmp_path)]):
         with pytest.raises(SystemExit) as exited:
@@ -422,7 +422,7 @@ def test_sources_longer_than_the_model_reads_are_found_and_named():
 
 
 def test_a_saved_model_scored_on_files_warns_of_sources_it_cut_and_lists_them(exported, tmp_path, capsys):
-    from app.evaluate import main
+    from app.commands.evaluate import main
 
     _, _, path, _ = exported
     sources = ["A man rides a bike.", " ".join(["dog"] * 80), "Two dogs play."]  # the model has 48 positions
@@ -442,7 +442,7 @@ def test_a_saved_model_scored_on_files_warns_of_sources_it_cut_and_lists_them(ex
 def test_an_alpha_past_a_saved_models_limit_is_refused_by_name_before_decoding(exported, model_dir, tmp_path, capsys):
     # The limit of a model of 48 positions; the SavedModel would refuse it only in its
     # graph, with an assertion's traceback, and the model directory alike at the first trace.
-    from app.evaluate import main
+    from app.commands.evaluate import main
 
     _, _, path, _ = exported
     (tmp_path / "src").write_text("A man rides a bike.\n", encoding="utf-8")

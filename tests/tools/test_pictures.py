@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.pictures import (
+from app.commands.pictures import (
     ATTENTION_KINDS,
     PicturesError,
     collect_attention,
@@ -164,7 +164,7 @@ def test_the_sentence_is_translated_greedily_and_attended_over_with_its_pieces(t
 
     from app.decoding.translate import DecodingConfig
     from app.decoding.greedy import greedy_decode
-    from app.pictures import sentence_attention
+    from app.commands.pictures import sentence_attention
 
     sentence = "A man rides a bike."
     # Beam 1 with alpha 0 is greedy decoding exactly.
@@ -197,7 +197,7 @@ def test_the_sentence_is_translated_greedily_and_attended_over_with_its_pieces(t
 
 
 def test_a_given_target_is_shown_instead_of_a_translation(translator):
-    from app.pictures import sentence_attention
+    from app.commands.pictures import sentence_attention
 
     target = "Ein Mann fährt Fahrrad."
     result = sentence_attention(translator, "A man rides a bike.", target=target)

@@ -93,7 +93,7 @@ def test_a_failed_check_ends_with_its_name_and_exit_code_1(monkeypatch):
     import tensorflow as tf
 
     import app.training.preflight
-    from app.preflight import run
+    from app.commands.preflight import run
     from app.training.config import TrainConfig
     from app.model.config import ModelConfig
 
@@ -166,7 +166,7 @@ def test_a_bad_flag_is_refused_before_tensorflow_loads():
 
 
 def test_a_corpus_the_run_could_not_read_fails_the_preflight(tmp_path):
-    from app.preflight import _data_source
+    from app.commands.preflight import _data_source
 
     missing = argparse.Namespace(dataset=f"files:{tmp_path}/a.en,{tmp_path}/a.de", source_lang="en", target_lang="de")
     assert _data_source(missing) == (None, f"file not found: {tmp_path}/a.en")

@@ -370,7 +370,7 @@ def test_a_tfds_corpus_out_of_reach_fails_at_once_and_leaves_no_model_directory(
     import tensorflow_datasets as tfds
 
     import data.corpora
-    from app.train import main
+    from app.commands.train import main
 
     monkeypatch.setattr(data.corpora, "unreachable_hosts", lambda urls: ["www.statmt.org:80"])
     monkeypatch.setattr(tfds.core.DatasetBuilder, "is_prepared", lambda self: False)

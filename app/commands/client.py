@@ -1,0 +1,172 @@
+"""Translate through a TF Serving REST endpoint (TensorFlow Serving or `python -m app.serve`).
+
+    python -m app.client "A man rides a bike." --url http://localhost:8501
+    python -m app.client --nbest "A man rides a bike."          # every hypothesis, best first
+    python -m app.client < sentences.txt > translations.txt     # one line in, one line out
+    python -m app.client --scores --alpha 1.0 "A man rides a bike."
+    python -m app.client --model-name en-de "A man rides a bike."   # the server's --model_name
+
+Prints one translation per input line (with --scores: score, a tab, the translation).
+Standard library only, so it runs without TensorFlow.
+"""
+
+import argparse
+import json
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+
+from data.flag_types import add_hidden_alias, float_at_least, int_at_least, model_name, positive_int
+
+
+class ClientError(RuntimeError):
+    pass
+
+
+def predict(url, model, instances, signature_name=None, version=None, timeout=60.0):
+    """POSTs `{"instances": ...}` to the model's :predict endpoint; returns the predictions."""
+    path = f"/v1/models/{model}" + (f"/versions/{version}" if version is not None else "") + ":predict"
+    payload = {"instances": instances}
+    if signature_name:
+        payload["signature_name"] = signature_name
+    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):  # "localhost:8501", say
+        raise ClientError(f"--url {url!r} is not an http:// or https:// URL")
+    request = urllib.request.Request(
+        url.rstrip("/") + path, data=json.dumps(payload).encode("utf-8"), headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            body = response.read()
+    except urllib.error.HTTPError as error:
+        try:
+            message = json.loads(error.read())["error"]
+        except (ValueError, KeyError, TypeError):
+            message = error.reason
+        raise ClientError(f"{url}{path}: HTTP {error.code}: {message}") from None
+    except urllib.error.URLError as error:
+        raise ClientError(f"cannot reach {url}: {error.reason}") from None
+    except OSError as error:  # a timeout or a reset once connected, which urllib does not wrap
+        raise ClientError(f"{url}{path}: {error or type(error).__name__}") from None
+    # A URL that is some other web server answers 200 too, with a page.
+    try:
+        return json.loads(body)["predictions"]
+    except (ValueError, KeyError, TypeError):
+        shown = body[:80].decode("utf-8", "replace")
+        raise ClientError(f"{url}{path} did not answer as TF Serving does (no \"predictions\"): {shown!r}") from None
+
+
+def translate(url, model, sentences, nbest=False, alpha=None, max_extra_length=None, version=None):
+    """A list with, per sentence, its hypotheses as `(translation, score)` pairs, best first."""
+    if alpha is not None or max_extra_length is not None:
+        signature = "translate_with_options"
+        instances = [
+            {
+                "inputs": s,
+                "alpha": 0.6 if alpha is None else alpha,
+                "max_extra_length": 50 if max_extra_length is None else max_extra_length,
+            }
+            for s in sentences
+        ]
+    else:
+        signature = "nbest" if nbest else None
+        instances = list(sentences)
+    predictions = predict(url, model, instances, signature, version)
+    # Each input line must get its own output line: a short or odd answer is an error,
+    # not translations that no longer line up with their sources.
+    if not isinstance(predictions, list) or len(predictions) != len(sentences):
+        count = len(predictions) if isinstance(predictions, list) else type(predictions).__name__
+        raise ClientError(f"{url} answered {count} predictions for {len(sentences)} sentences")
+    hypotheses = []
+    for i, p in enumerate(predictions):
+        try:
+            texts, scores = p["translations"], p["scores"]
+            if signature != "nbest":
+                texts, scores = [texts], [scores]
+            pairs = list(zip(texts, scores, strict=True))
+            if not pairs or not all(isinstance(t, str) and isinstance(x, (int, float)) for t, x in pairs):
+                raise TypeError
+        except (KeyError, TypeError, ValueError):
+            raise ClientError(
+                f"{url} answered prediction {i} as {json.dumps(p)[:80]}, not translations (strings) and scores"
+            ) from None
+        hypotheses.append(pairs)
+    return hypotheses
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sentences", nargs="*", help="sentences to translate (default: read lines from stdin)")
+    parser.add_argument("--url", default="http://localhost:8501", help="the server (default http://localhost:8501)")
+    name = parser.add_argument(
+        "--model-name",
+        type=model_name,
+        default="translator",
+        help="the model's name, the server's --model_name (default translator)",
+    )
+    add_hidden_alias(parser, name, "--model")  # its name before; scripts that use it keep working
+    parser.add_argument("--version", type=int_at_least(0), help="a specific version (default: the newest served)")
+    parser.add_argument(
+        "--nbest", action="store_true", help="print every hypothesis (signature nbest; default: the best)"
+    )
+    parser.add_argument(
+        "--scores", action="store_true", help="print each score before its translation (default: translations only)"
+    )
+    parser.add_argument(
+        "--alpha",
+        type=float_at_least(0),
+        help="length penalty (signature translate_with_options; default: the model's, as exported)",
+    )
+    parser.add_argument(
+        "--max-extra-length",
+        type=positive_int,
+        help="output length beyond the input's (translate_with_options; default: the model's, as exported)",
+    )
+    parser.add_argument("--batch-size", type=positive_int, default=32, help="stdin lines per request (default 32)")
+    args = parser.parse_args(argv)
+    if args.nbest and (args.alpha is not None or args.max_extra_length is not None):
+        parser.error("--nbest cannot be combined with --alpha or --max-extra-length")
+    return args
+
+
+def read_lines(stream):
+    """The lines of a binary stream as text, "\n" or "\r\n" removed; a line that is not
+    UTF-8 is an error naming it (it would otherwise fail its whole request)."""
+    lines = []
+    for number, raw in enumerate(stream, start=1):
+        try:
+            lines.append(raw.decode("utf-8").removesuffix("\n").removesuffix("\r"))
+        except UnicodeDecodeError as error:
+            raise ClientError(f"standard input, line {number}: not valid UTF-8 ({error.reason})") from None
+    # Text whose lines end with a lone "\r" (classic Mac OS) would go as one sentence, and
+    # its translation come back as one line (as data.text_files.read_lines refuses it).
+    if len(lines) == 1 and not raw.endswith(b"\n") and "\r" in lines[0]:
+        raise ClientError(
+            "standard input: its lines end with a lone carriage return (\\r), which does not end a line here "
+            "(only \\n or \\r\\n does); convert its line ends to \\n (e.g. with tr '\\r' '\\n')"
+        )
+    return lines
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        lines = args.sentences or read_lines(sys.stdin.buffer)
+        for start in range(0, len(lines), args.batch_size):
+            batch = lines[start : start + args.batch_size]
+            for hypotheses in translate(
+                args.url, args.model_name, batch, args.nbest, args.alpha, args.max_extra_length, args.version
+            ):
+                for text, score in hypotheses:
+                    print(f"{score:.4f}\t{text}" if args.scores else text)
+                if args.nbest:
+                    print()  # a blank line between the n-best lists of two inputs
+            sys.stdout.flush()
+    except ClientError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

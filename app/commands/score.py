@@ -1,0 +1,263 @@
+"""Scores given translations with a model: each pair's log-probability, by forced decoding.
+
+    python -m app.score --source test.en --target test.de       # saved_models/translator, its newest version
+    python -m app.score --saved-model saved_models/translator/2 --source test.en --target test.de
+    python -m app.score --model-dir runs/tiny-multi30k-en-de --source test.en --target hyp.de --output scores.tsv
+    python -m app.translate --input test.en | python -m app.score --source test.en --target -
+
+As `onmt-main score` and `fairseq-generate --score-reference` do: the model reads each
+source line and is fed its target line token by token (teacher forcing); each target
+token's log-probability is read off one forward pass (app/decoding/forced.py). The
+export's `score` signature does the same in the graph, so `--saved-model` and
+`--model-dir` give the same numbers.
+
+Output: one line per pair, in the order of the files, tab-separated (TSV, no header):
+
+    total log-prob <TAB> tokens <TAB> per-token log-probs, space-separated [<TAB> mean]
+    -7.512345	5	-2.103456 -0.712345 -3.001234 -1.456789 -0.238521
+
+Natural logarithms, six decimals, no length penalty and no label smoothing. `tokens`
+counts the target's subwords and its end token, every one scored; the per-token list
+holds that many values, the end token's last. `--normalize` adds a fourth column, the
+mean (total / tokens). An empty line is scored like any other: an empty target is its
+end token alone.
+
+Longer than the model's positions: the source is cut as for translation (its first
+max_length - 1 subwords, then the end token) and the target is scored on its first
+max_length tokens (their log-probs are those of the whole target; the rest and the end
+token are not scored, and `tokens` says how many were). Such lines are named on stderr.
+"""
+
+import argparse
+import os
+import sys
+
+from app.cli.flags import add_model_source_arguments, add_thread_arguments
+from app.cli.output_file import STDIN, output_file_problem, write_output
+from app.export.locate import DEFAULT_EXPORT_BASE, ExportNotFound, saved_model_version
+from data.flag_types import positive_int
+
+# Digits after the point in every number of the output.
+DECIMALS = 6
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m app.score", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_model_source_arguments(parser)
+    parser.add_argument("--source", required=True, metavar="FILE", help="the source sentences, one per line")
+    parser.add_argument(
+        "--target", required=True, metavar="FILE", help="their translations, line by line; - reads standard input"
+    )
+    parser.add_argument("--output", metavar="FILE", help="write the scores here (default: standard output)")
+    parser.add_argument(
+        "--batch-size", type=positive_int, default=64, help="pairs per forward pass (default 64)"
+    )
+    parser.add_argument(
+        "--normalize", action="store_true", help="add a fourth column: the mean log-prob per token"
+    )
+    add_thread_arguments(parser.add_argument_group("CPU threads"))
+    args = parser.parse_args(argv)
+    problem = check_args(args)
+    if problem:
+        parser.error(problem)
+    return args
+
+
+def check_args(args):
+    """What is wrong with the flags' values, or None; resolves `args.saved_model` to a version.
+
+    Checked before TensorFlow is imported, so that a slip costs well under a second.
+    """
+    from data.errors import DataError
+    from data.text_files import check_readable
+
+    if not args.model_dir:
+        args.saved_model = args.saved_model or DEFAULT_EXPORT_BASE
+        for flag, value in (("--checkpoint", args.checkpoint), ("--average-last", args.average_last)):
+            if value is not None:
+                return f"{flag} applies to --model-dir only; a SavedModel holds the weights it was exported with"
+        try:
+            args.saved_model = saved_model_version(args.saved_model)
+        except ExportNotFound as error:
+            return f"--saved-model: {error}"
+    else:
+        if not os.path.isdir(args.model_dir):
+            return f"--model-dir: no such directory: {args.model_dir}"
+        if args.average_last is not None and args.average_last < 0:
+            return f"--average-last must be a number of checkpoints, 0 for none; got {args.average_last}"
+    if args.source == STDIN and args.target == STDIN:
+        return "--source and --target cannot both read standard input (-)"
+    for flag, path in (("--source", args.source), ("--target", args.target)):
+        if path != STDIN:
+            try:
+                check_readable(path)
+            except DataError as error:
+                return f"{flag}: {error}"
+    if args.output:
+        return output_file_problem(args.output, {"--source": args.source, "--target": args.target}, "the scores")
+    return None
+
+
+def read_pairs(source_path, target_path, stdin=None):
+    """`(sources, targets)`, the two files' lines (`-` reads `stdin`, default sys.stdin).
+
+    Raises:
+        DataError: a file cannot be read or is not UTF-8 text, or the two have different
+            line counts (the message names both files and counts their lines).
+    """
+    from data.errors import DataError
+    from data.text_files import read_lines
+
+    def lines(path):
+        if path != STDIN:
+            return read_lines(path)
+        data = (stdin or sys.stdin).buffer.read()
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise DataError(
+                f"standard input: not valid UTF-8 (byte 0x{data[error.start]:02x} at byte offset {error.start})"
+            ) from None
+        # As read_lines: only "\n" ends a line, and a "\r" before it is dropped.
+        lines = text.removeprefix("\ufeff").split("\n")
+        if lines[-1] == "":
+            lines.pop()  # the last line's "\n" ends it; it does not begin another
+        return [line.removesuffix("\r") for line in lines]
+
+    sources, targets = lines(source_path), lines(target_path)
+    if len(sources) != len(targets):
+        raise DataError(
+            f"--source {describe(source_path)} has {len(sources)} lines but --target {describe(target_path)} "
+            f"has {len(targets)}; line N of one must translate line N of the other"
+        )
+    return sources, targets
+
+
+def describe(path):
+    return "- (standard input)" if path == STDIN else path
+
+
+def make_score_fn(args):
+    """`(score, weights)`: loads the model (the slow part).
+
+    score: `(sources, targets)`, lists of strings -> the `score` signature's outputs as
+    NumPy arrays: log_prob float32 [B], token_log_probs float32 [B, T], target_lengths
+    int32 [B], truncated bool [B].
+    """
+    import tensorflow as tf
+
+    from app.export.saved_model import ExportError
+
+    if args.saved_model:
+        import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
+
+        loaded = tf.saved_model.load(args.saved_model)
+        if "score" not in loaded.signatures:
+            raise ExportError(
+                f"{args.saved_model} has no score signature (it was exported before there was one): "
+                "export the run again with python export.py, or score with --model-dir"
+            )
+        signature = loaded.signatures["score"]
+
+        def score(sources, targets):
+            outputs = signature(inputs=tf.constant(sources, tf.string), targets=tf.constant(targets, tf.string))
+            return {name: value.numpy() for name, value in outputs.items()}
+
+        return score, args.saved_model
+
+    from app.export.saved_model import load_translator
+
+    translator, weights = load_translator(args.model_dir, args.checkpoint, args.average_last)
+
+    def score(sources, targets):
+        outputs = translator.serve_score(tf.constant(sources, tf.string), tf.constant(targets, tf.string))
+        return {name: value.numpy() for name, value in outputs.items()}
+
+    return score, weights
+
+
+def score_all(score, sources, targets, batch_size, progress=None):
+    """Every pair scored, in batches of similar lengths; results in input order.
+
+    `progress`: called with the count of pairs scored after each batch.
+
+    Returns:
+        a list of `(log_prob float, token_log_probs list of floats, truncated bool)`.
+    """
+    # Similar lengths share a batch, so little of it is padding; the results go back in order.
+    order = sorted(range(len(sources)), key=lambda i: (len(sources[i]) + len(targets[i]), i))
+    results = [None] * len(sources)
+    for first in range(0, len(order), batch_size):
+        indices = order[first : first + batch_size]
+        outputs = score([sources[i] for i in indices], [targets[i] for i in indices])
+        for row, i in enumerate(indices):
+            length = int(outputs["target_lengths"][row])
+            results[i] = (
+                float(outputs["log_prob"][row]),
+                [float(value) for value in outputs["token_log_probs"][row, :length]],
+                bool(outputs["truncated"][row]),
+            )
+        if progress is not None:
+            progress(first + len(indices))
+    return results
+
+
+def format_line(log_prob, token_log_probs, normalize=False):
+    """One output line (no newline): total, tokens, per-token log-probs [, mean], tab-separated."""
+    columns = [f"{log_prob:.{DECIMALS}f}", str(len(token_log_probs))]
+    columns.append(" ".join(f"{value:.{DECIMALS}f}" for value in token_log_probs))
+    if normalize:
+        columns.append(f"{log_prob / len(token_log_probs):.{DECIMALS}f}")
+    return "\t".join(columns)
+
+
+def describe_truncated(line_numbers, shown=10):
+    """The stderr warning naming the pairs cut to fit the model's positions."""
+    listed = ", ".join(map(str, line_numbers[:shown])) + (", ..." if len(line_numbers) > shown else "")
+    return (
+        f"warning: {len(line_numbers)} pair(s) longer than the model's positions were scored cut to fit "
+        f"(lines {listed}): the source as for translation, the target on its first tokens only "
+        "(python -m app.score --help)"
+    )
+
+
+def main(argv=None, stdin=None):
+    args = parse_args(argv)
+    from data.errors import DataError
+
+    try:
+        sources, targets = read_pairs(args.source, args.target, stdin)
+    except DataError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    from app.cli.quiet_tensorflow import import_tensorflow
+
+    import_tensorflow()
+    from app.cli.threads import set_threads_from_flags
+    from app.export.saved_model import ExportError
+
+    set_threads_from_flags(args)  # before TensorFlow runs an op: its pools are made then
+
+    try:
+        score, _ = make_score_fn(args)
+    except (ExportError, FileNotFoundError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    from app.cli.progress import CountProgress
+
+    if sources:
+        score(sources[:1], targets[:1])  # traced once, so the progress line's rate is scoring only
+    progress = CountProgress("scoring", len(sources), "pairs")
+    results = score_all(score, sources, targets, args.batch_size, progress.update)
+    progress.close()
+    truncated = [number for number, (_, _, cut) in enumerate(results, start=1) if cut]
+    if truncated:
+        print(describe_truncated(truncated), file=sys.stderr)
+    text = "".join(format_line(total, values, args.normalize) + "\n" for total, values, _ in results)
+    return write_output(args.output, text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,282 @@
+"""A local server that speaks TensorFlow Serving's REST API over the exported SavedModels.
+
+    python -m app.serve                                        # saved_models/translator, port 8501
+    python -m app.serve --model_base_path saved_models/en-de --model_name en-de --rest_api_port 9000
+    python -m app.serve --batching_parameters_file serving/batching_parameters.txt
+
+Flags carry `tensorflow_model_server`'s names, so clients, tests and the page work the same
+against either server; each is also accepted dashed, as the other commands spell theirs
+(--model-base-path, --model-name). Endpoints (TF Serving's, plus the page and the batch metrics):
+
+    GET  /v1/models/{name}[/versions/{v}]              version status
+    GET  /v1/models/{name}[/versions/{v}]/metadata     signature definitions
+    POST /v1/models/{name}[/versions/{v}]:predict      row ("instances") or columnar ("inputs")
+    GET  /                                             the translation page (app/serving/static/)
+    GET  /page.json                                    what the page shows: version, language pair, limits
+    GET  /monitoring/prometheus/metrics                requests and batch sizes, Prometheus text
+
+As in TF Serving, "/v1/models" matches in any case, and a version label
+(`/labels/{label}` in place of `/versions/{v}`) is parsed, then refused: labels come from
+TF Serving's model config file, which this server does not read.
+
+It serves the newest version under the base path and switches to a newly exported one
+without a restart (app/serving/models.py), each version in a process of its own whose
+memory goes when it is unloaded (app/serving/version_process.py); concurrent requests are
+batched into one model call, large ones a batch at a time (app/serving/batching.py). Built
+on aiohttp. Binds 127.0.0.1 unless --host says otherwise, and answers only requests that
+name it and pages of its own origin unless --allowed_hosts / --allowed_origins say more
+(app/serving/origins.py).
+"""
+
+import argparse
+import asyncio
+import functools
+import logging
+import os
+import signal
+import socket
+import sys
+
+from app.serving.batching import BatchingParameters
+from app.serving.rest_api import DEFAULT_READ_TIMEOUT_SECONDS, MODEL_NAME, Limits
+from data.flag_types import add_hidden_alias
+
+log = logging.getLogger("app.serve")
+
+# How long a stopping server waits for the requests in flight (a second signal: no wait).
+SHUTDOWN_GRACE_SECONDS = 60.0
+
+
+def _bool(text):
+    if text.lower() in ("1", "true", "yes"):
+        return True
+    if text.lower() in ("0", "false", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model_name", default="translator", help="the name in /v1/models/<name> (default translator)")
+    parser.add_argument(
+        "--model_base_path",
+        default=os.path.join("saved_models", "translator"),
+        help="directory of numbered versions (default saved_models/translator)",
+    )
+    parser.add_argument(
+        "--rest_api_port", type=int, default=8501, help="HTTP port (default 8501; 0 picks a free one, printed at start)"
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 for every interface)"
+    )
+    parser.add_argument(
+        "--file_system_poll_wait_seconds",
+        type=float,
+        default=1.0,
+        help="how often to look for new versions, in seconds (default 1; 0: only once, at start, as TF Serving)",
+    )
+    parser.add_argument(
+        "--num_versions",
+        type=int,
+        default=1,
+        help="how many of the newest versions to keep loaded and addressable (default 1, as TF Serving)",
+    )
+    parser.add_argument(
+        "--max_num_load_retries", type=int, default=5, help="retries of a version that fails to load (default 5)"
+    )
+    parser.add_argument(
+        "--load_retry_interval_micros",
+        type=int,
+        default=60_000_000,
+        help="least time between two tries of a version that failed to load (default 60000000: one minute, "
+        "as TF Serving)",
+    )
+    parser.add_argument(
+        "--enable_batching",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=True,
+        help="merge concurrent requests into one model call (default true, unlike TF Serving)",
+    )
+    parser.add_argument(
+        "--batching_parameters_file",
+        help="TF Serving batching parameters (default: max_batch_size 32, batch_timeout_micros 5000, "
+        "num_batch_threads 1, max_enqueued_batches 100)",
+    )
+    parser.add_argument(
+        "--max_instances",
+        type=int,
+        default=Limits.max_instances,
+        help=f"most instances (rows) per request (default {Limits.max_instances})",
+    )
+    parser.add_argument(
+        "--max_text_length",
+        type=int,
+        default=Limits.max_text_length,
+        help=f"most characters per input text (default {Limits.max_text_length})",
+    )
+    parser.add_argument(
+        "--allowed_hosts",
+        default="",
+        help="comma-separated names besides IP addresses, localhost and this machine's name that requests may "
+        "give as Host, e.g. the name a reverse proxy forwards (default: none, and any name where --host is "
+        "not a loopback address; '*': any)",
+    )
+    parser.add_argument(
+        "--allowed_origins",
+        default="",
+        help="comma-separated origins (https://app.example.com) of web pages allowed to call the server "
+        "(default none: only the server's own page; '*': any)",
+    )
+    parser.add_argument(
+        "--read_timeout_seconds",
+        type=float,
+        default=DEFAULT_READ_TIMEOUT_SECONDS,
+        help=f"close a connection whose request stalls, or that stays idle, this long "
+        f"(default {DEFAULT_READ_TIMEOUT_SECONDS:g})",
+    )
+    parser.add_argument(
+        "--tensorflow_intra_op_parallelism",
+        type=int,
+        help="threads one op may use on the CPU (default: a quarter of the cores, at least 1, fewer where "
+        "several model calls may run at once: what decoded fastest, docs/serving.md#threads; 0: TensorFlow's "
+        "choice, every core, as TF Serving's default); a CTranslate2 version's threads per call",
+    )
+    parser.add_argument(
+        "--tensorflow_inter_op_parallelism",
+        type=int,
+        default=0,
+        help="ops run at once on the CPU (default 0: TensorFlow's choice, one per core, as TF Serving)",
+    )
+    for action in list(parser._actions):
+        for option in action.option_strings:
+            if "_" in option:
+                add_hidden_alias(parser, action, option.replace("_", "-"))
+    args = parser.parse_args(argv)
+    # Checked before TensorFlow loads anything, each naming its flag, as argparse does.
+    if not MODEL_NAME.fullmatch(args.model_name):
+        parser.error(f"--model_name {args.model_name!r}: use letters, digits, '.', '_' and '-' (it is part of URLs)")
+    if not 0 <= args.rest_api_port <= 65535:
+        parser.error(f"--rest_api_port must be 0-65535 (0: a free one), got {args.rest_api_port}")
+    if not args.read_timeout_seconds > 0:
+        parser.error(f"--read_timeout_seconds must be more than 0, got {args.read_timeout_seconds}")
+    if not args.file_system_poll_wait_seconds >= 0:
+        wait = args.file_system_poll_wait_seconds
+        parser.error(f"--file_system_poll_wait_seconds must be >= 0 (0: look once, at start), got {wait}")
+    least_values = (
+        ("num_versions", 1), ("max_num_load_retries", 0), ("load_retry_interval_micros", 0), ("max_instances", 1),
+        ("max_text_length", 1), ("tensorflow_intra_op_parallelism", 0), ("tensorflow_inter_op_parallelism", 0),
+    )
+    for flag, least in least_values:
+        if getattr(args, flag) is not None and getattr(args, flag) < least:
+            parser.error(f"--{flag} must be at least {least}, got {getattr(args, flag)}")
+    args.batching_parameters = BatchingParameters()
+    if args.batching_parameters_file:
+        try:
+            args.batching_parameters = BatchingParameters.from_file(args.batching_parameters_file)
+        except (OSError, ValueError) as error:
+            parser.error(f"--batching_parameters_file: {error}")
+    return args
+
+
+async def serve(args):
+    # Here, not at the top: --help and a bad flag answer without loading the web server.
+    from aiohttp import web
+
+    from app.serving.batching import Batcher
+    from app.serving.models import ModelManager
+    from app.serving.origins import OriginPolicy
+    from app.serving.server import Server
+    from app.serving.version_process import CpuThreads, VersionProcess
+
+    batcher = Batcher(args.batching_parameters, args.enable_batching)
+    threads = CpuThreads(args.tensorflow_intra_op_parallelism, args.tensorflow_inter_op_parallelism)
+    manager = ModelManager(
+        args.model_name,
+        args.model_base_path,
+        args.num_versions,
+        args.max_num_load_retries,
+        functools.partial(VersionProcess, threads=threads, max_calls=batcher.threads),
+        load_retry_interval_seconds=args.load_retry_interval_micros / 1e6,
+    )
+    server = Server(
+        manager, batcher, Limits(args.max_instances, args.max_text_length), args.file_system_poll_wait_seconds,
+        OriginPolicy.from_flags(args.allowed_hosts, args.allowed_origins, args.host), args.read_timeout_seconds,
+    )
+    # The signals first: the first poll, inside runner.setup(), may load for a while.
+    # A first SIGINT or SIGTERM stops the server once the requests in flight are answered;
+    # a second exits at once.
+    stop = asyncio.Event()
+
+    def on_signal():
+        if stop.is_set():
+            log.warning("second signal: exiting now")
+            os._exit(1)
+        stop.set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        asyncio.get_running_loop().add_signal_handler(signum, on_signal)
+    runner = server.runner()
+    setup = asyncio.create_task(runner.setup())
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({setup, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if not setup.done():  # stopped while the first versions loaded: nothing was served yet
+        return
+    setup.result()  # its error, if it failed
+    site = web.TCPSite(runner, args.host, args.rest_api_port)
+    try:
+        await site.start()
+    except OSError as error:  # taken while the first version loaded
+        await runner.cleanup()
+        sys.exit(port_error(args.host, args.rest_api_port, error))
+    host, port = runner.addresses[0][:2]
+    versions = ", ".join(str(v) for v in sorted(manager.loaded)) or "none yet"
+    print(
+        f"Serving model {manager.name} (versions: {versions}) from {manager.base_path} at http://{host}:{port}/",
+        flush=True,
+    )
+    await stopping
+    # Stop accepting, then let the requests in flight finish, those still sending their
+    # body included (aiohttp's own shutdown would stop reading them), then close.
+    log.info("stopping: no new connections; answering the %d requests in flight", server.in_flight)
+    await site.stop()
+    await server.drained(SHUTDOWN_GRACE_SECONDS)
+    await runner.cleanup()
+
+
+def check_port(host, port):
+    """Exits with one line naming --rest_api_port when the port cannot be bound, before a
+    version loads for long seconds. (Bound again to serve: the check leaves it free.)"""
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        for family, kind, protocol, _, address in addresses:
+            with socket.socket(family, kind, protocol) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio binds
+                probe.bind(address)
+    except OSError as error:
+        sys.exit(port_error(host, port, error))
+
+
+def port_error(host, port, error):
+    """The one line a port that cannot be bound ends the server with."""
+    return f"app.serve: --rest_api_port {port} on --host {host}: {error.strerror or error}"
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    check_port(args.host, args.rest_api_port)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    from app.serving.server import OneLineErrors
+
+    logging.getLogger("aiohttp.server").addFilter(OneLineErrors())
+    asyncio.run(serve(args))
+    # os._exit, not a return: Python would join the loading thread at exit, which a
+    # version still loading would hold up for as long as its load takes.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,433 @@
+"""Translates text with a trained model, without a server: one output line per input line.
+
+    python -m app.translate < test.en > test.de                   # saved_models/translator, its newest version
+    python -m app.translate --saved-model saved_models/translator/2 --input test.en --output test.de
+    python -m app.translate --model-dir runs/tiny-multi30k-en-de --beam-size 8 --alpha 1.0 --input test.en
+    python -m app.translate --input test.en --nbest 4 > nbest.tsv
+    python -m app.translate --input mono.de --sampling-topk 10 --seed 1 > back.en     # back-translation
+
+The model: an export (`--saved-model`, its base directory for the newest version, or one
+version; saved_models/translator by default) or a training run (`--model-dir`, with
+`--checkpoint` / `--average-last`). Lines are read from `--input` (default: standard
+input) and decoded in batches of `--batch-size` sentences of similar length, then put
+back in input order. Empty and whitespace-only lines are not decoded: they come out as
+empty lines (in the n-best table, as no rows).
+
+Decoding. Beam search, as export.py and the server do. A SavedModel's beam size is fixed
+at export: `--beam-size` may be that one or 1 (its `greedy` signature); `--alpha` and
+`--max-extra-length` reach it through its `translate_with_options` signature, and
+default to the export's own. Sampling, for back-translation: any of `--sampling-topk K`
+(the K most likely tokens, 0 = all), `--sampling-topp P` (the fewest most likely tokens
+whose probability reaches P) and `--sampling-temperature T` draws one translation per
+line instead (app/decoding/sampling.py; the export's `sample` signature). It is
+reproducible: line n (from 1) draws with the seed `--seed` x 2**32 + n, so a line's
+translation depends on the seed, its text and its line number, not on the batch.
+
+Output (UTF-8, on `--output` written whole at the end, or standard output; a tab or line
+break inside a translation is written as a space):
+
+    default      translation
+    --scores     score <TAB> translation
+    --nbest K    line <TAB> rank <TAB> score <TAB> translation     (K rows per line, best first)
+
+In the n-best table `line` is the input's line number and `rank` the hypothesis's, both
+from 1. Scores have six decimals: beam search's length-normalized log-probability
+(sum of log-probs / ((5 + length) / 6) ** alpha, app/decoding/beam_search.py); with
+sampling, the plain sum of the model's log-probabilities of the drawn tokens.
+"""
+
+import argparse
+import math
+import os
+import sys
+
+from data.flag_types import int_at_least, positive_int
+from app.cli.flags import DEFAULT_ALPHA, DEFAULT_BEAM_SIZE, DEFAULT_MAX_EXTRA_LENGTH, add_decoding_arguments
+from app.cli.flags import add_model_source_arguments, add_thread_arguments
+from app.cli.output_file import STDIN, output_file_problem, write_output
+from app.export.locate import DEFAULT_EXPORT_BASE, ExportNotFound, saved_model_version
+
+# Digits after the point of every score.
+DECIMALS = 6
+# Line n samples with seed --seed * SEED_STRIDE + n: a stream per line, and per seed.
+SEED_STRIDE = 2**32
+MAX_SEED = 2**31 - 1
+
+
+class FlagError(ValueError):
+    """A flag that cannot apply, found once the model is known: exits 2, as argparse does."""
+
+
+def _top_p(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
+def _temperature(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+def _seed(text):
+    value = int_at_least(0)(text)
+    if value > MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_SEED}, got {value}")
+    return value
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="python -m app.translate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_model_source_arguments(parser)
+    parser.add_argument(
+        "--input", metavar="FILE", default=STDIN, help="the text to translate (default: standard input)"
+    )
+    parser.add_argument("--output", metavar="FILE", help="write the translations here (default: standard output)")
+    parser.add_argument(
+        "--batch-size", type=positive_int, default=64, help="sentences decoded together (default 64)"
+    )
+    add_decoding_arguments(
+        parser,
+        beam_size_help="beams; 1 is greedy. A SavedModel decodes with the beam size it was exported with "
+        "(its default) or 1; a --model-dir with any",
+        alpha_chosen_by=f"with a SavedModel the export's, with --model-dir {DEFAULT_ALPHA}",
+    )
+    parser.add_argument(
+        "--nbest", type=positive_int, metavar="K", help="write the K best translations of each line, as a TSV table"
+    )
+    parser.add_argument("--scores", action="store_true", help="write each translation's score before it")
+    sampling = parser.add_argument_group("sampling (one random translation per line, instead of beam search)")
+    sampling.add_argument(
+        "--sampling-topk",
+        type=int_at_least(0),
+        metavar="K",
+        help="draw among the K most likely tokens; 0: all (the default)",
+    )
+    sampling.add_argument(
+        "--sampling-topp",
+        type=_top_p,
+        metavar="P",
+        help="draw among the fewest most likely tokens whose probability reaches P (default 1: all)",
+    )
+    sampling.add_argument(
+        "--sampling-temperature", type=_temperature, metavar="T", help="divide the logits by T (default 1)"
+    )
+    sampling.add_argument("--seed", type=_seed, help="the random seed (default 0)")
+    add_thread_arguments(parser.add_argument_group("CPU threads"), decoding=True)
+    # None: not given, so that a flag that cannot apply is told apart from its default.
+    parser.set_defaults(beam_size=None, max_extra_length=None)
+    return parser
+
+
+def parse_args(argv=None):
+    """The flags, every check that needs no model done: exits 2 naming the flag."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    problem = conflicting_flags(args)
+    if problem:
+        parser.error(problem)
+    if args.model_dir is None:
+        try:
+            args.saved_model = saved_model_version(args.saved_model or DEFAULT_EXPORT_BASE)
+        except ExportNotFound as error:
+            parser.error(f"--saved-model: {error}")
+    if args.model_dir is not None and not os.path.isdir(args.model_dir):
+        parser.error(f"--model-dir {args.model_dir}: no such directory")
+    if args.input != STDIN and os.path.isdir(args.input):
+        parser.error(f"--input {args.input}: is a directory; give the file of sentences to translate")
+    if args.input != STDIN and not os.path.isfile(args.input):
+        parser.error(f"--input {args.input}: no such file")
+    if args.output:
+        problem = output_file_problem(args.output, {"--input": args.input}, "the translations")
+        if problem:
+            parser.error(problem)
+    args.sampling = sampling_on(args)
+    if args.sampling:
+        args.sampling_topk = args.sampling_topk or 0
+        args.sampling_topp = 1.0 if args.sampling_topp is None else args.sampling_topp
+        args.sampling_temperature = args.sampling_temperature or 1.0
+        args.seed = args.seed or 0
+    return parser, args
+
+
+def sampling_on(args):
+    return any(value is not None for value in (args.sampling_topk, args.sampling_topp, args.sampling_temperature))
+
+
+def conflicting_flags(args):
+    """What is wrong with a combination of flags, or None."""
+    if args.model_dir is None:
+        for flag, value in (("--checkpoint", args.checkpoint), ("--average-last", args.average_last)):
+            if value is not None:
+                return f"{flag} applies to --model-dir only; a SavedModel holds the weights it was exported with"
+    if sampling_on(args):
+        for flag, given in (("--nbest", args.nbest), ("--beam-size", args.beam_size), ("--alpha", args.alpha)):
+            if given is not None:
+                return f"{flag} applies to beam search, not to sampling (--sampling-topk/-topp/-temperature)"
+    elif args.seed is not None:
+        return "--seed applies to sampling only: give --sampling-topk, --sampling-topp or --sampling-temperature"
+    if args.nbest is not None:
+        if args.scores:
+            return "--scores: the --nbest table holds the scores already"
+        if args.beam_size is not None and args.nbest > args.beam_size:
+            return f"--nbest {args.nbest} asks for more translations than --beam-size {args.beam_size} keeps"
+        if args.model_dir is not None and args.beam_size is None and args.nbest > DEFAULT_BEAM_SIZE:
+            return f"--nbest {args.nbest} asks for more translations than the default --beam-size {DEFAULT_BEAM_SIZE}"
+        if args.model_dir is None:
+            for flag, given in (("--alpha", args.alpha), ("--max-extra-length", args.max_extra_length)):
+                if given is not None:
+                    return (
+                        f"{flag} cannot apply with --nbest to a SavedModel: its nbest signature decodes with "
+                        "the settings it was exported with (use --model-dir, or leave out the flag)"
+                    )
+    return None
+
+
+# Reading and writing.
+
+
+def read_lines(path):
+    """The lines of `path` (STDIN: standard input) as UTF-8 text, without their line breaks."""
+    if path == STDIN:
+        data, name = sys.stdin.buffer.read(), "standard input"
+    else:
+        with open(path, "rb") as f:
+            data, name = f.read(), path
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise ValueError(f"{name} is not UTF-8 text (line {line}: {error.reason})") from None
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the final line break ends the last line; it does not start one
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def format_output(results, nbest=None, scores=False):
+    """The output text for `results` (one list of `(translation, score)` per input line,
+    best first; [] for a line not decoded), in the format the flags choose."""
+    rows = []
+    for number, hypotheses in enumerate(results, start=1):
+        if nbest:
+            rows += [
+                f"{number}\t{rank}\t{score:.{DECIMALS}f}\t{_one_line(text)}"
+                for rank, (text, score) in enumerate(hypotheses[:nbest], start=1)
+            ]
+        elif not hypotheses:
+            rows.append("")
+        elif scores:
+            rows.append(f"{hypotheses[0][1]:.{DECIMALS}f}\t{_one_line(hypotheses[0][0])}")
+        else:
+            rows.append(_one_line(hypotheses[0][0]))
+    return "".join(row + "\n" for row in rows)
+
+
+def _one_line(text):
+    return text.replace("\t", " ").replace("\r", " ").replace("\n", " ")
+
+
+def translate_lines(decode, lines, batch_size, progress=None):
+    """One list of `(translation, score)` per line, in input order; [] for a blank line.
+
+    `decode(sentences, line_numbers)` takes a batch and returns one list per sentence.
+    Lines are decoded sorted by length, so a batch pads little; `progress(done)`, the
+    count of lines decoded, is called after each batch.
+    """
+    todo = sorted((i for i, line in enumerate(lines) if line.strip()), key=lambda i: len(lines[i]))
+    results = [[] for _ in lines]
+    for start in range(0, len(todo), batch_size):
+        batch = todo[start : start + batch_size]
+        for i, hypotheses in zip(batch, decode([lines[i] for i in batch], [i + 1 for i in batch])):
+            results[i] = hypotheses
+        if progress:
+            progress(start + len(batch))
+    return results
+
+
+# The model.
+
+
+def make_decoder(args):
+    """`(decode, description)`: loads the model. `decode(sentences, line_numbers)` returns, per
+    sentence, its hypotheses `[(translation, score)]`, best first (one unless --nbest).
+
+    Raises:
+        FlagError: a flag the SavedModel cannot apply (its beam size is another).
+    """
+    if args.model_dir:
+        return _model_dir_decoder(args), args.model_dir
+    return _saved_model_decoder(args), args.saved_model
+
+
+def _sampling_inputs(args, sentences, line_numbers, max_extra_length):
+    import tensorflow as tf
+
+    n = len(sentences)
+    return dict(
+        inputs=tf.constant(sentences),
+        seed=tf.constant([args.seed * SEED_STRIDE + number for number in line_numbers], tf.int64),
+        top_k=tf.fill([n], args.sampling_topk),
+        top_p=tf.fill([n], float(args.sampling_topp)),
+        temperature=tf.fill([n], float(args.sampling_temperature)),
+        max_extra_length=tf.fill([n], int(max_extra_length)),
+    )
+
+
+def _hypotheses(outputs, count=1):
+    """Per sentence, `[(translation, score)]` of the first `count` columns of a signature's
+    outputs (`[B]` or `[B, K]`)."""
+    texts, scores = outputs["translations"].numpy(), outputs["scores"].numpy()
+    if texts.ndim == 1:
+        texts, scores = texts[:, None], scores[:, None]
+    return [
+        # A sampled sequence of byte pieces may not be UTF-8.
+        [(text.decode("utf-8", "replace"), float(score)) for text, score in zip(row_texts[:count], row_scores[:count])]
+        for row_texts, row_scores in zip(texts, scores)
+    ]
+
+
+def _model_dir_decoder(args):
+    import tensorflow as tf
+
+    from app.decoding.translate import DecodingConfig
+    from app.export.saved_model import load_translator
+
+    decoding = DecodingConfig(
+        DEFAULT_BEAM_SIZE if args.beam_size is None else args.beam_size,
+        DEFAULT_ALPHA if args.alpha is None else args.alpha,
+        DEFAULT_MAX_EXTRA_LENGTH if args.max_extra_length is None else args.max_extra_length,
+    )
+    translator, _ = load_translator(args.model_dir, args.checkpoint, args.average_last, decoding)
+    if args.sampling:
+
+        def decode(sentences, line_numbers):
+            inputs = _sampling_inputs(args, sentences, line_numbers, decoding.max_extra_length)
+            return _hypotheses(translator.serve_sample(**inputs))
+
+    else:
+
+        def decode(sentences, line_numbers):
+            return _hypotheses(translator.serve_nbest(tf.constant(sentences)), args.nbest or 1)
+
+    return decode
+
+
+def exported_beam_size(loaded):
+    """The beam size a loaded SavedModel was exported with: its nbest signature's K."""
+    return loaded.signatures["nbest"].structured_outputs["translations"].shape[1]
+
+
+def _saved_model_decoder(args):
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
+
+    from app.export.export_info import EXPORT_INFO, read_export_info
+
+    info = read_export_info(args.saved_model)
+    loaded = tf.saved_model.load(args.saved_model)
+    signatures = loaded.signatures
+    max_extra_length = args.max_extra_length or info.get("max_extra_length", DEFAULT_MAX_EXTRA_LENGTH)
+    if args.sampling:
+        if "sample" not in signatures:
+            raise FlagError(
+                f"{args.saved_model} was exported before sampling existed (no sample signature); export "
+                "it again, or give --model-dir"
+            )
+        sample = signatures["sample"]
+
+        def decode(sentences, line_numbers):
+            return _hypotheses(sample(**_sampling_inputs(args, sentences, line_numbers, max_extra_length)))
+
+        return decode
+
+    beam_size = exported_beam_size(loaded)
+    if args.beam_size not in (None, beam_size, 1):
+        raise FlagError(
+            f"--beam-size {args.beam_size}: {args.saved_model} was exported with beam size {beam_size}; give "
+            f"--beam-size {beam_size} or 1 (greedy), export again with --beam-size {args.beam_size}, "
+            "or give --model-dir"
+        )
+    if args.nbest is not None and args.nbest > beam_size:
+        raise FlagError(
+            f"--nbest {args.nbest} asks for more translations than the beam size {args.saved_model} "
+            f"was exported with ({beam_size})"
+        )
+    options = args.alpha is not None or args.max_extra_length is not None
+    if args.beam_size == 1 and beam_size != 1:
+        if options:
+            raise FlagError(
+                "--alpha and --max-extra-length cannot apply with --beam-size 1 to a SavedModel: its greedy "
+                "signature decodes with the settings it was exported with (or give --model-dir)"
+            )
+        greedy = signatures["greedy"]
+        return lambda sentences, numbers: _hypotheses(greedy(inputs=tf.constant(sentences)))
+    if options:
+        alpha = args.alpha if args.alpha is not None else info.get("alpha")
+        if alpha is None:
+            raise FlagError(
+                f"--max-extra-length: {args.saved_model}'s {EXPORT_INFO} does not record the alpha it was "
+                "exported with, which translate_with_options needs; give --alpha too"
+            )
+        from app.decoding.translate import checked_alpha
+
+        checked_alpha(alpha, int(loaded.source_lengths(tf.constant([], tf.string))["limit"]))
+        options_signature = signatures["translate_with_options"]
+
+        def decode(sentences, line_numbers):
+            n = len(sentences)
+            outputs = options_signature(
+                inputs=tf.constant(sentences),
+                alpha=tf.fill([n], float(alpha)),
+                max_extra_length=tf.fill([n], int(max_extra_length)),
+            )
+            return _hypotheses(outputs)
+
+        return decode
+    nbest = signatures["nbest"]
+    return lambda sentences, numbers: _hypotheses(nbest(inputs=tf.constant(sentences)), args.nbest or 1)
+
+
+def main(argv=None):
+    parser, args = parse_args(argv)
+    from app.cli.quiet_tensorflow import import_tensorflow
+
+    import_tensorflow()
+    from app.cli.threads import set_threads_from_flags
+
+    set_threads_from_flags(args, decoding=True)  # before TensorFlow runs an op: its pools are made then
+    from app.cli.progress import CountProgress  # (imports Keras)
+    from app.export.saved_model import ExportError
+    from data.errors import DataError
+
+    try:
+        lines = read_lines(args.input)
+        decode, _ = make_decoder(args)
+    except FlagError as error:
+        parser.error(str(error))
+    except (DataError, ExportError, OSError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    # On a terminal only: in a log, lines of progress would be noise beside the translations.
+    progress = None
+    if sys.stderr.isatty():
+        progress = CountProgress("translating", sum(1 for line in lines if line.strip()), "lines")
+    results = translate_lines(decode, lines, args.batch_size, progress and progress.update)
+    if progress:
+        progress.close()
+    return write_output(args.output, format_output(results, args.nbest, args.scores))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
