@@ -7,7 +7,7 @@ Prints the one-off preparation (reading, vocabulary, tokenizing every split once
 the speed of that tokenization pass alone, then per epoch the batches/s and non-padding tokens/s the pipeline delivers when nothing
 consumes them. Epoch 0 includes tracing the tf.data functions and filling the
 prefetch buffer; later epochs are the steady state. Compare them with the tokens/s that
-training consumes: `benchmarks/bench_training.py`, and docs/lab-notebook.md#speed.
+training consumes: `benchmarks/bench_training.py`, and docs/lab-notebook/2026-11-21-speed-against-keras-hub-and-the-loss-gradient.md.
 """  # noqa: E501
 
 import argparse

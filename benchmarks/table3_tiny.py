@@ -17,7 +17,7 @@ after convergence": read the table with its step count.
 
 One run per row cannot tell a change from luck: at 1,000 steps the base row alone varies
 over seeds as much as most rows change it
-(docs/lab-notebook.md#records-moved-from-code-comments-2026-11-26). `--seeds`
+(docs/lab-notebook/2026-11-26-records-moved-from-code-comments.md). `--seeds`
 trains every row once per seed (the seed sets the initial weights, the batch order and
 dropout's masks) and prints each figure as the mean over the seeds, with their range,
 and, when the base row is among the rows, each row's difference from it seed by seed.

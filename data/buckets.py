@@ -17,8 +17,8 @@ bucket sizes do not change between epochs the same shapes recur every epoch:
 `tf.function`/XLA compile each once, in the first epoch.
 
 Why this design (measured on Multi30k en-de train, 8k BPE: the figures are in
-docs/lab-notebook.md#each-side-of-a-batch-padded-to-its-own-length and
-docs/lab-notebook.md#records-moved-from-code-comments-2026-11-26; `tests` and the
+docs/lab-notebook/2026-11-22-each-side-of-a-batch-padded-to-its-own-length.md and
+docs/lab-notebook/2026-11-26-records-moved-from-code-comments.md; `tests` and the
 benchmark compute the padding efficiency from real batches):
 - Boundaries every token up to 24, then growing by 10%: fine where most pairs' lengths
   are, where one extra id of padding is a large share of a short pair.

@@ -54,7 +54,7 @@ _IN_FLIGHT_PER_WORKER = 2
 # together), evenly spaced through train. sentencepiece's trainer holds every sentence it
 # is given, with several copies and indexes of it, so that its peak grows with the
 # sample (not with the pieces asked): this cap keeps the preparation of any corpus within
-# about 1.5x of Multi30k's peak (docs/lab-notebook.md#memory-at-scale-2026-11-26).
+# about 1.5x of Multi30k's peak (docs/lab-notebook/2026-11-26-memory-at-scale.md).
 # Half a million sentences, some ten million words, is still plenty for a 37k shared
 # BPE; sentencepiece's own `input_sentence_size` and Marian's `--sentencepiece-max-lines`
 # sample a corpus the same way, at a few hundred thousand to a few million lines.

@@ -20,8 +20,8 @@ Reserved ids: `layers/special_tokens.py` (padding, start, end, unknown); the voc
 trained with them and a model file that reserves others is refused.
 
 Choices, each measured on Multi30k en-de (the figures:
-docs/lab-notebook.md#what-was-tried and
-docs/lab-notebook.md#records-moved-from-code-comments-2026-11-26):
+docs/lab-notebook/2026-11-21-en-de-what-was-tried.md and
+docs/lab-notebook/2026-11-26-records-moved-from-code-comments.md):
 
 - BPE, not unigram. It is what the paper used (a shared source-target BPE), its merges
   are deterministic, and it trains faster. Unigram's one advantage, sampled

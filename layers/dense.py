@@ -5,7 +5,7 @@ x^T dy, a `[A, U]` product contracting the N tokens. On a CPU (oneDNN, float32) 
 product runs markedly slower when its output has more rows than columns (A > U) than the
 same product made transposed, (dy^T x)^T, a `[U, A]` product plus a transpose of the
 small result; at small's and base's feed-forward shapes too
-(docs/lab-notebook.md#fewer-passes-in-attention-and-the-loss-and-dense-weight-gradients-made-the-faster-way-round).
+(docs/lab-notebook/2026-11-22-fewer-passes-in-attention-and-the-loss.md).
 
 So under TensorFlow, in float32, this layer makes the weight gradient as whichever of
 the two products has no more rows than columns. In bfloat16 the orientation made no

@@ -6,7 +6,7 @@ every core (intra-op), and as many independent ops as there are cores run side b
 model, whose matrix products are small, one thread per op with two ops at once trained
 faster; `small` and beam search ran slower: small's larger products, and decoding's one
 step after another, gain more from two threads per op than from two ops at once
-(docs/lab-notebook.md#one-thread-per-op). So these stay flags, TensorFlow's defaults unless asked, and a user
+(docs/lab-notebook/2026-11-24-one-thread-per-op.md). So these stay flags, TensorFlow's defaults unless asked, and a user
 measures on their own CPU with
 `benchmarks/bench_training.py --settings ...,...+1-thread-per-op`. The server takes TF
 Serving's flags for the same pools (`python -m app.serve --tensorflow_intra_op_parallelism`):

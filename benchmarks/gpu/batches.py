@@ -15,10 +15,10 @@ for step. Two things are the sweep's own:
   another order.
 - Few shapes. XLA compiles a program per batch shape, and on a GPU compiling dominates a
   tiny run when every bucket has its own shape
-  (docs/lab-notebook.md#the-base-model-on-a-gpu-under-jax). Every batch is
+  (docs/lab-notebook/2026-11-24-the-base-model-on-a-gpu-under-jax.md). Every batch is
   padded to the shape of its bucket's group (buckets up to SHAPE_GROUP_LENGTHS[0], up to
   [1], ...): the most rows and the longest bucket of the group, so three shapes on
-  Multi30k (docs/lab-notebook.md#tinys-recipe-eight-seeds-at-a-time-on-a-gpu). Padding
+  Multi30k (docs/lab-notebook/2026-11-26-tiny-recipe-eight-seeds-at-a-time-on-a-gpu.md). Padding
   rows and positions are ignored by the masks and the loss.
 """
 

@@ -8,8 +8,8 @@
 # folder .whl is there, its wheels are installed first, under /tmp/site: the GPU machines
 # this project is lent have JAX but not Keras (/work/.library/device's README says how to
 # download them). Processes share the GPU by time-slicing; each compiles its own programs
-# on the host's cores meanwhile (docs/lab-notebook.md, "Tiny's recipe, eight seeds at a time,
-# on a GPU").
+# on the host's cores meanwhile (docs/lab-notebook/
+# 2026-11-26-tiny-recipe-eight-seeds-at-a-time-on-a-gpu.md).
 set -uo pipefail
 if [ $# -lt 4 ]; then
   echo "usage: $0 SECONDS OUTPUT_DIR DATA_DIR RECIPES.json [RECIPES.json ...]" >&2

@@ -7,8 +7,8 @@ pipeline is train.py's own bucketing (`data.buckets`, numpy only) over ids writt
 is greedy decoding (full forward pass per step, no cache) scored by sacreBLEU, and the
 teacher-forced validation loss. It exists to tune the recipe quickly: the figures a user is promised come from
 `train.py` + `python -m app.evaluate` on TensorFlow. It runs on a CPU too (`pip install
-jax`), slowly. Its runs are in docs/lab-notebook.md#the-base-model-on-a-gpu-under-jax
-(`time-base`) and docs/lab-notebook.md#tinys-recipe-eight-seeds-at-a-time-on-a-gpu
+jax`), slowly. Its runs are in docs/lab-notebook/2026-11-24-the-base-model-on-a-gpu-under-jax.md
+(`time-base`) and docs/lab-notebook/2026-11-26-tiny-recipe-eight-seeds-at-a-time-on-a-gpu.md
 (`sweep`). `sweep`'s recipes start from tiny's as `train.py` trains it
 (`app.training.recipes`, in mixed bfloat16) and change what they name; a recipe's `seeds`
 train side by side as one vmapped group, the way to tell a recipe's effect from the
@@ -96,7 +96,7 @@ class Recipe:
     # shapes (batches.LockstepBatches).
     seeds: Optional[List[int]] = None
     # Keras dtype policy; train.py's `auto` picks mixed_bfloat16 on a CPU with bfloat16
-    # instructions (the 2-core machines of docs/lab-notebook.md).
+    # instructions (the 2-core machines of docs/lab-notebook/).
     precision: str = "mixed_bfloat16"
     # train.py orders each bucket's pairs by length before cutting it into batches, so
     # about half of a pair's batch-mates recur every epoch; False draws them afresh.
@@ -247,7 +247,7 @@ def validation_bleu(greedy, variables, source, references, sentencepiece_model):
 
     The length ratio is the translations' 13a tokens over the references' (sacreBLEU's
     sys_len / ref_len, lowercased): on test the whole gap to the published figure is
-    length (docs/lab-notebook.md, "Where a point of the gap goes"), so a recipe's effect on it
+    length (docs/lab-notebook/2026-11-24-en-de-where-a-point-of-the-gap-goes.md), so a recipe's effect on it
     is worth seeing beside its BLEU.
     """
     import sacrebleu

@@ -5,8 +5,9 @@ what it decoded.
   evaluation, at step 16,000, when the sweep logged nothing after step 1,000: the call
   came back with no figure at all.
 - Scores: the sweep decodes greedily and scores with sacreBLEU; the length ratio beside
-  BLEU is what docs/lab-notebook.md found the gap to the published figure to be made of. A
-  fake greedy decoder and tokenizer give outputs known by hand.
+  BLEU is what the lab notebook found the gap to the published figure to be made of
+  (docs/lab-notebook/2026-11-24-en-de-where-a-point-of-the-gap-goes.md). A fake greedy
+  decoder and tokenizer give outputs known by hand.
 
 Runs where JAX is installed; skipped elsewhere, as CI is.
 """

@@ -108,8 +108,9 @@ def test_a_new_end_before_the_cooldown_brings_the_cooldown_its_fraction_gives():
 
 
 def test_a_new_end_in_the_cooldown_re_slopes_it_from_the_last_rate_down():
-    # Seed 1's float32 run (docs/lab-notebook.md): the end at 14,664 with a cooldown of 2,933,
-    # moved to 14,400 at step 14,000, where the factor is 665 / 2,933.
+    # Seed 1's float32 run (docs/lab-notebook/2026-11-21-en-de-the-default-command.md): the
+    # end at 14,664 with a cooldown of 2,933, moved to 14,400 at step 14,000, where the
+    # factor is 665 / 2,933.
     assert cooldown_for_new_end(14000, 14664, 2933, 14400, 0.2) == 1769  # ceil(401 * 2933 / 665)
     assert cooldown_for_new_end(14000, 14664, 2933, 14664, 0.2) == 2933  # the same end: unchanged
     assert cooldown_for_new_end(14000, 14664, 2933, 14000, 0.2) == 5  # ends now: ceil(2933 / 665)

@@ -64,7 +64,7 @@ def test_each_size_resolves_its_own_recipe_and_flags_override_it():
         100_000, 1.0, 1000, 5)
     assert base.cooldown_fraction == 0.0  # the paper's schedule to the end
     assert base.eval_every == 1000
-    assert tiny.weight_decay == 0.2  # AdamW on Multi30k (docs/lab-notebook.md, "What was tried")
+    assert tiny.weight_decay == 0.2  # AdamW on Multi30k (docs/lab-notebook/2026-11-21-en-de-what-was-tried.md)
     assert base.weight_decay == 0.0  # the paper's Adam
     flags = [
         "--checkpoint-every",
