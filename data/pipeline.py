@@ -206,11 +206,11 @@ def _delete_live_iterators() -> None:
 
 def _fixed_options() -> tf.data.Options:
     # No autotuning: tf.data's autotuner runs a background thread per iterator, and the
-    # iterator's destructor waits for that thread. On 2 busy cores the wait took about
-    # 30 s at one epoch start in two (py-spy: the training loop blocked in
-    # ~RootDataset::Iterator while dropping the previous epoch's iterator), some 10
-    # minutes of an hour's training. The pipeline only gathers and pads rows: a fixed
-    # parallelism and a small prefetch buffer lose nothing.
+    # iterator's destructor waits for that thread: on busy cores, training stalled at
+    # epoch starts while the previous epoch's iterator was dropped
+    # (docs/lab-notebook/2026-11-22-fewer-passes-in-attention-and-the-loss.md). The
+    # pipeline only gathers and pads rows: a fixed parallelism and a small prefetch
+    # buffer lose nothing.
     options = tf.data.Options()
     options.autotune.enabled = False
     return options

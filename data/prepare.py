@@ -45,16 +45,16 @@ _CHUNK = 20_000
 # Sentences per BPE-dropout draw, each with its own seed from (seed, side, first pair):
 # the same chunks as before preparation streamed, so the same seed gives the same ids.
 SAMPLE_CHUNK = 100_000
-# Pairs of train between checkpoints of its preparation: what a kill can cost at most. A
-# million pairs is a minute or two of a 2-core CPU's tokenizing (docs/results.md).
+# Pairs of train between checkpoints of its preparation: what a kill can cost at most,
+# a small share of a large corpus's tokenizing (docs/results.md has its pace).
 SHARD_PAIRS = 1_000_000
 # Chunks in flight per worker: bounds the parent's memory while keeping workers busy.
 _IN_FLIGHT_PER_WORKER = 2
 # The vocabulary is trained on at most this many sentences (source and target lines
 # together), evenly spaced through train. sentencepiece's trainer holds every sentence it
 # is given, with several copies and indexes of it, so that its peak grows with the
-# sample (not with the pieces asked): this cap keeps the preparation of any corpus within
-# about 1.5x of Multi30k's peak (docs/lab-notebook/2026-11-26-memory-at-scale.md).
+# sample (not with the pieces asked): this cap keeps the preparation's peak for any corpus
+# near Multi30k's (docs/lab-notebook/2026-11-26-memory-at-scale.md).
 # Half a million sentences, some ten million words, is still plenty for a 37k shared
 # BPE; sentencepiece's own `input_sentence_size` and Marian's `--sentencepiece-max-lines`
 # sample a corpus the same way, at a few hundred thousand to a few million lines.

@@ -2,8 +2,9 @@
 mask on every replica.
 
 Keras's `Dropout` draws one 32-bit random number per element. On a CPU that draw is
-most of what dropout costs: about a tenth of the tiny model's bfloat16 training step,
-which has 22 dropouts (embeddings and every sub-layer). A decision needs far fewer
+most of what dropout costs, and the tiny model has 22 dropouts (embeddings and every
+sub-layer): a large share of its step
+(docs/lab-notebook/2026-11-22-dropout-with-16-bit-decisions.md). A decision needs far fewer
 bits than 32, so this layer draws one 32-bit word per two elements and reads it as two
 16-bit numbers: half the random numbers, for the same result up to the rate's rounding
 to a multiple of 1/65,536 (0.1 becomes 0.100006).

@@ -3,7 +3,8 @@
 Keras's `Progbar` redraws its line with backspaces, carriage returns and colour codes, and
 takes itself to be on a terminal whenever Python's `posix` module is loaded: always, on
 Linux. So a run whose output went to a file (`python train.py > train.log`, nohup, a
-cluster's job log) wrote its bar there: the default hour made a 4.3 MB log of 66 lines.
+cluster's job log) wrote its bar there: megabytes of redraws in a few dozen lines
+(docs/lab-notebook/2026-11-28-records-moved-from-code-comments.md).
 `make_progress` keeps the bar for a terminal and gives anything else `LineProgress`.
 
 Both take `update(step, values)` with `values` a list of `(name, value)` pairs, and a

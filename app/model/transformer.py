@@ -257,7 +257,8 @@ class Transformer:
 
         A decoding loop computes it before its first step: the shared embedding's `[V, D]`
         multiplied transposed (`MatMul` with `transpose_b`) ran several times slower on
-        CPU for the few rows of a decoding step than a `[D, V]` operand.
+        CPU for the few rows of a decoding step than a `[D, V]` operand
+        (docs/lab-notebook/2026-11-27-decoding-against-ctranslate2.md).
         """
         if self.output_projection is not None:
             return ops.cast(self.output_projection.kernel, self.output_projection.compute_dtype)
