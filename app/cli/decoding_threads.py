@@ -4,8 +4,8 @@ A decoding step is a chain of small ops. Split over many threads, each op spends
 handing out and gathering its shards than it gains, and the threads of the intra-op pool
 compete for the cores with the inter-op threads that run independent ops, which is where
 decoding's parallelism is: the export's parallel searches, and concurrent requests. On 2
-cores one thread per op decoded the default export 1.8 times as fast as TensorFlow's
-choice of two (docs/serving.md#threads). On more cores a larger model's matrix products
+cores one thread per op decoded the default export faster than TensorFlow's choice of two
+(the figures: docs/serving.md#threads). On more cores a larger model's matrix products
 are worth splitting, so the pool grows with the cores: half of them, shared among the
 searches that run at once, and never less than one thread.
 

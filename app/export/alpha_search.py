@@ -16,13 +16,14 @@ of at most `MAX_SENTENCES`) through the translator's `translate_with_options` fu
 traced once for all of them, and is scored as `python -m app.evaluate` scores; the decode
 is timed (sentences per second at `BATCH_SIZE`).
 
-Why not simply the highest BLEU: on the default model that was alpha 1.6, the top of the
-grid, by 0.43 of validation BLEU over 0.6, which on held-out test sets scored -0.6 to +0.3
-against 0.6 and decoded at 120 sentences/s against 219: a stronger penalty keeps beams
-alive longer (issue #74). So every alpha is compared with the best by paired bootstrap
-resampling (app/evaluation/significance.py), and the smallest alpha that the best does not
-beat in at least `significance.CONFIDENCE` of the resamples is chosen: the mildest
-departure from plain log-probability that the validation set cannot tell from the best.
+Why not simply the highest BLEU: on the default model that was the top of the grid, whose
+small gain on validation did not hold on held-out test sets and which decoded far slower, as
+a stronger penalty keeps beams alive longer (issue #74; the figures: docs/results.md and
+docs/lab-notebook/2026-11-28-records-moved-from-code-comments.md). So every alpha is
+compared with the best by paired bootstrap resampling (app/evaluation/significance.py), and
+the smallest alpha that the best does not beat in at least `significance.CONFIDENCE` of the
+resamples is chosen: the mildest departure from plain log-probability that the validation
+set cannot tell from the best.
 """
 
 import dataclasses
