@@ -76,7 +76,8 @@ def test_a_commands_thread_flags_size_the_pools_and_say_so(flags, lines):
 @pytest.mark.parametrize("command", ["app.commands.evaluate", "app.commands.score", "app.commands.translate"])
 def test_every_decoding_command_takes_the_thread_flags(command, capsys):
     parse_args = importlib.import_module(command).parse_args
-    flags = {"app.commands.evaluate": ["--split", "test"], "app.commands.score": ["--source", "s", "--target", "t"]}.get(command, [])
+    flags = {"app.commands.evaluate": ["--split", "test"], "app.commands.score": ["--source", "s", "--target", "t"]}
+    flags = flags.get(command, [])
     with pytest.raises(SystemExit) as exit_:
         parse_args([*flags, "--inter-op-threads", "1", "--intra-op-threads", "-1"])
     assert exit_.value.code == 2
