@@ -146,7 +146,7 @@ def run_one(args):
     optimizer = make_optimizer(config, train_config, args.warmup + args.steps)
     optimizer.build(model.trainable_variables)
     step = make_train_step(
-        model, optimizer, tf.distribute.get_strategy(), config.label_smoothing,
+        model, optimizer, tf.distribute.get_strategy(), train_config.label_smoothing,
         jit=setting["jit"], fused_loss=setting["fused_loss"],
     )
 

@@ -89,7 +89,7 @@ class ProjectSide:
         optimizer = make_optimizer(config, train_config, total_steps)
         optimizer.build(self.model.trainable_variables)
         self.step = make_train_step(
-            self.model, optimizer, tf.distribute.get_strategy(), config.label_smoothing, jit=args.jit
+            self.model, optimizer, tf.distribute.get_strategy(), train_config.label_smoothing, jit=args.jit
         )
         keras.config.set_dtype_policy("float32")
         self.batches = list(data.train_batches(epoch=0, seed=0).take(total_steps))

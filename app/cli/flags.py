@@ -5,7 +5,10 @@ import argparse
 import os
 
 from app.decoding.config import DecodingConfig
-from app.model.config import NORMALIZATION_KINDS, POSITIONAL_KINDS, SHARING_MODES, SIZES, TABLE3_VARIANTS, ModelConfig
+from app.model.config import (
+    NORMALIZATION_KINDS, POSITIONAL_KINDS, SHARING_MODES, SIZES, TABLE3_TRAINING_FIELDS, TABLE3_VARIANTS, ModelConfig,
+    split_table3_row,
+)
 from data.flag_types import float_at_least, int_at_least, positive_int
 
 _fraction = float_at_least(0)
@@ -20,7 +23,6 @@ _OVERRIDES = {
     "dropout": (_fraction, "P_drop on sub-layer outputs and embeddings (default: per size)"),
     "attention_dropout": (_fraction, "dropout on attention weights (default: per size)"),
     "inner_dropout": (_fraction, "dropout after the feed-forward ReLU (default: per size)"),
-    "label_smoothing": (_fraction, "epsilon_ls of the loss (default: per size)"),
 }
 
 
@@ -68,6 +70,9 @@ def add_model_arguments(parser: argparse.ArgumentParser):
 def model_config_from_args(args, vocab_size):
     """The ModelConfig the flags describe: --size, then --variant, then single overrides.
 
+    A row that varies a training setting (row D's --label-smoothing) changes nothing
+    here; its flag is checked against the row all the same.
+
     Raises:
         ValueError: a --variant on another size than base (its rows are the base model's
             widths: C4's d_model 256 would double tiny), or a flag that contradicts the row.
@@ -95,13 +100,16 @@ def model_config_from_args(args, vocab_size):
                 f"({' '.join(_flag(field, value) for field, value in row.items())} on base); give --size base, "
                 f"or set the knobs for {args.size} with their own flags"
             )
+        # The row's training fields (label smoothing) are checked here too, and set by
+        # app.training.command.train_config_from_args.
+        given = {**overrides, **{field: getattr(args, field, None) for field in TABLE3_TRAINING_FIELDS}}
         for field, value in row.items():
-            if field in overrides and overrides[field] != value:
+            if given.get(field) is not None and given[field] != value:
                 raise ValueError(
-                    f"{_flag(field, overrides[field])} contradicts --variant {args.variant} "
+                    f"{_flag(field, given[field])} contradicts --variant {args.variant} "
                     f"({_flag(field, value)}); leave it out, or give the knobs without --variant"
                 )
-        overrides = {**row, **overrides}
+        overrides = {**split_table3_row(args.variant)[0], **overrides}
     return ModelConfig.from_size(args.size, vocab_size=vocab_size, **overrides)
 
 

@@ -5,6 +5,8 @@ How each size is trained (batch, steps, schedule) is its recipe: `app/training/r
     >>> ModelConfig.from_size("base", vocab_size=37000)
     >>> ModelConfig.from_size("base", num_heads=16)          # Table 3 row (A): d_k follows
     >>> ModelConfig.from_size("base", **TABLE3_VARIANTS["E"])  # learned positions
+    >>> split_table3_row("D3")   # label smoothing: a training setting, not the model's
+    ({}, {'label_smoothing': 0.0})
 """
 
 import dataclasses
@@ -20,6 +22,9 @@ SHARING_MODES = ("all", "target", "none")
 # The normalization of every residual block: the paper's layer norm, or ScaleNorm
 # (layers/scale_normalization.py).
 NORMALIZATION_KINDS = ("layer", "scale")
+# Fields an older settings.json's model block may hold that are training settings now
+# (`app.training.config.TrainConfig`): read, and left out of the model.
+FORMER_FIELDS = ("label_smoothing",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,8 +51,6 @@ class ModelConfig:
     attention_dropout: float = 0.0
     # Dropout after the feed-forward ReLU (not in the paper; tensor2tensor used it).
     inner_dropout: float = 0.0
-    # epsilon_ls of the training loss; kept here because Table 3 varies it with the model.
-    label_smoothing: float = 0.1
     # "sinusoidal" (the paper) or "learned" (Table 3 row E).
     positional: str = "sinusoidal"
     # The most positions the positional encoding covers, source and target alike.
@@ -85,7 +88,7 @@ class ModelConfig:
         for name in ("key_dim", "value_dim"):
             value = getattr(self, name)
             check(isinstance(value, int) and value > 0, f"{name} must be a positive int, got {value!r}")
-        for name in ("dropout", "attention_dropout", "inner_dropout", "label_smoothing"):
+        for name in ("dropout", "attention_dropout", "inner_dropout"):
             value = getattr(self, name)
             check(0.0 <= value < 1.0, f"{name} must be in [0, 1), got {value!r}")
         check(
@@ -127,7 +130,11 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, fields):
         # Configurations written before attention_bias existed described models with the
-        # biases: read them as such, so their checkpoints still load.
+        # biases: read them as such, so their checkpoints still load. Those written while
+        # label smoothing was a model field hold it too: a training setting now
+        # (app/model_dir/settings.py moves it there), nothing to the model.
+        if isinstance(fields, dict):
+            fields = {k: v for k, v in fields.items() if k not in FORMER_FIELDS}
         return cls(**{"attention_bias": True, **fields})
 
     def to_json(self):
@@ -159,7 +166,8 @@ SIZES = {
     "big": dict(num_layers=6, d_model=1024, d_ff=4096, num_heads=16, dropout=0.3),
 }
 
-# The rows of the paper's Table 3, as overrides of the base size.
+# The rows of the paper's Table 3, as overrides of the base size: of the model's fields,
+# but for those in TABLE3_TRAINING_FIELDS (`split_table3_row`).
 TABLE3_VARIANTS = {
     # (A) number of heads, with d_k = d_v = d_model / h.
     "A1": dict(num_heads=1, key_dim=512),
@@ -185,3 +193,15 @@ TABLE3_VARIANTS = {
     # (E) learned positional embeddings instead of sinusoids.
     "E": dict(positional="learned"),
 }
+
+# The fields of Table 3's rows that are training settings, not the model's (rows D3 and
+# D4 vary the loss's epsilon_ls: `app.training.config.TrainConfig.label_smoothing`).
+TABLE3_TRAINING_FIELDS = ("label_smoothing",)
+
+
+def split_table3_row(name):
+    """`(model_overrides, training_overrides)`: the fields Table 3's row `name` changes,
+    those of `ModelConfig` apart from the training settings (TABLE3_TRAINING_FIELDS)."""
+    row = TABLE3_VARIANTS[name]
+    training = {field: value for field, value in row.items() if field in TABLE3_TRAINING_FIELDS}
+    return {field: value for field, value in row.items() if field not in training}, training

@@ -1,7 +1,8 @@
 """settings.json: the model, data and training configurations a run was started with.
 
 Training writes it (`save_settings`) at every start; export, evaluation and the pictures
-read it (`load_settings`) to rebuild the model and its data settings. A run resumes only
+read it (`load_settings`) to rebuild the model and its data settings. A file written while
+label smoothing was a model setting reads with it among the training settings. A run resumes only
 with the model and data it began with (`check_resumable`). A run fine-tuned from another
 (`train.py --init-from`) also records where its first weights came from (`load_init_from`).
 """
@@ -132,4 +133,20 @@ def _read_settings(path):
     ]
     if missing:
         raise ValueError(f"{path} lacks the section(s) {', '.join(missing)}; restore it or use a new --model-dir")
-    return settings
+    return _moved_to_training(settings)
+
+
+def _moved_to_training(settings):
+    """`settings` with the model fields that are training settings now (label smoothing,
+    `app.model.config.FORMER_FIELDS`) moved to the "train" section, as a run written
+    before the move would have them now: its value trains on, and the model is built
+    without it."""
+    from app.model.config import FORMER_FIELDS
+
+    if not (isinstance(settings["model"], dict) and isinstance(settings["train"], dict)):
+        return settings  # load_settings names the file
+    model, train = dict(settings["model"]), dict(settings["train"])
+    for field in FORMER_FIELDS:
+        if field in model:
+            train.setdefault(field, model.pop(field))
+    return {**settings, "model": model, "train": train}

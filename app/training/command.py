@@ -59,6 +59,12 @@ def add_training_arguments(parser):
         f"1 - learning rate * this; 0: the paper's Adam (default: {_per_size('weight_decay')})",
     )
     group.add_argument(
+        "--label-smoothing",
+        type=non_negative_float,
+        help=f"epsilon_ls of the loss (default: {_per_size('label_smoothing')}, or --variant D3/D4's, or "
+        "--init-from's run's)",
+    )
+    group.add_argument(
         "--cooldown-fraction",
         type=non_negative_float,
         help="final fraction of the run over which the learning rate falls linearly to zero (default: per size)",
@@ -202,6 +208,7 @@ def train_config_from_args(args):
     if average_last is None:
         average_last = min(recipe.average_last or 0, keep_checkpoints)
     return TrainConfig(
+        label_smoothing=resolved_label_smoothing(args),
         train_steps=train_steps,
         epochs=epochs,
         accumulate=args.accumulate,
@@ -224,6 +231,22 @@ def train_config_from_args(args):
         seed=args.seed,
         time_budget_minutes=time_budget,
     )
+
+
+def resolved_label_smoothing(args, init_label_smoothing=None):
+    """--label-smoothing; if not given, that of the --variant row (Table 3's D3 and D4),
+    else `init_label_smoothing` (the --init-from run's, where it has one), else the size's
+    recipe's."""
+    from app.model.config import split_table3_row
+
+    if args.label_smoothing is not None:
+        return args.label_smoothing
+    row = split_table3_row(args.variant)[1] if args.variant else {}
+    if "label_smoothing" in row:
+        return row["label_smoothing"]
+    if init_label_smoothing is not None:
+        return init_label_smoothing
+    return recipe_for(args.size).label_smoothing
 
 
 def resolved_vocab_size(args, model_dir):
@@ -296,6 +319,11 @@ def run(args, started=None):
             # Fine-tuning peaks at the rate the init run had reached (InitRun.learning_rate_scale).
             warmup = resolve_warmup_steps(train_config.warmup_steps, train_config.train_steps)
             train_config = dataclasses.replace(train_config, learning_rate_scale=init.learning_rate_scale(warmup))
+        if init:
+            # A fine-tuned run keeps its init run's label smoothing unless told otherwise.
+            train_config = dataclasses.replace(
+                train_config, label_smoothing=resolved_label_smoothing(args, init.label_smoothing)
+            )
         requested = init.model_config if init else model_config_from_args(args, vocab_size=args.vocab_size)
         check_new_model_dir(model_dir, init)
     except ValueError as error:
@@ -314,6 +342,7 @@ def run(args, started=None):
                   f"learning-rate scale {train_config.learning_rate_scale:.4g}")
         for field, value in requested.to_dict().items():
             print(f"  {field}: {value}")
+        print(f"label smoothing: {train_config.label_smoothing:g}")
         print(f"parameters: {build_transformer(requested).count_params()}")
         print(f"replicas: {strategy.num_replicas_in_sync}")
         # A dry run leaves no trace in a new model directory: its vocabulary and shards go

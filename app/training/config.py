@@ -30,6 +30,9 @@ class TrainConfig:
     # Fraction of the run, at its end, over which the learning rate falls linearly to zero
     # (0: the paper's schedule to the last step).
     cooldown_fraction: float = 0.0
+    # epsilon_ls of the loss: the target puts 1 - epsilon_ls on the reference token and
+    # spreads epsilon_ls over the rest of the vocabulary (the paper's 0.1; Table 3 row D).
+    label_smoothing: float = 0.1
     # Adam, as in the paper.
     adam_beta_1: float = 0.9
     adam_beta_2: float = 0.98
@@ -108,6 +111,8 @@ class TrainConfig:
             raise ValueError(f"precision={self.precision!r}, expected one of {PRECISIONS}")
         if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
             raise ValueError(f"weight_decay must be a non-negative number, got {self.weight_decay}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
         if not 0.0 <= self.bidirectional_fraction < 1.0:
             raise ValueError(f"bidirectional_fraction must be in [0, 1), got {self.bidirectional_fraction}")
         if not 0.0 <= self.cooldown_fraction <= 1.0:

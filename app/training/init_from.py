@@ -8,6 +8,7 @@ The new run takes from the init run:
     checkpoints or its best, as its settings.json says), or `--init-checkpoint`;
   - its model configuration, every field of it, and its vocabulary: the subword model
     is copied byte for byte into the new model directory and prepares the new corpus;
+  - its label smoothing, where not given (--label-smoothing, or a --variant of row D);
   - where not given: the languages, --max-length, and the size whose recipe sets the
     training defaults (the size nearest its model, `nearest_size`).
 It has its own schedule (step 0, a fresh optimizer, the usual warmup) and its own model
@@ -23,11 +24,11 @@ import dataclasses
 import math
 import os
 import re
-from typing import Tuple
+from typing import Optional, Tuple
 
 import tensorflow as tf
 
-from app.model.config import SIZES, TABLE3_VARIANTS, ModelConfig
+from app.model.config import SIZES, ModelConfig, split_table3_row
 from app.model_dir import checkpoints
 from app.model_dir.settings import load_init_from, load_settings
 from data.atomic_files import write_atomically
@@ -38,7 +39,7 @@ from data.tokenizer import MODEL_FILENAME
 MODEL_FLAGS = {
     "num_layers": "num_layers", "d_model": "d_model", "d_ff": "d_ff", "num_heads": "num_heads",
     "key_dim": "key_dim", "value_dim": "value_dim", "dropout": "dropout", "attention_dropout": "attention_dropout",
-    "inner_dropout": "inner_dropout", "label_smoothing": "label_smoothing", "positional": "positional",
+    "inner_dropout": "inner_dropout", "positional": "positional",
     "share_embeddings": "share_embeddings", "normalization": "normalization", "norm_first": "norm_first",
     "attention_bias": "attention_bias", "max_positions": "max_length",
 }
@@ -65,6 +66,9 @@ class InitRun:
     # The init run's learning rate at its newest chosen checkpoint, times sqrt(d_model): its
     # schedule's scale * min(step^-0.5, step * warmup^-1.5) (app/training/schedule.py).
     final_rate_factor: float = 0.0
+    # The init run's label smoothing, which the new run keeps unless told otherwise (None:
+    # its settings.json has none).
+    label_smoothing: Optional[float] = None
 
     def learning_rate_scale(self, warmup_steps):
         """The schedule scale whose peak, after `warmup_steps`, is the rate the init run
@@ -125,7 +129,10 @@ def read_init_run(model_dir, checkpoint=None):
     if not os.path.exists(os.path.join(model_dir, MODEL_FILENAME)):
         raise InitFromError(f"{flag} is not a trained run: it has no vocabulary file {MODEL_FILENAME}")
     chosen = chosen_checkpoints(model_dir, train_settings, checkpoint)
-    return InitRun(model_dir, model_config, data_config, tuple(chosen), _final_rate_factor(train_settings, chosen))
+    return InitRun(
+        model_dir, model_config, data_config, tuple(chosen), _final_rate_factor(train_settings, chosen),
+        train_settings.get("label_smoothing"),
+    )
 
 
 def _final_rate_factor(train_settings, chosen):
@@ -201,7 +208,8 @@ def apply_to_args(args, init, given):
                 raise contradiction(flag if value else flag.replace("--", "--no-", 1), None, f"{field} is {theirs}")
             raise contradiction(flag, value, f"{field} is {theirs}")
     if "variant" in given and args.variant:
-        differing = {k: v for k, v in TABLE3_VARIANTS[args.variant].items() if getattr(model, k) != v}
+        # The row's training fields (label smoothing) are the new run's own to set.
+        differing = {k: v for k, v in split_table3_row(args.variant)[0].items() if getattr(model, k) != v}
         if differing:
             theirs = ", ".join(f"{k} is {getattr(model, k)} (the row's {v})" for k, v in differing.items())
             raise contradiction("--variant", args.variant, theirs)

@@ -95,9 +95,9 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
     # Every split's batches share one spec: (int32 [None, None], int32 [None, None]), per replica.
     batch_spec = distribute(strategy, data.eval_batches("validation")).element_spec
     train_steps = make_train_steps(
-        model, optimizer, strategy, model_config.label_smoothing, config.accumulate, config.jit, progress=progress
+        model, optimizer, strategy, config.label_smoothing, config.accumulate, config.jit, progress=progress
     )
-    eval_step = make_eval_step(model, strategy, model_config.label_smoothing, batch_spec)
+    eval_step = make_eval_step(model, strategy, config.label_smoothing, batch_spec)
     metrics = MetricsLog(model_dir, chief, tracker.latest)
     validator = Validator(
         eval_step, lambda: distribute(strategy, data.eval_batches("validation")), Transformer(model, model_config),

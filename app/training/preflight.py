@@ -118,7 +118,7 @@ def rehearse(model_config, train_config, strategy, batch_tokens, length=32, step
         optimizer = make_optimizer(model_config, train_config, total_steps)
         optimizer.build(model.trainable_variables)
     train_steps = make_train_steps(
-        model, optimizer, strategy, model_config.label_smoothing, train_config.accumulate, train_config.jit
+        model, optimizer, strategy, train_config.label_smoothing, train_config.accumulate, train_config.jit
     )
     batches = synthetic_batches(model_config.vocab_size, rows * replicas, length, train_config.seed)
     iterator = iter(distribute(strategy, batches))

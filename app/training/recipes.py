@@ -45,6 +45,8 @@ class Recipe:
     # Final fraction of the run over which the learning rate falls linearly to zero; 0,
     # the paper's schedule to the last step (--cooldown-fraction).
     cooldown_fraction: float = 0.0
+    # epsilon_ls of the loss (--label-smoothing): the paper's 0.1 for every size.
+    label_smoothing: float = 0.1
     # Decoupled (AdamW) weight decay of the matrices and embeddings; 0, the paper's Adam
     # (--weight-decay).
     weight_decay: float = 0.0

@@ -324,7 +324,7 @@ def run_recipe(recipe: Recipe, data_folder: str, log, on_evaluation=None):
     references = references[: recipe.eval_sentences]
     overrides = {
         key: getattr(recipe, key)
-        for key in ("dropout", "attention_dropout", "inner_dropout", "label_smoothing", "norm_first",
+        for key in ("dropout", "attention_dropout", "inner_dropout", "norm_first",
                     "normalization", "num_heads", "key_dim", "num_layers", "positional")
     }
     seeds = recipe.seeds if recipe.seeds else [recipe.seed]
@@ -353,8 +353,10 @@ def run_recipe(recipe: Recipe, data_folder: str, log, on_evaluation=None):
             model, optimizer = seed_model, seed_optimizer
     state = stacked(initial_states)
     del initial_states
-    train_step = jax.jit(jax.vmap(make_train_step(model, optimizer, config.label_smoothing)), donate_argnums=0)
-    validation_loss = make_validation_loss(model, config.label_smoothing)
+    # A training setting, as train.py's --label-smoothing: the size's recipe's unless given.
+    label_smoothing = RECIPES[recipe.size].label_smoothing if recipe.label_smoothing is None else recipe.label_smoothing
+    train_step = jax.jit(jax.vmap(make_train_step(model, optimizer, label_smoothing)), donate_argnums=0)
+    validation_loss = make_validation_loss(model, label_smoothing)
     greedy = make_greedy(model)
     batches = LockstepBatches(*splits["train"], recipe.batch_tokens, DEFAULT_MAX_LENGTH, seeds,
                               sort_by_length=recipe.sort_by_length)
@@ -459,7 +461,7 @@ def time_base(args, log):
         optimizer.build(model.trainable_variables)
         state = ([v.value for v in model.trainable_variables], [v.value for v in model.non_trainable_variables],
                  [v.value for v in optimizer.variables])
-        step = jax.jit(make_train_step(model, optimizer, config.label_smoothing))
+        step = jax.jit(make_train_step(model, optimizer, RECIPES["base"].label_smoothing))
         rows = args.batch_tokens // args.length
         rng = np.random.default_rng(0)
         # Full-length random sentences: every token is a non-padding token.

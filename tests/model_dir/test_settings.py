@@ -86,3 +86,26 @@ def test_a_run_from_before_a_new_setting_resumes_with_its_default(tmp_path):
     assert load_settings(str(tmp_path))[1] == data
     with pytest.raises(ValueError, match=r"another data configuration \(bpe_dropout: 0.0 -> 0.1\)"):
         save_settings(str(tmp_path), model, dataclasses.replace(data, bpe_dropout=0.1), train_config)
+
+
+def test_label_smoothing_is_written_with_the_training_settings_and_read_from_an_older_model_block(tmp_path):
+    from app.model_dir.settings import load_settings, save_settings
+
+    model, data = ModelConfig.from_size("tiny"), DataConfig(batch_tokens=512)
+    save_settings(str(tmp_path), model, data, TrainConfig(train_steps=1, label_smoothing=0.2))
+    path = tmp_path / "settings.json"
+    written = json.loads(path.read_text())
+    assert written["train"]["label_smoothing"] == 0.2
+    assert "label_smoothing" not in written["model"]
+    # settings.json as written while label smoothing was a model field.
+    older = json.loads(path.read_text())
+    older["model"]["label_smoothing"] = older["train"].pop("label_smoothing")
+    path.write_text(json.dumps(older))
+    loaded_model, loaded_data, train_settings = load_settings(str(tmp_path))
+    assert (loaded_model, loaded_data, train_settings["label_smoothing"]) == (model, data, 0.2)
+    assert ModelConfig.from_dict(older["model"]) == model  # what export and serving build
+    lines = []
+    save_settings(str(tmp_path), model, data, TrainConfig(train_steps=1, label_smoothing=0.2), log=lines.append)
+    assert lines == []  # resumed with the same label smoothing: nothing changed
+    rewritten = json.loads(path.read_text())
+    assert rewritten["train"]["label_smoothing"] == 0.2 and "label_smoothing" not in rewritten["model"]

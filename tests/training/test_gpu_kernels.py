@@ -203,13 +203,13 @@ def traced_steps(precision):
         optimizer = make_optimizer(model_config, train_config, steps, progress)
         optimizer.build(model.trainable_variables)
     train_steps = make_train_steps(
-        model, optimizer, strategy, model_config.label_smoothing, train_config.accumulate, train_config.jit,
+        model, optimizer, strategy, train_config.label_smoothing, train_config.accumulate, train_config.jit,
         progress=progress,
     )
     # Batches of every shape, as the loop's: (source int32 [B, S], target int32 [B, T]).
     batches = tf.data.Dataset.range(2).map(lambda i: (tf.zeros([2, i + 3], tf.int32), tf.zeros([2, i + 4], tf.int32)))
     batches = distribute(strategy, batches)
-    eval_step = make_eval_step(model, strategy, model_config.label_smoothing, batches.element_spec)
+    eval_step = make_eval_step(model, strategy, train_config.label_smoothing, batches.element_spec)
     # Validation BLEU's decoding, in the training precision (app.training.validation; its
     # detokenizer is the tokenizer's, on the host).
     transformer = Transformer(model, model_config)

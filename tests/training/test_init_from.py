@@ -299,3 +299,17 @@ def test_a_learning_rate_scale_given_is_kept(model_dir, small_corpus, tmp_path):
     assert code == 0, output
     with open(tmp_path / "run" / "settings.json") as f:
         assert json.load(f)["train"]["learning_rate_scale"] == 0.25
+
+
+def test_a_fine_tuned_run_keeps_its_init_runs_label_smoothing_unless_given(model_dir, small_corpus, tmp_path):
+    older = tmp_path / "older"
+    shutil.copytree(model_dir, older)
+    # An init run written while label smoothing was a model setting, with 0.2.
+    settings = json.loads((older / "settings.json").read_text())
+    settings["train"].pop("label_smoothing")
+    settings["model"]["label_smoothing"] = 0.2
+    (older / "settings.json").write_text(json.dumps(settings))
+    for flags, expected in [([], "0.2"), (["--label-smoothing", "0.05"], "0.05")]:
+        code, output, _ = fine_tune(older, small_corpus, tmp_path / "run", "--dry-run", *flags)
+        assert code == 0, output
+        assert f"label smoothing: {expected}" in output.splitlines(), output

@@ -25,6 +25,7 @@ TRAIN_CONFIG_FIELDS = {
     "eval_every": "eval_every",
     "time_budget_minutes": "time_budget_minutes",
     "steps_per_loop": "steps_per_loop",
+    "label_smoothing": "label_smoothing",
 }
 
 

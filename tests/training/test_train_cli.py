@@ -148,6 +148,33 @@ def test_a_table3_row_varies_the_base_model_and_no_flag_may_contradict_it():
     )
 
 
+def test_label_smoothing_is_a_training_setting_that_table3_row_d_varies():
+    import train
+    from app.cli.flags import model_config_from_args
+    from app.model.config import ModelConfig
+    from app.training.command import train_config_from_args
+
+    def configs(*flags):
+        args = train.parse_args(list(flags))
+        return model_config_from_args(args, vocab_size=100), train_config_from_args(args).label_smoothing
+
+    base = ModelConfig.from_size("base", vocab_size=100)
+    assert configs("--size", "base") == (base, 0.1)  # the paper's, the recipe's
+    assert configs()[1] == 0.1
+    assert configs("--size", "base", "--variant", "D3") == (base, 0.0)  # the model as base's
+    assert configs("--size", "base", "--variant", "D4") == (base, 0.2)
+    assert configs("--size", "base", "--variant", "D4", "--label-smoothing", "0.2") == (base, 0.2)
+    assert configs("--label-smoothing", "0.3")[1] == 0.3
+    with pytest.raises(ValueError) as error:
+        configs("--size", "base", "--variant", "D3", "--label-smoothing", "0.1")
+    assert str(error.value) == (
+        "--label-smoothing 0.1 contradicts --variant D3 (--label-smoothing 0.0); "
+        "leave it out, or give the knobs without --variant"
+    )
+    with pytest.raises(ValueError, match=r"label_smoothing must be in \[0, 1\), got 1.0"):
+        configs("--label-smoothing", "1")
+
+
 def test_norm_placement_can_be_set_either_way_whatever_the_size_default():
     import train
     from app.cli.flags import model_config_from_args
