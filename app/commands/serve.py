@@ -57,17 +57,31 @@ def _bool(text):
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_model_flags(parser)
+    _add_request_flags(parser)
+    _add_compute_flags(parser)
+    for action in list(parser._actions):
+        for option in action.option_strings:
+            if "_" in option:
+                add_hidden_alias(parser, action, option.replace("_", "-"))
+    args = parser.parse_args(argv)
+    _check(parser, args)
+    args.batching_parameters = BatchingParameters()
+    if args.batching_parameters_file:
+        try:
+            args.batching_parameters = BatchingParameters.from_file(args.batching_parameters_file)
+        except (OSError, ValueError) as error:
+            parser.error(f"--batching_parameters_file: {error}")
+    return args
+
+
+def _add_model_flags(parser):
+    """What is served, and how its versions are found, loaded and retried."""
     parser.add_argument("--model_name", default="translator", help="the name in /v1/models/<name> (default translator)")
     parser.add_argument(
         "--model_base_path",
         default=os.path.join("saved_models", "translator"),
         help="directory of numbered versions (default saved_models/translator)",
-    )
-    parser.add_argument(
-        "--rest_api_port", type=int, default=8501, help="HTTP port (default 8501; 0 picks a free one, printed at start)"
-    )
-    parser.add_argument(
-        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 for every interface)"
     )
     parser.add_argument(
         "--file_system_poll_wait_seconds",
@@ -91,30 +105,15 @@ def parse_args(argv=None):
         help="least time between two tries of a version that failed to load (default 60000000: one minute, "
         "as TF Serving)",
     )
+
+
+def _add_request_flags(parser):
+    """The port, who may call it, and what a request may hold."""
     parser.add_argument(
-        "--enable_batching",
-        type=_bool,
-        nargs="?",
-        const=True,
-        default=True,
-        help="merge concurrent requests into one model call (default true, unlike TF Serving)",
+        "--rest_api_port", type=int, default=8501, help="HTTP port (default 8501; 0 picks a free one, printed at start)"
     )
     parser.add_argument(
-        "--batching_parameters_file",
-        help="TF Serving batching parameters (default: max_batch_size 32, batch_timeout_micros 5000, "
-        "num_batch_threads 1, max_enqueued_batches 100)",
-    )
-    parser.add_argument(
-        "--max_instances",
-        type=int,
-        default=Limits.max_instances,
-        help=f"most instances (rows) per request (default {Limits.max_instances})",
-    )
-    parser.add_argument(
-        "--max_text_length",
-        type=int,
-        default=Limits.max_text_length,
-        help=f"most characters per input text (default {Limits.max_text_length})",
+        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 for every interface)"
     )
     parser.add_argument(
         "--allowed_hosts",
@@ -137,6 +136,35 @@ def parse_args(argv=None):
         f"(default {DEFAULT_READ_TIMEOUT_SECONDS:g})",
     )
     parser.add_argument(
+        "--max_instances",
+        type=int,
+        default=Limits.max_instances,
+        help=f"most instances (rows) per request (default {Limits.max_instances})",
+    )
+    parser.add_argument(
+        "--max_text_length",
+        type=int,
+        default=Limits.max_text_length,
+        help=f"most characters per input text (default {Limits.max_text_length})",
+    )
+
+
+def _add_compute_flags(parser):
+    """How model calls are batched and threaded."""
+    parser.add_argument(
+        "--enable_batching",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=True,
+        help="merge concurrent requests into one model call (default true, unlike TF Serving)",
+    )
+    parser.add_argument(
+        "--batching_parameters_file",
+        help="TF Serving batching parameters (default: max_batch_size 32, batch_timeout_micros 5000, "
+        "num_batch_threads 1, max_enqueued_batches 100)",
+    )
+    parser.add_argument(
         "--tensorflow_intra_op_parallelism",
         type=int,
         help="threads one op may use on the CPU (default: a quarter of the cores, at least 1, fewer where "
@@ -149,12 +177,11 @@ def parse_args(argv=None):
         default=0,
         help="ops run at once on the CPU (default 0: TensorFlow's choice, one per core, as TF Serving)",
     )
-    for action in list(parser._actions):
-        for option in action.option_strings:
-            if "_" in option:
-                add_hidden_alias(parser, action, option.replace("_", "-"))
-    args = parser.parse_args(argv)
-    # Checked before TensorFlow loads anything, each naming its flag, as argparse does.
+
+
+def _check(parser, args):
+    """Refuses a bad value through `parser.error`, naming its flag as argparse does, before
+    TensorFlow loads anything."""
     if not MODEL_NAME.fullmatch(args.model_name):
         parser.error(f"--model_name {args.model_name!r}: use letters, digits, '.', '_' and '-' (it is part of URLs)")
     if not 0 <= args.rest_api_port <= 65535:
@@ -171,13 +198,6 @@ def parse_args(argv=None):
     for flag, least in least_values:
         if getattr(args, flag) is not None and getattr(args, flag) < least:
             parser.error(f"--{flag} must be at least {least}, got {getattr(args, flag)}")
-    args.batching_parameters = BatchingParameters()
-    if args.batching_parameters_file:
-        try:
-            args.batching_parameters = BatchingParameters.from_file(args.batching_parameters_file)
-        except (OSError, ValueError) as error:
-            parser.error(f"--batching_parameters_file: {error}")
-    return args
 
 
 async def serve(args):
