@@ -264,7 +264,7 @@ def export_both(args, scratch):
     """Exports the run's weights as a SavedModel (and one with a single search, if that
     engine is timed) and for CTranslate2; returns the weights' name and each engine's path."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    from app.decoding.translate import DecodingConfig
+    from app.decoding.config import DecodingConfig
     from app.export.ctranslate2 import export_ctranslate2
     from app.export.saved_model import export, export_metadata, load_translator
 

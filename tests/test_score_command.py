@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from app.decoding.forced import forced_log_probs
-from app.decoding.translate import translate_ids
+from app.decoding.model_search import translate_ids
 from app.commands.score import format_line, main, read_pairs
 from tests.conftest import SENTENCES
 

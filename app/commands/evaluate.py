@@ -239,7 +239,7 @@ def make_translate_fn(args, decoding):
         if source_lengths is not None:
             # The signature would refuse a too large alpha only once it runs, with a graph
             # assertion; the limit the SavedModel reports is the model's positions.
-            from app.decoding.translate import checked_alpha
+            from app.decoding.model_search import checked_alpha
 
             checked_alpha(args.alpha, int(source_lengths(tf.constant([], tf.string))["limit"]))
 
@@ -312,7 +312,7 @@ def main(argv=None):
 
     set_threads_from_flags(args, decoding=True)  # before TensorFlow runs an op: its pools are made then
     from app.cli.progress import CountProgress
-    from app.decoding.translate import DecodingConfig
+    from app.decoding.config import DecodingConfig
     from app.export.locate import saved_model_version
     from app.export.saved_model import ExportError
     from data.errors import DataError

@@ -86,7 +86,7 @@ def main(argv=None):
     started = time.monotonic()
     import_tensorflow()
     from app.cli.progress import format_seconds
-    from app.decoding.translate import DecodingConfig
+    from app.decoding.config import DecodingConfig
     from app.export.alpha_search import choose_on_validation
     from app.export.saved_model import ExportError, check_export_base, export, export_metadata, load_translator
 

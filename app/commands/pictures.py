@@ -143,7 +143,7 @@ def sentence_attention(translator, sentence, target=None, decoding=None):
         sentence: raw source text.
         target: raw target text to show instead of the model's translation (e.g. the
             reference); None translates.
-        decoding: an `app.decoding.translate.DecodingConfig`; None is the paper's beam 4, alpha 0.6.
+        decoding: an `app.decoding.config.DecodingConfig`; None is the paper's beam 4, alpha 0.6.
 
     Returns:
         A `SentenceAttention`.
@@ -151,7 +151,8 @@ def sentence_attention(translator, sentence, target=None, decoding=None):
     import sentencepiece
     import tensorflow as tf
 
-    from app.decoding.translate import DecodingConfig, translate_ids
+    from app.decoding.config import DecodingConfig
+    from app.decoding.model_search import translate_ids
     from layers.special_tokens import END_ID, PAD_ID, START_ID
 
     decoding = decoding or DecodingConfig()
@@ -405,7 +406,7 @@ def parse_args(argv=None):
 
 
 def run_attention(args):
-    from app.decoding.translate import DecodingConfig
+    from app.decoding.config import DecodingConfig
     from app.export.saved_model import ExportError, load_translator
 
     # Nothing to attend over but the end token: no picture worth drawing.

@@ -301,7 +301,7 @@ def _hypotheses(outputs, count=1):
 def _model_dir_decoder(args):
     import tensorflow as tf
 
-    from app.decoding.translate import DecodingConfig
+    from app.decoding.config import DecodingConfig
     from app.export.saved_model import load_translator
 
     decoding = DecodingConfig(
@@ -380,7 +380,7 @@ def _saved_model_decoder(args):
                 f"--max-extra-length: {args.saved_model}'s {EXPORT_INFO} does not record the alpha it was "
                 "exported with, which translate_with_options needs; give --alpha too"
             )
-        from app.decoding.translate import checked_alpha
+        from app.decoding.model_search import checked_alpha
 
         checked_alpha(alpha, int(loaded.source_lengths(tf.constant([], tf.string))["limit"]))
         options_signature = signatures["translate_with_options"]

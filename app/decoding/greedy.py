@@ -1,70 +1,58 @@
-"""Greedy decoding with the key/value cache, as one `tf.while_loop`.
+"""Greedy search: one hypothesis per sentence, extended at each step by the one token a
+chooser picks: the most likely (`most_likely_token`, greedy decoding) or a random draw
+(app/decoding/sampling.py's `random_token`).
 
-Beam size 1: at each step take the most likely next token. Used for validation BLEU
-during training, where it is several times cheaper than beam search and ranks
-checkpoints the same way.
+`GreedySearch` is a `search.Strategy`; the loop around it is app/decoding/search.py's.
+Its score is the sum of the model's log-probabilities of the chosen tokens, end token
+included, over the whole vocabulary (as beam search and forced decoding score them),
+whatever the chooser saw: how likely the model finds the output, not normalized by
+length.
+
+Dimension names: A sentences still searched, V vocabulary size, L the most output
+tokens; token buffers hold L + 1 positions, the start token at 0.
 """
 
 import tensorflow as tf
 
-from app.decoding.beam_search import longest_output, loose_shape
-from app.decoding.incremental import IncrementalDecoder
-from app.decoding.translate import output_lengths
-from app.model.transformer import Transformer
-from layers.special_tokens import END_ID, PAD_ID, START_ID
+from layers.special_tokens import END_ID
 
 
-def greedy_decode(transformer: Transformer, source_ids, max_extra_length=50):
-    """Translates a batch greedily.
+def most_likely_token(logits, step, settings):
+    """int32 `[A]`: each row's most likely token (the lowest id on a tie). `logits` are
+    float32 `[A, V]`, -inf where a token is not allowed."""
+    return tf.argmax(logits, axis=-1, output_type=tf.int32)
+
+
+class GreedySearch:
+    """One hypothesis per sentence (`search.Strategy`).
 
     Args:
-        transformer: the model's decoding view.
-        source_ids: int32 `[B, S]`, 0 = padding.
-        max_extra_length: each sentence stops at its source length + this many tokens,
-            and never past the model's `max_length` positions.
-
-    Returns:
-        int32 `[B, L]`: the output tokens without the start token, each row ending with
-        the end token (unless cut at its maximum length) and padded with 0 after it.
+        choose: `(logits float32 [A, V], step, settings) -> tokens int32 [A]`: the next
+            token of each sentence, given its logits with the tokens it may not write
+            at -inf; `settings` holds its per-sentence settings (`[A]` each).
+        end_id: the end token's id.
     """
-    source_ids = tf.convert_to_tensor(source_ids, tf.int32)
-    batch_size = tf.shape(source_ids)[0]
-    # As beam search: within the model's positions, and 1 for an empty batch.
-    max_lengths = output_lengths(transformer, source_ids, max_extra_length)  # [B]
-    output_length = longest_output(max_lengths)  # L
 
-    memory, memory_mask = transformer.encode(source_ids, training=False)
-    decoder = IncrementalDecoder(transformer)  # reads the weights once, outside the loop
-    memory_cache = decoder.memory(memory, memory_mask)
-    vocab_size = transformer.config.vocab_size
-    # Padding and the start token are never outputs.
-    banned = tf.one_hot([PAD_ID, START_ID], vocab_size, on_value=-1e9, dtype=tf.float32)
-    banned = tf.reduce_sum(banned, axis=0)  # [V]
+    width = 1
 
-    def body(step, tokens, outputs, finished, cache):
-        logits, cache = decoder.step(tokens, step, cache, memory_cache)  # [B, V]
-        next_tokens = tf.argmax(logits + banned, axis=-1, output_type=tf.int32)  # [B]
-        # A sentence at its maximum length ends there.
-        next_tokens = tf.where(step + 1 >= max_lengths, END_ID, next_tokens)
-        next_tokens = tf.where(finished, PAD_ID, next_tokens)
-        outputs = outputs + tf.one_hot(step, output_length, dtype=tf.int32)[None, :] * next_tokens[:, None]
-        finished = finished | tf.equal(next_tokens, END_ID)
-        return step + 1, next_tokens, outputs, finished, cache
+    def __init__(self, choose=most_likely_token, end_id=END_ID):
+        self.choose = choose
+        self.end_id = end_id
 
-    def keep_going(step, tokens, outputs, finished, cache):
-        return tf.logical_and(step < output_length, tf.logical_not(tf.reduce_all(finished)))
+    def start(self, batch_size, buffer_length):
+        return tf.zeros([batch_size], tf.float32)  # [B]: the sum of the log-probs so far
 
-    start = tf.fill([batch_size], START_ID)
-    outputs = tf.zeros([batch_size, output_length], tf.int32)  # [B, L]
-    finished = tf.zeros([batch_size], tf.bool)
-    cache = decoder.empty_cache(batch_size)
-    # The self-attention cache grows by a position a step (axis 2).
-    cache_invariants = tf.nest.map_structure(loose_shape, cache)
-    _, _, outputs, _, _ = tf.while_loop(
-        keep_going, body, (tf.constant(0), start, outputs, finished, cache),
-        shape_invariants=(
-            tf.TensorShape([]), tf.TensorShape([None]), tf.TensorShape([None, None]), tf.TensorShape([None]),
-            cache_invariants,
-        ),
-    )
-    return outputs
+    def no_results(self, batch_size, buffer_length):
+        return tf.zeros([batch_size, buffer_length], tf.int32), tf.zeros([batch_size], tf.float32)
+
+    def extend(self, log_prob_sums, ids, logits, allowed, step, settings):
+        logits = logits[:, 0]  # [A, V]
+        tokens = self.choose(tf.where(allowed, logits, float("-inf")), step, settings)  # [A]
+        log_probs = tf.gather(tf.nn.log_softmax(logits), tokens, batch_dims=1)  # [A]
+        return log_prob_sums + log_probs, None, tokens[:, None]
+
+    def done(self, log_prob_sums, ids, step, settings):
+        return tf.equal(ids[:, 0, step], self.end_id)  # [A]: the newest token ends it
+
+    def results(self, log_prob_sums, ids, step, settings):
+        return ids[:, 0], log_prob_sums  # [A, L + 1], [A]

@@ -9,9 +9,9 @@ The same function as `Transformer.decode_step`, computed differently. The Keras 
 are written for training, and every call of one adds ops a decoding step has no use
 for: variable reads and casts, shape arithmetic for dynamic reshapes (`Shape`,
 `StridedSlice`, `Pack`), custom-gradient identities, the memory mask turned into a bias
-in every layer. On a 2-core CPU the tiny model's beam search at batch 1 ran about 690
-ops a step at some 4 microseconds each, so TensorFlow's executor, not arithmetic, set
-the pace (docs/lab-notebook.md, "Decoding against CTranslate2"). Here:
+in every layer. At small batches TensorFlow's executor, not arithmetic, sets the pace
+of a step, so every op counts (docs/lab-notebook/2026-11-27-decoding-against-ctranslate2-second-round.md).
+Here:
 
 - every weight is read, cast to the compute dtype and laid out once per call, before
   the loop, and the loop body only reads those tensors;

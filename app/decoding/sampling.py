@@ -1,8 +1,6 @@
-"""Random translations for back-translation: top-k and nucleus (top-p) sampling with the
-key/value cache, as one `tf.while_loop`, reproducible from a seed per sentence.
-
-    ids, scores = sample_ids(transformer, source_ids, seeds, top_k=10, top_p=0.9, temperature=0.8)
-    # ids int32 [B, L] (no start token, end token then 0s), scores float32 [B]
+"""Random tokens for back-translation: top-k and nucleus (top-p) sampling, reproducible
+from a seed per sentence. `random_token` is the chooser of a `greedy.GreedySearch`;
+`model_search.sample_ids` runs it over the model.
 
 At each step the next token is drawn from the model's distribution at `temperature`,
 cut to its `top_k` most likely tokens (0: all of them) and to the smallest set of most
@@ -13,23 +11,17 @@ may mix requests.
 The randomness is a function of the sentence's seed and the step only, not of any
 state: step t of a sentence with seed s draws its uniform number from an integer hash
 of (s, t) (`uniform_per_sentence`), the same on every machine and device. TensorFlow's
-stateless random ops take one seed per op, not one per row, and the `vectorized_map` of
-them falls back to a loop per sentence; a hash gives each sentence its own stream in one
-op, so a sentence's sample depends on its seed and its text, not on the batch it is
-decoded in. The hash is integer arithmetic, which has GPU kernels: a hash of strings
-would send every step of the loop back to the host.
+stateless random ops take one seed per op, not one per row; a hash gives each sentence
+its own stream in one op, so a sentence's sample depends on its seed and its text, not
+on the batch it is decoded in. The hash is integer arithmetic, which has GPU kernels: a
+hash of strings would send every step of the loop back to the host.
 
-Dimension names: B batch, S source length, V vocabulary, L the most output tokens,
-C the candidates a step sorts (the largest top_k of the batch, or V).
+Dimension names: B batch, V vocabulary, C the candidates a step sorts (the largest
+top_k of the batch, or V).
 """
 
 import tensorflow as tf
 
-from app.decoding.beam_search import longest_output, loose_shape
-from app.decoding.incremental import IncrementalDecoder
-from app.decoding.translate import output_lengths
-from app.model.transformer import Transformer
-from layers.special_tokens import END_ID, PAD_ID, START_ID
 
 # The uniform numbers' resolution: the top 24 bits of a 32-bit hash, exact in float32.
 _BITS = 24
@@ -95,95 +87,19 @@ def choose_tokens(logits, uniform, top_k, top_p, temperature):
     return tf.gather(indices, choice, batch_dims=1)
 
 
-def sample_ids(
-    transformer: Transformer,
-    source_ids,
-    seeds,
-    top_k=0,
-    top_p=1.0,
-    temperature=1.0,
-    max_extra_length=50,
-    output_kernel=None,
-):
-    """Translates a batch by sampling, one translation per sentence.
-
-    Args:
-        transformer: the model's decoding view.
-        source_ids: int32 `[B, S]`, 0 = padding.
-        seeds: int64 `[B]` (or a scalar for all): each sentence's random stream.
-        top_k: int32, scalar or `[B]`: draw among the k most likely tokens; 0 = all.
-        top_p: float32, scalar or `[B]`, in (0, 1]: among the fewest most likely tokens
-            whose probability reaches p; 1 = all.
-        temperature: float32, scalar or `[B]`, > 0: the logits are divided by it.
-        max_extra_length: int32, scalar or `[B]`: a sentence has at most (source length
-            + this) output tokens, end token included, and never more than the model's
-            `max_length` positions.
-        output_kernel: `transformer.output_kernel()`, if the caller keeps it.
-
-    Settings given as Python numbers are checked at once (ValueError); tensors are the
-    caller's to check (the `sample` signature checks them).
-
-    Returns:
-        `(ids int32 [B, L], scores float32 [B])`: the tokens without the start token,
-        each row ending with the end token (unless cut at its maximum length) and padded
-        with 0; the score is the sum of the model's log-probabilities of the drawn tokens,
-        end token included, at temperature 1 and before top-k / top-p: how likely the
-        model finds the translation, not normalized by length.
-    """
-    _check_python_settings(top_k, top_p, temperature, max_extra_length)
-    source_ids = tf.convert_to_tensor(source_ids, tf.int32)
-    batch_size = tf.shape(source_ids)[0]
-
-    def per_sentence(value, dtype):
-        return tf.broadcast_to(tf.cast(value, dtype), [batch_size])  # [B]
-
-    seeds = per_sentence(seeds, tf.int64)
-    top_k, top_p = per_sentence(top_k, tf.int32), per_sentence(top_p, tf.float32)
-    temperature = per_sentence(temperature, tf.float32)
-    max_lengths = output_lengths(transformer, source_ids, max_extra_length)  # [B]
-    output_length = longest_output(max_lengths)  # L
-
-    memory, memory_mask = transformer.encode(source_ids, training=False)
-    decoder = IncrementalDecoder(transformer, output_kernel)  # reads the weights once, outside the loop
-    memory_cache = decoder.memory(memory, memory_mask)
-    # Padding and the start token are never outputs.
-    banned = tf.reduce_sum(tf.one_hot([PAD_ID, START_ID], transformer.config.vocab_size, dtype=tf.int32), 0) > 0
-
-    def body(step, tokens, outputs, scores, finished, cache):
-        logits, cache = decoder.step(tokens, step, cache, memory_cache)  # [B, V]
-        allowed = tf.where(banned[None, :], float("-inf"), logits)
-        next_tokens = choose_tokens(allowed, uniform_per_sentence(seeds, step), top_k, top_p, temperature)  # [B]
-        # A sentence at its maximum length ends there.
-        next_tokens = tf.where(step + 1 >= max_lengths, END_ID, next_tokens)
-        # As beam search and forced decoding (app.score) score: over the whole vocabulary.
-        log_probs = tf.gather(tf.nn.log_softmax(logits), next_tokens, batch_dims=1)  # [B]
-        scores = scores + tf.where(finished, 0.0, log_probs)
-        next_tokens = tf.where(finished, PAD_ID, next_tokens)
-        outputs = outputs + tf.one_hot(step, output_length, dtype=tf.int32)[None, :] * next_tokens[:, None]
-        finished = finished | tf.equal(next_tokens, END_ID)
-        return step + 1, next_tokens, outputs, scores, finished, cache
-
-    def keep_going(step, tokens, outputs, scores, finished, cache):
-        return tf.logical_and(step < output_length, tf.logical_not(tf.reduce_all(finished)))
-
-    start = tf.fill([batch_size], START_ID)
-    outputs = tf.zeros([batch_size, output_length], tf.int32)  # [B, L]
-    scores = tf.zeros([batch_size], tf.float32)
-    finished = tf.zeros([batch_size], tf.bool)
-    cache = decoder.empty_cache(batch_size)
-    # The self-attention cache grows by a position a step (axis 2).
-    cache_invariants = tf.nest.map_structure(loose_shape, cache)
-    _, _, outputs, scores, _, _ = tf.while_loop(
-        keep_going, body, (tf.constant(0), start, outputs, scores, finished, cache),
-        shape_invariants=(
-            tf.TensorShape([]), tf.TensorShape([None]), tf.TensorShape([None, None]), tf.TensorShape([None]),
-            tf.TensorShape([None]), cache_invariants,
-        ),
-    )
-    return outputs, scores
+# The settings `random_token` reads, per sentence, and their dtypes.
+SAMPLING_SETTINGS = {"seed": tf.int64, "top_k": tf.int32, "top_p": tf.float32, "temperature": tf.float32}
 
 
-def _check_python_settings(top_k, top_p, temperature, max_extra_length):
+def random_token(logits, step, settings):
+    """The `greedy.GreedySearch` chooser that samples: int32 `[A]`, each sentence's token
+    drawn with its settings (`SAMPLING_SETTINGS`, `[A]` each) from `logits` float32
+    `[A, V]` (-inf where a token is not allowed)."""
+    uniform = uniform_per_sentence(settings["seed"], step)  # [A]
+    return choose_tokens(logits, uniform, settings["top_k"], settings["top_p"], settings["temperature"])
+
+
+def check_python_settings(top_k, top_p, temperature, max_extra_length):
     """ValueError for a setting given as a Python number that cannot apply."""
     for name, value, bad, wanted in (
         ("top_k", top_k, lambda v: v < 0, "a whole number >= 0 (0: the whole vocabulary)"),

@@ -33,7 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 from app.cli.progress import format_seconds
-from app.decoding.translate import DecodingConfig
+from app.decoding.config import DecodingConfig
 from app.evaluation import significance
 from app.evaluation.in_order import translate_all
 from app.evaluation.metrics import score

@@ -49,10 +49,12 @@ import time
 
 import tensorflow as tf
 
-from app.model_dir import checkpoints
+from app.decoding.beam_search import length_penalty
+from app.decoding.config import DecodingConfig
 from app.decoding.forced import forced_log_probs, target_ids
-from app.decoding.sampling import checked_settings, sample_ids
-from app.decoding.translate import DecodingConfig, checked_alpha, translate_ids
+from app.decoding.model_search import checked_alpha, greedy_ids, sample_ids, translate_ids
+from app.decoding.sampling import checked_settings
+from app.model_dir import checkpoints
 from app.export.export_info import EXPORT_INFO  # beside saved_model.pb: export_metadata()
 from app.model.transformer import Transformer, build_transformer
 from app.model_dir.settings import load_settings
@@ -182,10 +184,15 @@ class Translator(tf.Module):
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
     def serve_greedy(self, inputs):
-        texts, scores = self.translate(
-            inputs, 1, self._decoding.alpha, self._decoding.max_extra_length, best_only=True
-        )
-        return {"translations": texts, "scores": scores}
+        """Greedy search, the path validation takes during training. Scored as beam
+        search scores: the log-prob divided by the length penalty at the export's alpha."""
+        inputs = one_per_sentence(inputs)
+        ids, log_probs = greedy_ids(
+            self._transformer, self.source_ids(inputs), self._decoding.max_extra_length, self.output_kernel
+        )  # [B, L], [B]
+        lengths = tf.reduce_sum(tf.cast(ids != 0, tf.int32), axis=1)  # [B]: tokens, end token included
+        scores = log_probs / length_penalty(lengths, self._decoding.alpha)
+        return {"translations": self.tokenizer.detokenize(ids), "scores": scores}
 
     @tf.function(
         input_signature=[

@@ -7,7 +7,7 @@ import numpy as np
 import sacrebleu
 import tensorflow as tf
 
-from app.decoding.greedy import greedy_decode
+from app.decoding.model_search import greedy_ids
 
 
 def make_bleu_evaluator(tokenizer, sources, references, max_sentences=None, batch_size=64):
@@ -33,7 +33,7 @@ def make_bleu_evaluator(tokenizer, sources, references, max_sentences=None, batc
     def evaluate(transformer):
         @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
         def translate(batch):
-            return tokenizer.detokenize(greedy_decode(transformer, batch))
+            return tokenizer.detokenize(greedy_ids(transformer, batch)[0])
 
         # A sentence longer than the model's positions is read as the export reads it
         # (app.export.saved_model.Translator.source_ids): its first max_length - 1 pieces, then the end.

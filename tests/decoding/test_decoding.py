@@ -12,14 +12,14 @@ import tensorflow as tf
 
 from app.decoding.beam_search import beam_search, largest_alpha, length_penalty
 from app.model.config import ModelConfig
-from app.decoding.translate import (
+from app.decoding.model_search import (
     DecodingConfig,
     make_symbols_to_logits,
     output_lengths,
     search_sizes,
     translate_ids,
 )
-from app.decoding.greedy import greedy_decode
+from app.decoding.model_search import greedy_ids
 from app.decoding.incremental import IncrementalDecoder
 from app.model.transformer import Transformer, build_transformer
 
@@ -46,12 +46,12 @@ def output_length(row):
     return list(row).index(END) + 1
 
 
-def test_beam_size_one_equals_greedy_decode(transformer):
+def test_beam_size_one_at_alpha_0_equals_greedy_search(transformer):
     transformer, _ = transformer
     # alpha = 0: with a length penalty, a beam of 1 may keep looking for a longer
     # hypothesis that scores better than the greedy one.
     ids, _ = translate_ids(transformer, SOURCE_IDS, beam_size=1, alpha=0.0, max_extra_length=EXTRA)
-    greedy = greedy_decode(transformer, SOURCE_IDS, max_extra_length=EXTRA)
+    greedy = greedy_ids(transformer, SOURCE_IDS, max_extra_length=EXTRA)[0]
     assert ids.shape == (3, 1, 7 + EXTRA)
     np.testing.assert_array_equal(ids[:, 0], greedy)
 
@@ -201,7 +201,7 @@ def test_greedy_decoding_stays_within_a_learned_position_table():
         "tiny", vocab_size=40, num_layers=1, d_model=8, d_ff=8, num_heads=2, max_length=10, positional="learned"
     )
     transformer = Transformer(build_transformer(config), config)
-    greedy = greedy_decode(transformer, SOURCE_IDS, max_extra_length=100)
+    greedy = greedy_ids(transformer, SOURCE_IDS, max_extra_length=100)[0]
     assert greedy.shape == (3, 10)
     beam, _ = translate_ids(transformer, SOURCE_IDS, beam_size=1, alpha=0.0, max_extra_length=100)
     np.testing.assert_array_equal(greedy, beam[:, 0])
@@ -225,7 +225,7 @@ def test_an_empty_batch_decodes_to_empty_outputs(transformer):
         input_signature=[tf.TensorSpec([None, None], tf.int32)],
     )
     greedy = tf.function(
-        lambda source_ids: greedy_decode(transformer, source_ids, max_extra_length=EXTRA),
+        lambda source_ids: greedy_ids(transformer, source_ids, max_extra_length=EXTRA)[0],
         input_signature=[tf.TensorSpec([None, None], tf.int32)],
     )
     for source_ids in (np.zeros([0, 7], np.int32), np.zeros([0, 0], np.int32)):

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from app.decoding.forced import decoder_inputs, forced_log_probs, target_ids
-from app.decoding.translate import translate_ids
+from app.decoding.model_search import translate_ids
 from app.model.config import ModelConfig
 from app.model.transformer import Transformer, build_transformer
 

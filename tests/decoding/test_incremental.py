@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from app.decoding.beam_search import beam_search
 from app.decoding.incremental import IncrementalDecoder, _Norm
-from app.decoding.translate import output_lengths, translate_ids
+from app.decoding.model_search import output_lengths, translate_ids
 from app.model.transformer import Transformer, build_transformer
 from layers.special_tokens import END_ID, PAD_ID, START_ID
 from tests.model.test_model import VARIANTS, tiny_config

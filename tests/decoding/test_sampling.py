@@ -1,4 +1,4 @@
-"""Sampling (app/decoding/sampling.py): the draw from a fixed distribution, the seeded
+"""Sampling (app/decoding/sampling.py, run by model_search.sample_ids): the draw from a fixed distribution, the seeded
 uniform numbers, and the loop on a tiny random Transformer against greedy decoding and a
 full forward pass."""
 
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from app.decoding.greedy import greedy_decode
-from app.decoding.sampling import checked_settings, choose_tokens, sample_ids, uniform_per_sentence
+from app.decoding.model_search import greedy_ids, sample_ids
+from app.decoding.sampling import checked_settings, choose_tokens, uniform_per_sentence
 from app.model.config import ModelConfig
 from app.model.transformer import Transformer, build_transformer
 
@@ -118,7 +118,7 @@ def sample(transformer):
 
 def test_top_k_1_is_greedy_decoding(transformer, sample):
     transformer, _ = transformer
-    greedy = tf.function(lambda source_ids: greedy_decode(transformer, source_ids, max_extra_length=EXTRA))(SOURCE_IDS)
+    greedy = tf.function(lambda source_ids: greedy_ids(transformer, source_ids, max_extra_length=EXTRA)[0])(SOURCE_IDS)
     for temperature in (0.5, 3.0):
         ids, _ = sample(SOURCE_IDS, 7, top_k=1, temperature=temperature)
         np.testing.assert_array_equal(ids, greedy)

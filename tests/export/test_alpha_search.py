@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from app.decoding.translate import DecodingConfig
+from app.decoding.config import DecodingConfig
 from app.evaluation.significance import RESAMPLES, SEED
 from app.export import alpha_search
 from app.export.alpha_search import (

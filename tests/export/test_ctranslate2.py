@@ -23,7 +23,7 @@ VALIDATION_SENTENCES = 200
 @pytest.fixture(scope="module")
 def ct2_export(model_dir, tmp_path_factory):
     """`(path, translator)`: the fixture run exported for CTranslate2, decoding with alpha 0."""
-    from app.decoding.translate import DecodingConfig
+    from app.decoding.config import DecodingConfig
     from app.export.ctranslate2 import export_ctranslate2
     from app.export.saved_model import export_metadata, load_translator
 

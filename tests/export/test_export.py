@@ -310,7 +310,7 @@ def test_export_command_refuses_a_bad_name_or_decoding_before_writing(model_dir,
 
 
 def test_export_info_names_the_weights_decoding_and_data_of_the_run(model_dir):
-    from app.decoding.translate import DecodingConfig
+    from app.decoding.config import DecodingConfig
     from app.export.saved_model import export_metadata
     from app.model_dir.settings import load_settings
 

@@ -104,7 +104,7 @@ def test_validation_bleu_of_a_lowercase_run_is_lowercased_bleu(lowercase_tokeniz
 
     # A "model" that copies its source, so the hypothesis is the source as the tokenizer
     # reads it back: lowercased.
-    monkeypatch.setattr(validation, "greedy_decode", lambda transformer, source_ids: source_ids)
+    monkeypatch.setattr(validation, "greedy_ids", lambda transformer, source_ids: (source_ids, None))
     transformer = types.SimpleNamespace(config=types.SimpleNamespace(max_length=64))  # all it reads
     sentence = "Ein Hund läuft über die grüne Wiese ."
     lowercase_score = validation.make_bleu_evaluator(lowercase_tokenizer, [sentence], [sentence])(transformer)
@@ -122,7 +122,7 @@ def test_validation_bleu_of_a_lowercase_run_is_lowercased_bleu(lowercase_tokeniz
 def test_an_export_of_a_lowercase_run_reads_any_case(tmp_path):
     """The SavedModel lowercases in its graph: cased and lowercased input translate alike."""
     from app.export.saved_model import export, export_metadata, load_translator
-    from app.decoding.translate import DecodingConfig
+    from app.decoding.config import DecodingConfig
     from tests.tiny_run import train_tiny_run
 
     (tmp_path / "run").mkdir()

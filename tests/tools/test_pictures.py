@@ -162,8 +162,8 @@ def translator(model_dir):
 def test_the_sentence_is_translated_greedily_and_attended_over_with_its_pieces(translator):
     import tensorflow as tf
 
-    from app.decoding.translate import DecodingConfig
-    from app.decoding.greedy import greedy_decode
+    from app.decoding.config import DecodingConfig
+    from app.decoding.model_search import greedy_ids
     from app.commands.pictures import sentence_attention
 
     sentence = "A man rides a bike."
@@ -172,7 +172,7 @@ def test_the_sentence_is_translated_greedily_and_attended_over_with_its_pieces(t
         translator, sentence, decoding=DecodingConfig(beam_size=1, alpha=0.0, max_extra_length=6)
     )
     source_ids = translator.source_ids(tf.constant([sentence]))
-    greedy = greedy_decode(translator.transformer, source_ids, max_extra_length=6)[0].numpy().tolist()
+    greedy = greedy_ids(translator.transformer, source_ids, max_extra_length=6)[0][0].numpy().tolist()
     assert result.source_ids == source_ids[0].numpy().tolist()
     assert result.target_ids[1:] + [2] == greedy[: greedy.index(2) + 1]
     assert result.target_ids[0] == 1

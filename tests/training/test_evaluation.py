@@ -36,7 +36,7 @@ def _config(tokenizer):
 
 def test_a_source_longer_than_the_model_s_positions_is_read_as_the_export_reads_it(tokenizer, monkeypatch):
     # A "model" that copies its source: the hypothesis is the source as it was read.
-    monkeypatch.setattr(app.training.validation, "greedy_decode", lambda transformer, source_ids: source_ids)
+    monkeypatch.setattr(app.training.validation, "greedy_ids", lambda transformer, source_ids: (source_ids, None))
     config = _config(tokenizer)
     assert len(tokenizer.tokenize(tf.constant([LONG]))[0]) + 1 > MAX_LENGTH
     translator = Translator(build_transformer(config), config, tokenizer)

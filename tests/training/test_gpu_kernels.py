@@ -21,7 +21,7 @@ import tensorflow as tf
 from tensorflow.python.framework import kernels, op_def_registry
 
 from app.cli.flags import model_config_from_args
-from app.decoding.greedy import greedy_decode
+from app.decoding.model_search import greedy_ids
 from app.model_dir import checkpoints
 from app.model.transformer import Transformer, build_transformer
 from app.training.command import train_config_from_args
@@ -213,7 +213,7 @@ def traced_steps(precision):
     # Validation BLEU's decoding, in the training precision (app.training.validation; its
     # detokenizer is the tokenizer's, on the host).
     transformer = Transformer(model, model_config)
-    greedy = tf.function(lambda source: greedy_decode(transformer, source))
+    greedy = tf.function(lambda source: greedy_ids(transformer, source)[0])
     return {
         "training steps": train_steps.get_concrete_function(iter(batches), tf.constant(2)).graph.as_graph_def(),
         "validation step": eval_step.get_concrete_function().graph.as_graph_def(),

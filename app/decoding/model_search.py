@@ -1,0 +1,254 @@
+"""From the model to a search: translate a batch of source ids with the key/value cache.
+
+    transformer = Transformer(model, config)
+    ids, scores = translate_ids(transformer, source_ids, beam_size=4, alpha=0.6)  # [B, K, L], [B, K]
+    ids, scores = greedy_ids(transformer, source_ids)                            # [B, L], [B]
+    ids, scores = sample_ids(transformer, source_ids, seeds, top_k=10)            # [B, L], [B]
+
+Each encodes the source once, projects the memory's cross-attention keys and values
+once per sentence, and runs a strategy (app/decoding/beam_search.py, greedy.py) in the
+one loop of app/decoding/search.py over the incremental decoder (incremental.py).
+`search_model` does it for any strategy. They run eagerly or inside a `tf.function`
+(the export's signatures). Settings such as `alpha` and `max_extra_length` may be
+tensors chosen per request, even per sentence; `beam_size` fixes the shapes of every
+loop tensor, so it is a Python int, one traced function per beam size.
+
+Dimension names: B batch, S source length, K beam size, L the most output tokens.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from app.decoding.beam_search import BeamSearch, largest_alpha
+from app.decoding.config import DecodingConfig
+from app.decoding.greedy import GreedySearch
+from app.decoding.incremental import IncrementalDecoder
+from app.decoding.sampling import SAMPLING_SETTINGS, check_python_settings, random_token
+from app.decoding.search import search
+from app.model.transformer import Transformer
+from layers.special_tokens import PAD_ID, START_ID
+
+
+def make_symbols_to_logits(decoder: IncrementalDecoder):
+    """The `symbols_to_logits_fn` of `search.search` for the model's incremental decoder.
+
+    The search's cache is the self-attention cache, one per hypothesis: it holds every
+    earlier position, so only the newest token `ids[:, step]` is fed to the decoder. The
+    memory's keys and values are the search's `sentence_cache`, one per sentence: all
+    hypotheses of a sentence read them alike, so they are never tiled over them nor
+    reordered with them.
+    """
+
+    def symbols_to_logits(ids, step, self_cache, memory):
+        return decoder.step(ids[:, step], step, self_cache, memory)  # [N, V], cache
+
+    return symbols_to_logits
+
+
+def output_lengths(transformer: Transformer, source_ids, max_extra_length):
+    """The most output tokens of each sentence, end token included: int32 `[B]`.
+
+    Its source length + `max_extra_length`, and never more than the model's `max_length`
+    positions: decoding position t reads positional encoding t, and a learned table has
+    no row past its end (on a GPU, reading one gives zeros rather than an error).
+
+    Args:
+        source_ids: int32 `[B, S]`, 0 = padding.
+        max_extra_length: an int, or int32 of shape [] or `[B]`.
+    """
+    source_lengths = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.int32), axis=1)  # [B]
+    # The extra length is capped first, so that a huge one cannot overflow int32.
+    model_max_length = transformer.config.max_length
+    max_extra_length = tf.minimum(tf.cast(max_extra_length, tf.int32), model_max_length)
+    return tf.minimum(source_lengths + max_extra_length, model_max_length)  # [B]
+
+
+def checked_alpha(alpha, max_length):
+    """`alpha`, refused if it is larger than `largest_alpha(max_length)`.
+
+    Past that limit the length penalty of the longest outputs the model can write
+    overflows float32 and beam search ranks them by their order. A value known when the
+    graph is built (a Python or NumPy number, a constant) is refused at once with a
+    ValueError; one fed at run time (a serving request's alpha) by an assertion when the
+    graph runs (InvalidArgumentError), which both messages name.
+
+    Args:
+        alpha: a float, or float32 of shape [] or `[B]`.
+        max_length: the model's positions, which bound every output's length.
+    """
+    limit = largest_alpha(max_length)
+    message = (
+        f"alpha must be at most {limit} for a model of {max_length} positions: beyond it the length penalty "
+        f"((5 + length) / 6) ** alpha of its longest outputs overflows float32"
+    )
+    known = tf.get_static_value(alpha) if tf.is_tensor(alpha) else alpha
+    if known is not None:
+        largest = float(np.max(np.asarray(known, np.float64), initial=-np.inf))  # -inf: no sentence
+        if largest > limit:
+            raise ValueError(f"{message}; got {largest:g}")
+        return alpha
+    check = tf.debugging.assert_less_equal(tf.cast(alpha, tf.float32), limit, message=message)
+    with tf.control_dependencies([check]):
+        return tf.identity(alpha)
+
+
+def search_model(
+    transformer: Transformer, source_ids, strategy, settings, max_extra_length, output_kernel=None,
+    parallel_searches=1,
+):
+    """Runs `strategy` over the model for a batch of sources: `search.search`'s results,
+    `(ids int32 [B, ..., L], scores float32 [B, ...])`.
+
+    With `parallel_searches` > 1 the sentences are split into that many searches, each
+    its own `tf.while_loop` over a slice of the batch. In a graph (a `tf.function`, an
+    export) TensorFlow's executor runs them side by side on its inter-op threads, so one
+    call uses several cores where the step's small ops gain little from intra-op
+    threads; eagerly they run one after the other. Every sentence is searched alone
+    either way: the outputs are the same, and the scores agree to float32 rounding (the
+    products run over fewer rows).
+
+    Args:
+        transformer: the model's decoding view.
+        source_ids: int32 `[B, S]`, 0 = padding.
+        strategy: a `search.Strategy`.
+        settings: dict of the strategy's settings, each a scalar or `[B]`.
+        max_extra_length: a sentence may have at most (source length + this) output
+            tokens, end token included, and never more than the model's `max_length`
+            positions: an int, or int32 of shape [] or `[B]`.
+        output_kernel: `transformer.output_kernel()`, if the caller keeps it (an export
+            holds it as a variable); made here otherwise.
+        parallel_searches: P, how many searches share the batch, a Python int >= 1; the
+            first `B % P` take `B // P + 1` sentences, the others `B // P` (none, where
+            B < P).
+    """
+    _check_parallel_searches(parallel_searches)
+    source_ids = tf.convert_to_tensor(source_ids, tf.int32)  # [B, S]
+    batch_size = tf.shape(source_ids)[0]
+    memory, memory_mask = transformer.encode(source_ids, training=False)  # [B, S, D], [B, 1, S]
+    decoder = IncrementalDecoder(transformer, output_kernel)
+    per_sentence = {
+        "max_lengths": output_lengths(transformer, source_ids, max_extra_length),  # [B]
+        "settings": {name: tf.broadcast_to(value, [batch_size]) for name, value in settings.items()},  # [B] each
+        "memory": decoder.memory(memory, memory_mask),
+    }
+
+    def search_slice(sentences, size):
+        return search(
+            strategy, make_symbols_to_logits(decoder), tf.fill([size], START_ID), decoder.empty_cache(size),
+            transformer.config.vocab_size, max_lengths=sentences["max_lengths"], settings=sentences["settings"],
+            sentence_cache=sentences["memory"],
+        )  # [size, ..., L of this search], [size, ...]
+
+    if parallel_searches == 1:
+        return search_slice(per_sentence, batch_size)
+    sizes = search_sizes(batch_size, parallel_searches)  # [parallel_searches]
+    leaves = [tf.split(leaf, sizes, num=parallel_searches) for leaf in tf.nest.flatten(per_sentence)]
+    results = [
+        search_slice(tf.nest.pack_sequence_as(per_sentence, [parts[i] for parts in leaves]), sizes[i])
+        for i in range(parallel_searches)
+    ]
+    # Each search pads its outputs to its own longest; the batch's is the longest of all.
+    length = tf.reduce_max(tf.stack([tf.shape(ids)[-1] for ids, _ in results]))
+
+    def padded(ids):
+        return tf.pad(ids, [[0, 0]] * (ids.shape.rank - 1) + [[0, length - tf.shape(ids)[-1]]])
+
+    ids = tf.concat([padded(ids) for ids, _ in results], axis=0)
+    scores = tf.concat([scores for _, scores in results], axis=0)
+    return ids, scores  # [B, ..., L], [B, ...]
+
+
+def translate_ids(
+    transformer: Transformer,
+    source_ids,
+    beam_size=DecodingConfig.beam_size,
+    alpha=DecodingConfig.alpha,
+    max_extra_length=DecodingConfig.max_extra_length,
+    output_kernel=None,
+    final_results=None,
+    parallel_searches=1,
+):
+    """Translates a batch of token ids with beam search (`BeamSearch`).
+
+    Args:
+        transformer, source_ids, max_extra_length, output_kernel, parallel_searches:
+            as `search_model` takes them.
+        beam_size: K, a Python int.
+        alpha: length-penalty exponent: a float, or float32 of shape [] or `[B]` (one
+            per sentence).
+        final_results: how many of the K results must be final (`BeamSearch`): K by
+            default; 1 where only the best is wanted, which then comes in fewer steps.
+
+    Returns:
+        `(ids int32 [B, K, L], scores float32 [B, K])`: n-best, best first, each row
+        its tokens, the end token, then 0. The score is the sum of log-probs /
+        ((5 + length) / 6) ** alpha, length counting the end token.
+    """
+    strategy = BeamSearch(beam_size, final_results)
+    _check_parallel_searches(parallel_searches)
+    alpha = tf.cast(checked_alpha(alpha, transformer.config.max_length), tf.float32)
+    return search_model(
+        transformer, source_ids, strategy, {"alpha": alpha}, max_extra_length,
+        output_kernel, parallel_searches,
+    )
+
+
+def greedy_ids(transformer: Transformer, source_ids, max_extra_length=DecodingConfig.max_extra_length,
+               output_kernel=None):
+    """Translates a batch greedily: the most likely token at each step (`GreedySearch`).
+
+    Returns:
+        `(ids int32 [B, L], scores float32 [B])`: each row its tokens, the end token,
+        then 0; the sum of the tokens' log-probs, end token included.
+    """
+    return search_model(transformer, source_ids, GreedySearch(), {}, max_extra_length, output_kernel)
+
+
+def sample_ids(
+    transformer: Transformer,
+    source_ids,
+    seeds,
+    top_k=0,
+    top_p=1.0,
+    temperature=1.0,
+    max_extra_length=DecodingConfig.max_extra_length,
+    output_kernel=None,
+):
+    """Translates a batch by sampling, one translation per sentence (`GreedySearch`
+    drawing with `sampling.random_token`).
+
+    Args:
+        transformer, source_ids, max_extra_length, output_kernel: as `search_model`.
+        seeds: int64 `[B]` (or a scalar for all): each sentence's random stream.
+        top_k: int32, scalar or `[B]`: draw among the k most likely tokens; 0 = all.
+        top_p: float32, scalar or `[B]`, in (0, 1]: among the fewest most likely tokens
+            whose probability reaches p; 1 = all.
+        temperature: float32, scalar or `[B]`, > 0: the logits are divided by it.
+
+    Settings given as Python numbers are checked at once (ValueError); tensors are the
+    caller's to check (the `sample` signature checks them).
+
+    Returns:
+        `(ids int32 [B, L], scores float32 [B])`: the tokens, each row ending with the
+        end token and padded with 0; the score is the sum of the model's log-probs of
+        the drawn tokens, end token included, at temperature 1 and before top-k / top-p:
+        how likely the model finds the translation, not normalized by length.
+    """
+    check_python_settings(top_k, top_p, temperature, max_extra_length)
+    values = {"seed": seeds, "top_k": top_k, "top_p": top_p, "temperature": temperature}
+    settings = {name: tf.cast(value, SAMPLING_SETTINGS[name]) for name, value in values.items()}
+    return search_model(
+        transformer, source_ids, GreedySearch(random_token), settings, max_extra_length, output_kernel
+    )
+
+
+def _check_parallel_searches(parallel_searches):
+    if not isinstance(parallel_searches, int) or parallel_searches < 1:
+        raise ValueError(f"parallel_searches must be a positive Python int, got {parallel_searches!r}")
+
+
+def search_sizes(batch_size, searches):
+    """int32 `[searches]`: `batch_size` sentences dealt out as evenly as can be, the
+    larger shares first, e.g. 5 into 2 -> [3, 2], 1 into 2 -> [1, 0]."""
+    base, extra = batch_size // searches, batch_size % searches
+    return base + tf.cast(tf.range(searches) < extra, tf.int32)
