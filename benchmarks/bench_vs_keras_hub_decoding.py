@@ -7,7 +7,7 @@
 Beam 4, the first `--batch-sizes` sentences of Multi30k validation (en->de, the
 project's subword ids, sources of at most 40 ids), decoded three ways:
 
-- project: `translate_ids` (app/decoding/translate.py), the path export.py serves: the encoder
+- project: `translate_ids` (app/decoding/model_search.py), the path export.py serves: the encoder
   runs once, the decoder one position per step with its key/value cache, inside a
   `tf.function`; length penalty alpha 0.6.
 - keras-hub, tf.function: the example's `decode_sequences` with
