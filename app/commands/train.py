@@ -45,9 +45,16 @@ def main(argv=None, started=None):
 
     import_tensorflow()
     warn_if_gpu_unseen()
-    from app.training.command import run
+    from app.training.command import fail, run, start_devices
 
-    return run(args, started=STARTED if started is None else started)
+    try:
+        strategy = start_devices(args)  # before TensorFlow runs an op: the plan may time some
+        from app.training.run_plan import plan_run
+
+        plan = plan_run(args)
+    except ValueError as error:
+        return fail(error)
+    return run(plan, strategy, started=STARTED if started is None else started)
 
 
 if __name__ == "__main__":

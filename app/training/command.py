@@ -1,6 +1,8 @@
 """`python train.py`: its flags, the training configuration they make, and the run.
 
-The model directory it writes is described in `app.model_dir`.
+app/commands/train.py parses the flags, sets the devices (`start_devices`), makes the
+`app.training.run_plan.RunPlan` of the flags and calls `run` with it. The model
+directory it writes is described in `app.model_dir`.
 """
 
 import argparse
@@ -187,9 +189,15 @@ def default_model_dir(args):
     return os.path.join("runs", f"{args.size}-{dataset}-{args.source_lang}-{args.target_lang}")
 
 
-def train_config_from_args(args):
-    """The `TrainConfig` of parsed flags: each flag not given takes the size's recipe's value."""
+def train_config_from_args(args, init=None):
+    """The `TrainConfig` of parsed flags: each flag not given takes the size's recipe's value.
+
+    With `init`, the `InitRun` of --init-from: the learning-rate scale, where not given,
+    peaks at the rate the init run had reached (`InitRun.learning_rate_scale`), and the
+    label smoothing, where neither given nor set by --variant, is the init run's.
+    """
     from app.training.config import TrainConfig
+    from app.training.schedule import resolve_warmup_steps
 
     recipe = recipe_for(args.size)
     train_steps, epochs = args.train_steps, args.epochs
@@ -207,8 +215,8 @@ def train_config_from_args(args):
     average_last = args.average_last
     if average_last is None:
         average_last = min(recipe.average_last or 0, keep_checkpoints)
-    return TrainConfig(
-        label_smoothing=resolved_label_smoothing(args),
+    config = TrainConfig(
+        label_smoothing=resolved_label_smoothing(args, init.label_smoothing if init else None),
         train_steps=train_steps,
         epochs=epochs,
         accumulate=args.accumulate,
@@ -231,6 +239,10 @@ def train_config_from_args(args):
         seed=args.seed,
         time_budget_minutes=time_budget,
     )
+    if init and args.learning_rate_scale is None:
+        warmup = resolve_warmup_steps(config.warmup_steps, config.train_steps)
+        config = dataclasses.replace(config, learning_rate_scale=init.learning_rate_scale(warmup))
+    return config
 
 
 def resolved_label_smoothing(args, init_label_smoothing=None):
@@ -267,179 +279,190 @@ def _or_default(value, default):
     return default if value is None else value
 
 
-def run(args, started=None):
-    """Runs `python train.py` for parsed flags; returns the process exit code.
+def start_devices(args):
+    """Sets TensorFlow's CPU thread pools and makes the tf.distribute strategy the flags ask
+    for: both before TensorFlow runs an op or touches a device. Returns the strategy.
+
+    Raises:
+        ValueError: a strategy or thread setting that cannot be had, named.
+    """
+    from app.cli.threads import describe_cpu_threads, set_cpu_threads
+    from app.training.strategy import make_strategy
+
+    set_cpu_threads(args.intra_op_threads, args.inter_op_threads)
+    strategy = make_strategy(args.strategy, args.cpu_replicas)
+    if args.intra_op_threads or args.inter_op_threads:
+        print(describe_cpu_threads())
+    return strategy
+
+
+def run(plan, strategy, started=None):
+    """Runs `python train.py` as `plan` (`app.training.run_plan.RunPlan`) says, under
+    `strategy`; returns the process exit code.
 
     `started`: `time.monotonic()` when the command began, where a time budget counts
     from (default: now); the data preparation counts too.
     """
     started = time.monotonic() if started is None else started
-    # Threads and strategy first: both must be set before TensorFlow runs an op or
-    # touches a device.
-    from app.training.strategy import WorkersDisagree, is_chief, make_strategy
-    from app.cli.threads import describe_cpu_threads, set_cpu_threads
+    if plan.dry_run:
+        return _dry_run(plan, strategy)
+    from data.errors import DataError
 
+    # A first start whose data fails leaves no empty model directory behind.
+    created_model_dir = not os.path.exists(plan.model_dir)
     try:
-        set_cpu_threads(args.intra_op_threads, args.inter_op_threads)
-        strategy = make_strategy(args.strategy, args.cpu_replicas)
-    except ValueError as error:
-        return _fail(error)
-    if args.intra_op_threads or args.inter_op_threads:
-        print(describe_cpu_threads())
+        # Held while this name holds it: until run() returns, or the process ends.
+        _model_dir_lock = _lock_model_dir(plan, strategy)  # noqa: F841
+        data, model_config = _prepare_model_dir(plan, strategy, created_model_dir)
+    except (DataError, ValueError, OSError, ModelDirInUse) as error:
+        return fail(error)
+    for line in _summary_lines(data):
+        print(line)
+    return _train(plan, strategy, data, model_config, started)
 
-    from app.cli.flags import model_config_from_args
+
+def _dry_run(plan, strategy):
+    """--dry-run: prints the model, the data summary and the epochs trained both ways,
+    and writes nothing to a new model directory; returns the exit code."""
     from app.model.transformer import build_transformer
-    from app.training.init_from import apply_to_args, check_new_model_dir, read_init_run, settings_record
-    from app.training.schedule import resolve_warmup_steps
     from data.dataset import prepare_data
     from data.errors import DataError
-    from data.flags import data_config_from_args
-    from data.summary import format_summary, summarize
     from data.tokenizer import MODEL_FILENAME
 
-    # Fine-tuning (--init-from): the init run's model, vocabulary and weights, checked
-    # against the flags given before anything slow.
-    init = None
+    init, train_config = plan.init, plan.train_config
+    print(f"model size: {plan.size}" + (f", Table 3 variant {plan.variant}" if plan.variant else ""))
+    if init:
+        print(f"fine-tuning from {init.model_dir}, its model and vocabulary; weights: {init.weights}; "
+              f"learning-rate scale {train_config.learning_rate_scale:.4g}")
+    for field, value in plan.model_config.to_dict().items():
+        print(f"  {field}: {value}")
+    print(f"label smoothing: {train_config.label_smoothing:g}")
+    print(f"parameters: {build_transformer(plan.model_config).count_params()}")
+    print(f"replicas: {strategy.num_replicas_in_sync}")
+    # The vocabulary and shards go to a scratch directory, the vocabulary copied from the
+    # cache of trained ones (data/vocabulary_cache.py) or trained once and cached, so the
+    # next dry run and the real run reuse it. A model directory that has a vocabulary is
+    # prepared in place.
+    has_vocab = os.path.exists(os.path.join(plan.model_dir, MODEL_FILENAME))
+    vocab_dir = plan.model_dir if has_vocab else tempfile.mkdtemp(prefix="dry-run-data-")
     try:
-        if args.init_from:
-            init = read_init_run(args.init_from, args.init_checkpoint)
-            apply_to_args(args, init, getattr(args, "flags_given", set()))
-        elif args.init_checkpoint:
-            raise ValueError(f"--init-checkpoint {args.init_checkpoint} names the weights of --init-from: give both")
-    except ValueError as error:
-        return _fail(error)
-    if args.batch_tokens is None:
-        args.batch_tokens = recipe_for(args.size).batch_tokens
-    model_dir = args.model_dir or default_model_dir(args)
-    try:
-        args.vocab_size = resolved_vocab_size(args, model_dir)
-        data_config = data_config_from_args(args)
-        train_config = train_config_from_args(args)
-        if init and args.learning_rate_scale is None:
-            # Fine-tuning peaks at the rate the init run had reached (InitRun.learning_rate_scale).
-            warmup = resolve_warmup_steps(train_config.warmup_steps, train_config.train_steps)
-            train_config = dataclasses.replace(train_config, learning_rate_scale=init.learning_rate_scale(warmup))
-        if init:
-            # A fine-tuned run keeps its init run's label smoothing unless told otherwise.
-            train_config = dataclasses.replace(
-                train_config, label_smoothing=resolved_label_smoothing(args, init.label_smoothing)
-            )
-        requested = init.model_config if init else model_config_from_args(args, vocab_size=args.vocab_size)
-        check_new_model_dir(model_dir, init)
-    except ValueError as error:
-        return _fail(error)
+        if init and not has_vocab:
+            init.copy_vocabulary(vocab_dir)
+        data = prepare_data(plan.data_config, vocab_dir, num_replicas=strategy.num_replicas_in_sync)
+        summary_lines = _summary_lines(data)
+    except DataError as error:
+        return fail(error)
+    finally:
+        if not has_vocab:
+            shutil.rmtree(vocab_dir, ignore_errors=True)  # The tokenizer holds it in memory.
+    for line in summary_lines:
+        print(line)
+    if train_config.bidirectional_fraction:
+        from app.training.run_length import plan_bidirectional_epochs, run_length
 
-    if data_config.max_length > requested.max_length:
-        return _fail(
-            f"--max-length {data_config.max_length} is longer than the model's {requested.max_length} "
-            "positions (--max-positions): sentences that long could not be encoded"
-        )
-
-    if args.dry_run:
-        print(f"model size: {args.size}" + (f", Table 3 variant {args.variant}" if args.variant else ""))
-        if init:
-            print(f"fine-tuning from {init.model_dir}, its model and vocabulary; weights: {init.weights}; "
-                  f"learning-rate scale {train_config.learning_rate_scale:.4g}")
-        for field, value in requested.to_dict().items():
-            print(f"  {field}: {value}")
-        print(f"label smoothing: {train_config.label_smoothing:g}")
-        print(f"parameters: {build_transformer(requested).count_params()}")
-        print(f"replicas: {strategy.num_replicas_in_sync}")
-        # A dry run leaves no trace in a new model directory: its vocabulary and shards go
-        # to a scratch directory, the vocabulary copied from the cache of trained ones
-        # (data/vocabulary_cache.py) or trained once and cached, so the next dry run and
-        # the real run reuse it. A model directory that has a vocabulary is prepared in place.
-        has_vocab = os.path.exists(os.path.join(model_dir, MODEL_FILENAME))
-        vocab_dir = model_dir if has_vocab else tempfile.mkdtemp(prefix="dry-run-data-")
         try:
-            if init and not has_vocab:
-                init.copy_vocabulary(vocab_dir)
-            data = prepare_data(data_config, vocab_dir, num_replicas=strategy.num_replicas_in_sync)
-            summary = summarize(data)
-        except DataError as error:
-            return _fail(error)
-        finally:
-            if not has_vocab:
-                shutil.rmtree(vocab_dir, ignore_errors=True)  # The tokenizer holds it in memory.
-        for line in format_summary(summary):
-            print(line)
-        if train_config.bidirectional_fraction:
-            from app.training.run_length import plan_bidirectional_epochs, run_length
+            plan_bidirectional_epochs(train_config, data, run_length(train_config, data), print)
+        except ValueError as error:
+            return fail(error)
+    return 0
 
-            try:
-                plan_bidirectional_epochs(train_config, data, run_length(train_config, data), print)
-            except ValueError as error:
-                return _fail(error)
-        return 0
 
-    # A first start whose data fails (a missing file, misaligned lines) leaves no empty
-    # model directory behind; one that already existed is left as it was.
-    created_model_dir = not os.path.exists(model_dir)
-    # Multi-worker: only the chief writes to the model directory. Another worker reads the
-    # vocabulary there once a complete earlier start left one (settings.json is written
-    # after it); otherwise it trains the same vocabulary (training is deterministic, and
-    # train() checks it) in a scratch directory rather than race the chief for the file.
-    chief = is_chief(strategy)
+def _summary_lines(data):
+    from data.summary import format_summary, summarize
+
+    return format_summary(summarize(data))
+
+
+def _lock_model_dir(plan, strategy):
+    """Makes the model directory and takes its lock (the chief's alone: only the chief
+    writes there); returns the lock, None on another worker.
+
+    Raises:
+        OSError, ModelDirInUse: the directory cannot be made, or another run holds it (it
+            is not removed: the run holding it may have made it).
+        ValueError: it holds a run with other languages or another model, refused before
+            the data is read and tokenized (minutes on WMT). The vocabulary size is
+            compared once the tokenizer says what it holds (save_settings).
+    """
+    from app.training.strategy import is_chief
+
+    os.makedirs(plan.model_dir, exist_ok=True)
+    lock = ModelDirLock(plan.model_dir) if is_chief(strategy) else None
+    check_resumable(plan.model_dir, plan.model_config, plan.data_config, plan.train_config, ignore=("vocab_size",))
+    return lock
+
+
+def _prepare_model_dir(plan, strategy, created_model_dir):
+    """Prepares the data with the run's vocabulary and, on the chief, writes settings.json;
+    returns `(data, model_config)`, the model with the tokenizer's real vocabulary size
+    (which can be smaller than asked).
+
+    Multi-worker: another worker than the chief reads the vocabulary in the model
+    directory once a complete earlier start left one (settings.json is written after it);
+    otherwise it trains the same vocabulary (training is deterministic, and train() checks
+    it) in a scratch directory rather than race the chief for the file.
+
+    Raises:
+        DataError, ValueError, OSError (a read-only or full disk): the model directory
+            is removed if this start `created_model_dir` (a missing file, misaligned
+            lines leave no empty one behind); one that already existed is left as it was.
+    """
+    from app.training.init_from import settings_record
+    from app.training.strategy import is_chief
+    from data.dataset import prepare_data
+    from data.errors import DataError
+
+    model_dir, init, chief = plan.model_dir, plan.init, is_chief(strategy)
+    first_start = not os.path.exists(os.path.join(model_dir, "settings.json"))
+    vocab_dir = tempfile.mkdtemp(prefix="vocab-worker-") if not chief and first_start else model_dir
     try:
-        os.makedirs(model_dir, exist_ok=True)
-        # Held while this name holds it: until run() returns, or the process ends.
-        _model_dir_lock = ModelDirLock(model_dir) if chief else None
-    except (OSError, ModelDirInUse) as error:
-        return _fail(error)  # Not removed if created: the run holding it may have made it.
-    try:
-        # Before the data is read and tokenized (minutes on WMT): a directory holding a
-        # run with other languages or another model is refused at once. The vocabulary
-        # size is compared once the tokenizer says what it holds (save_settings).
-        check_resumable(model_dir, requested, data_config, train_config, ignore=("vocab_size",))
-    except ValueError as error:
-        return _fail(error)
-    vocab_dir = model_dir
-    if not chief and not os.path.exists(os.path.join(model_dir, "settings.json")):
-        vocab_dir = tempfile.mkdtemp(prefix="vocab-worker-")
-    try:
-        if init and not os.path.exists(os.path.join(model_dir, "settings.json")):
+        if init and first_start:
             init.copy_vocabulary(vocab_dir)  # A first start: the new corpus is prepared with it.
-        data = prepare_data(data_config, vocab_dir, num_replicas=strategy.num_replicas_in_sync)
-        # The model's vocabulary is the tokenizer's real one, which can be smaller than asked.
-        model_config = dataclasses.replace(requested, vocab_size=data.tokenizer.vocab_size)
+        data = prepare_data(plan.data_config, vocab_dir, num_replicas=strategy.num_replicas_in_sync)
+        model_config = dataclasses.replace(plan.model_config, vocab_size=data.tokenizer.vocab_size)
         if chief:
             save_settings(
-                model_dir, model_config, data_config, train_config, replicas=strategy.num_replicas_in_sync,
+                model_dir, model_config, plan.data_config, plan.train_config,
+                replicas=strategy.num_replicas_in_sync,
                 init_from=settings_record(model_dir, init) if init else None,
             )
-    except (DataError, ValueError, OSError) as error:  # OSError: a read-only or full disk.
+    except (DataError, ValueError, OSError):
         if created_model_dir:
             shutil.rmtree(model_dir, ignore_errors=True)
-        return _fail(error)
+        raise
     finally:
         if vocab_dir != model_dir:
             shutil.rmtree(vocab_dir, ignore_errors=True)  # The tokenizer holds it in memory.
-    for line in format_summary(summarize(data)):
-        print(line)
+    return data, model_config
 
+
+def _train(plan, strategy, data, model_config, started):
+    """Trains the prepared run to its end; returns the exit code."""
     from app.model_dir.checkpoints import CheckpointError
     from app.training.loop import NonFiniteLoss, train
+    from app.training.strategy import WorkersDisagree
     from app.training.validation import make_bleu_evaluator
 
+    train_config, model_dir = plan.train_config, plan.model_dir
     evaluate_fn = None
-    if not args.no_bleu:
+    if plan.bleu:
         validation = data.text["validation"]
         evaluate_fn = make_bleu_evaluator(
             data.tokenizer, list(validation.source), list(validation.target), train_config.eval_sentences
         )
-    # The auto choice was made, and its timing cached, by train_config_from_args.
-    auto = f" (auto: {choose_auto_precision().reason})" if args.precision == AUTO else ""
+    # The auto choice was made, and its timing cached, when the plan was made.
+    auto = f" (auto: {choose_auto_precision().reason})" if plan.auto_precision else ""
     print(
-        f"training {args.size} in {model_dir} on {strategy.num_replicas_in_sync} replica(s), "
+        f"training {plan.size} in {model_dir} on {strategy.num_replicas_in_sync} replica(s), "
         f"precision {train_config.precision}{auto}"
     )
     try:
         result = train(
             model_config, data, train_config, model_dir, strategy, evaluate_fn, started=started,
-            initialize=init.initialize if init else None,
+            initialize=plan.init.initialize if plan.init else None,
         )
     except (NonFiniteLoss, WorkersDisagree, CheckpointError) as error:
-        return _fail(error)
+        return fail(error)
     except KeyboardInterrupt:
         return 130
     print(f"done: step {result['step']}, model in {model_dir}")
@@ -447,6 +470,7 @@ def run(args, started=None):
     return 0
 
 
-def _fail(error):
+def fail(error):
+    """Prints `error` as the command's error line; returns the exit code 1."""
     print(f"error: {error}", file=sys.stderr)
     return 1

@@ -180,12 +180,13 @@ def chosen_checkpoints(model_dir, train_settings, checkpoint=None):
     return [path]
 
 
-def apply_to_args(args, init, given):
-    """Makes parsed train.py flags `args` describe a run fine-tuned from `init`.
+def flags_from_init(args, init, given):
+    """The train.py flag values that a run fine-tuned from `init` takes from it, as a dict
+    of argparse destinations; `args`, the parsed flags, are left as they are.
 
-    Sets the vocabulary flags to the init run's, and the languages, --max-length and
-    --size to its where not given (`given`: the argparse destinations of the flags on the
-    command line). The model is `init.model_config` itself.
+    The vocabulary flags are the init run's, and the languages, --max-length and --size
+    its where not given (`given`: the argparse destinations of the flags on the command
+    line). The model is `init.model_config` itself.
 
     Raises:
         InitFromError: a flag given that contradicts the init run's model or vocabulary,
@@ -213,22 +214,22 @@ def apply_to_args(args, init, given):
         if differing:
             theirs = ", ".join(f"{k} is {getattr(model, k)} (the row's {v})" for k, v in differing.items())
             raise contradiction("--variant", args.variant, theirs)
+    values = {}
     if "size" in given:
         sized = ModelConfig.from_size(args.size, vocab_size=model.vocab_size)
         if any(getattr(sized, field) != getattr(model, field) for field in SIZE_FIELDS):
             raise contradiction("--size", args.size, f"model has {_shape(model)} ({args.size}: {_shape(sized)})")
     else:
-        args.size = nearest_size(model)
+        values["size"] = nearest_size(model)
     if "vocab_size" in given and args.vocab_size not in (data.vocab_size, model.vocab_size):
         raise contradiction("--vocab-size", args.vocab_size, f"vocabulary has {model.vocab_size} subwords")
     if "subword_model" in given and args.subword_model != data.subword_model:
         raise contradiction("--subword-model", args.subword_model, f"vocabulary is {data.subword_model}")
     if "lowercase" in given and args.lowercase != data.lowercase:
         raise contradiction("--lowercase", None, "vocabulary keeps case")
-    args.vocab_size, args.subword_model, args.lowercase = data.vocab_size, data.subword_model, data.lowercase
-    for dest in INHERITED_DATA_FLAGS:
-        if dest not in given:
-            setattr(args, dest, getattr(data, dest))
+    values.update(vocab_size=data.vocab_size, subword_model=data.subword_model, lowercase=data.lowercase)
+    values.update({dest: getattr(data, dest) for dest in INHERITED_DATA_FLAGS if dest not in given})
+    return values
 
 
 def nearest_size(model_config):
