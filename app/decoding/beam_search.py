@@ -1,30 +1,18 @@
 """Beam search: the strategy that keeps the K most likely hypotheses of each sentence.
 
-    ids, scores = beam_search(symbols_to_logits_fn, initial_ids, initial_cache,
-                              vocab_size, max_lengths=max_lengths, beam_size=4, alpha=0.6)
+    ids, scores = beam_search(symbols_to_logits_fn, initial_ids, initial_cache, vocab_size,
+                              max_lengths=max_lengths, beam_size=4, alpha=0.6)
 
-`BeamSearch` chooses the tokens; the loop around it is app/decoding/search.py's.
-The search (Flax `examples/wmt` decode.py, with fairseq's rule for what may finish):
-- Each step extends the K live beams of every sentence by every token and keeps the
-  2 x K most likely candidates. At most K of them end (one end token per live beam), so
-  the best K that do not end always exist: they are the new live beams, and finishing
-  beams never starve the live set.
-- The candidates among the top K that end with the end token are the ones a plain beam
-  of width K would have finished; they join a pool of the K best finished hypotheses,
-  ranked by score. (Taking every ending candidate of the 2 x K, as Flax does, would let
-  a beam of width 1 finish a hypothesis that a greedy search never picked.)
-- Score = sum of log-probs / ((5 + length) / 6) ** alpha, the GNMT length penalty,
-  where length counts the output tokens *including* the end token.
-- A sentence is done once no live beam can beat the worst result that must be final
-  (the K-th, or the best with `final_results=1`): the best a live beam can still reach
-  is its log-prob (log-probs only fall) divided by the largest penalty it may still get,
-  at its shortest or longest possible length (the penalty is monotonic in the length
-  for any alpha); or once it has no real live beam left (all were forced to end).
+As Flax's `examples/wmt` decode.py, with fairseq's rule for what may finish: each step
+keeps the 2K best continuations of the K live beams; the K best that do not end stay
+live, and those among the top K that end join a pool of the K best finished
+hypotheses. Score = sum of log-probs / ((5 + length) / 6) ** alpha (GNMT's length
+penalty), the length counting the end token. `BeamSearch` chooses the tokens; the loop
+around it is app/decoding/search.py's.
 
 Dimension names: B batch, A sentences still searched, K beam size, V vocabulary size,
 L the most output tokens; token buffers hold L + 1 positions, the start token at 0.
 """
-
 import math
 import typing
 
@@ -171,6 +159,11 @@ class BeamSearch:
         return tf.zeros([batch_size, k, buffer_length], tf.int32), tf.fill([batch_size, k], NEG)
 
     def extend(self, state, ids, logits, allowed, step, settings):
+        """At most K of the 2K best candidates end (one end token per live beam), so K
+        that do not end always exist and finishing beams never starve the live set. Only
+        the ending candidates among the top K finish, the ones a plain beam of width K
+        would have finished: taking every ending candidate of the 2K, as Flax does, would
+        let a beam of width 1 finish a hypothesis greedy search never picks."""
         k = self.width
         log_probs = tf.where(allowed[:, None, :], tf.nn.log_softmax(logits), NEG)  # [A, K, V]
         candidate_log_probs = state.live_log_probs[:, :, None] + log_probs  # [A, K, V]
@@ -198,6 +191,11 @@ class BeamSearch:
         return BeamState(live_log_probs, finished_ids, finished_scores, finished_flags), parents, tokens
 
     def done(self, state, ids, step, settings):
+        """Once no live beam can beat the last result that must be final: the best a live
+        beam can still reach is its log-prob (log-probs only fall) over the largest
+        penalty it may still get, at its shortest or longest length (the penalty is
+        monotonic in the length for any alpha). Or once no real live beam is left (all
+        were forced to end)."""
         alpha = settings["alpha"]
         # A live beam of `step` tokens ends with between step + 1 and max_lengths tokens.
         largest_penalty = tf.maximum(
