@@ -76,13 +76,51 @@ class DecoderLayer(EncoderLayer):
         if decoding and memory_cache is None:
             raise ValueError("a self-attention cache needs the memory_cache too")
 
-        # Masked self-attention block.
+        x, self_weights, self_cache = self._self_attention_block(
+            inputs, self_attention_mask, self_cache, return_attention_scores, training
+        )
+        if decoding:
+            # [N, T, D] -> [B, K x T, D]: each sentence's beams read its memory together.
+            hypotheses, width = ops.shape(x)[0], ops.shape(x)[-1]
+            x = ops.reshape(x, (ops.shape(memory_cache["key"])[0], -1, width))
+        x, cross_weights = self._cross_attention_block(
+            x, memory, memory_mask, memory_cache, return_attention_scores, training
+        )
+        if decoding:
+            x = ops.reshape(x, (hypotheses, -1, width))  # [N, T, D]
+
+        # Feed-forward block.
+        x = residual_block(
+            x,
+            lambda h: self.feed_forward(h, training=training),
+            self.feed_forward_norm,
+            self.feed_forward_dropout,
+            self.norm_first,
+            training,
+        )
+
+        results = (x,)
+        if return_attention_scores:
+            results += (self_weights, cross_weights)
+        if decoding:
+            results += (self_cache,)
+        return results[0] if len(results) == 1 else results
+
+    def _self_attention_block(self, inputs, mask, cache, return_attention_scores, training):
+        """The masked self-attention block, with its residual and norm.
+
+        Returns:
+            `(x [B or N, T, D], the weights [B, H, T, T] ([N, H, T, L + T]) or None if not
+            asked for, the cache of L + T positions or None without one)`.
+        """
+        decoding = cache is not None
+
         def self_attend(x):
             return self.self_attention(
                 x,
                 x,
-                attention_mask=self_attention_mask,
-                cache=self_cache,
+                attention_mask=mask,
+                cache=cache,
                 append_to_cache=decoding,
                 return_attention_scores=return_attention_scores,
                 training=training,
@@ -98,14 +136,14 @@ class DecoderLayer(EncoderLayer):
                 training,
             )
         )
-        self_weights = extras.pop(0) if return_attention_scores else None
-        if decoding:
-            self_cache = extras.pop(0)
-            # [N, T, D] -> [B, K x T, D]: each sentence's beams read its memory together.
-            hypotheses, width = ops.shape(x)[0], ops.shape(x)[-1]
-            x = ops.reshape(x, (ops.shape(memory_cache["key"])[0], -1, width))
+        weights = extras.pop(0) if return_attention_scores else None
+        return x, weights, (extras.pop(0) if decoding else None)
 
-        # Encoder-decoder attention block.
+    def _cross_attention_block(self, x, memory, memory_mask, memory_cache, return_attention_scores, training):
+        """The encoder-decoder attention block, with its residual and norm: `x` `[B, T, D]`
+        (with the cache, `[B, K x T, D]`) -> `(x, the weights [B, H, T, S] or None if not
+        asked for)`."""
+
         def cross_attend(x):
             return self.cross_attention(
                 x,
@@ -126,26 +164,7 @@ class DecoderLayer(EncoderLayer):
                 training,
             )
         )
-        cross_weights = extras.pop(0) if return_attention_scores else None
-        if decoding:
-            x = ops.reshape(x, (hypotheses, -1, width))  # [N, T, D]
-
-        # Feed-forward block.
-        x = residual_block(
-            x,
-            lambda h: self.feed_forward(h, training=training),
-            self.feed_forward_norm,
-            self.feed_forward_dropout,
-            self.norm_first,
-            training,
-        )
-
-        results = (x,)
-        if return_attention_scores:
-            results += (self_weights, cross_weights)
-        if decoding:
-            results += (self_cache,)
-        return results[0] if len(results) == 1 else results
+        return x, (extras.pop(0) if return_attention_scores else None)
 
     def compute_output_spec(self, inputs, memory=None, return_attention_scores=False, **_):
         output = keras.KerasTensor(inputs.shape, dtype=self.compute_dtype)

@@ -101,3 +101,16 @@ def test_each_alias_only_runs_its_command():
         command = "export" if path.stem == "export_model" else path.stem
         assert (ROOT / "app" / "commands" / f"{command}.py").is_file(), path
         assert set(imported_modules(path)) == {f"app.commands.{command}", f"app.commands.{command}.main"}, path
+
+
+def test_every_function_fits_on_a_screen():
+    """No function in app/, data/ or layers/ longer than 100 lines, from its `def` to its
+    last line, nested functions counted in their parent's: split by meaning instead."""
+    too_long = [
+        f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for place in ("app", "data", "layers")
+        for path in python_files(place)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 100
+    ]
+    assert too_long == []

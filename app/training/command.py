@@ -36,6 +36,23 @@ def add_training_arguments(parser):
     group.add_argument(
         "--model-dir", help="where checkpoints, settings and logs go (default: runs/<size>-<data>-<src>-<tgt>)"
     )
+    _add_length_and_schedule_arguments(group)
+    _add_precision_arguments(group)
+    _add_evaluation_and_checkpoint_arguments(group)
+    group.add_argument("--seed", type=int, default=1, help="seed of initialization, dropout and batches (default 1)")
+    group.add_argument(
+        "--time-budget",
+        type=non_negative_float,
+        metavar="MINUTES",
+        help="end the run, final evaluation included, within this many minutes of the command's start (across "
+        "resumptions), shortening it if needed; 0: no limit (default, for a size's default length only: "
+        f"{_per_size('time_budget_minutes', none='none')})",
+    )
+    _add_device_arguments(group)
+
+
+def _add_length_and_schedule_arguments(group):
+    """How long the run is, and its optimizer, schedule and loss."""
     group.add_argument("--train-steps", type=positive_int, help="total optimizer updates (default: per size)")
     group.add_argument(
         "--epochs", type=positive_int, help="passes over the training data (default: as many as --train-steps takes)"
@@ -79,6 +96,10 @@ def add_training_arguments(parser):
         "train on every pair reversed, target to source (Ding et al., 2021, pretrain on a third; it did not help "
         "tiny on Multi30k); default 0: off",
     )
+
+
+def _add_precision_arguments(group):
+    """The numeric precision and XLA."""
     group.add_argument(
         "--precision",
         choices=(AUTO,) + PRECISIONS,
@@ -90,6 +111,10 @@ def add_training_arguments(parser):
     group.add_argument(
         "--jit", action="store_true", help="compile forward and backward passes with XLA (default: off)"
     )
+
+
+def _add_evaluation_and_checkpoint_arguments(group):
+    """Records, evaluations, early stopping and the checkpoints kept."""
     group.add_argument("--log-every", type=positive_int, default=50, help="steps between metrics records (default 50)")
     group.add_argument(
         "--eval-every",
@@ -126,15 +151,10 @@ def add_training_arguments(parser):
         type=non_negative_int,
         help="stop after this many evaluations without a better BLEU (default: never)",
     )
-    group.add_argument("--seed", type=int, default=1, help="seed of initialization, dropout and batches (default 1)")
-    group.add_argument(
-        "--time-budget",
-        type=non_negative_float,
-        metavar="MINUTES",
-        help="end the run, final evaluation included, within this many minutes of the command's start (across "
-        "resumptions), shortening it if needed; 0: no limit (default, for a size's default length only: "
-        f"{_per_size('time_budget_minutes', none='none')})",
-    )
+
+
+def _add_device_arguments(group):
+    """The tf.distribute strategy and the CPU's threads."""
     group.add_argument(
         "--strategy", choices=STRATEGIES, default="auto", help="tf.distribute strategy (default auto)"
     )

@@ -66,7 +66,6 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
         A dict: final step, last loss, best BLEU and the checkpoint paths.
     """
     started = clock() if started is None else started
-    chief = is_chief(strategy)
     keras.config.set_dtype_policy(config.precision)
     keras.utils.set_random_seed(config.seed)
 
@@ -74,10 +73,41 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
     max_steps = run_length(config, data)
     bidirectional_epochs = plan_bidirectional_epochs(config, data, max_steps, log)
     progress = checkpoints.Progress(max_steps, config.resolved_cooldown(max_steps))
+    model, optimizer, tracker, restored = _model_where_the_run_stands(
+        model_config, config, model_dir, strategy, progress, max_steps, log, initialize
+    )
+    seconds_before = float(progress.seconds) if restored else 0.0
+    total_steps, cooldown = resumed_plan(config, progress, max_steps)
+    progress.set_plan(total_steps, cooldown)
+    _check_workers_agree(strategy, config, data, int(progress.step), total_steps)
+
+    loop = _Loop(
+        model, model_config, optimizer, tracker, progress, data, config, model_dir, strategy, evaluate_fn, log,
+        clock, started, seconds_before, total_steps, max_steps, bidirectional_epochs,
+    )
+    loop.run()
+    final_checkpoint = loop.save(loop.step)
+    entry = loop.validator.evaluate(loop.step, log)
+    return {
+        "step": loop.step,
+        "seconds": seconds_before + clock() - started,
+        "loss": loop.last_loss,
+        "checkpoint": final_checkpoint,
+        "best_checkpoint": tracker.best_path(),
+        "evaluation": entry,
+    }
+
+
+def _model_where_the_run_stands(model_config, config, model_dir, strategy, progress, max_steps, log, initialize):
+    """Builds the model and its optimizer under `strategy`, and restores the newest
+    checkpoint into them and `progress` (or, without one, calls `initialize`); the chief
+    drops the metrics records of steps after it. Returns `(model, optimizer, tracker,
+    the restored checkpoint's path or None)`."""
     with strategy.scope():
         model = build_transformer(model_config)
         optimizer = make_optimizer(model_config, config, max_steps, progress)
         optimizer.build(model.trainable_variables)
+    chief = is_chief(strategy)
     tracker = checkpoints.CheckpointTracker(
         model_dir, model, optimizer, progress, keep=config.keep_checkpoints, chief=chief
     )
@@ -86,112 +116,130 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
         log(initialize(model))
     if chief:
         drop_records_after(model_dir, int(progress.step))
-    seconds_before = float(progress.seconds) if restored else 0.0
-    total_steps, cooldown = resumed_plan(config, progress, max_steps)
-    progress.set_plan(total_steps, cooldown)
-    _check_workers_agree(strategy, config, data, int(progress.step), total_steps)
+    return model, optimizer, tracker, restored
 
-    # The objects the loop runs.
-    # Every split's batches share one spec: (int32 [None, None], int32 [None, None]), per replica.
-    batch_spec = distribute(strategy, data.eval_batches("validation")).element_spec
-    train_steps = make_train_steps(
-        model, optimizer, strategy, config.label_smoothing, config.accumulate, config.jit, progress=progress
-    )
-    eval_step = make_eval_step(model, strategy, config.label_smoothing, batch_spec)
-    metrics = MetricsLog(model_dir, chief, tracker.latest)
-    validator = Validator(
-        eval_step, lambda: distribute(strategy, data.eval_batches("validation")), Transformer(model, model_config),
-        evaluate_fn, metrics.record, tracker, config.eval_every, config.patience,
-    )
-    progbar = make_progress(total_steps, config.log_every, log) if chief else None
-    step = int(progress.step)
-    last_loss = None
-    window = TrainingWindow()
-    last_checkpoint_time, minutes_between = time.time(), config.checkpoint_minutes or math.inf
-    interrupted = InterruptFlag()
-    stop_requested = stop_check(strategy, interrupted, step, clock)
-    budget = RunBudget(
-        config.time_budget_minutes, max_steps, config.cooldown_fraction, config.eval_every, progress,
-        max_over_workers(strategy) if config.time_budget_minutes else None, clock, started, seconds_before,
-    )
 
-    def say(message):
+class _Loop:
+    """The training loop and what it runs: the distributed step, the records, evaluation
+    and early stopping, the time budget, interrupts and checkpoints.
+
+    Each call of the training function makes the updates up to the next step at which
+    something is due (a record, a checkpoint, an evaluation, the end), at most
+    `config.steps_per_loop`, and the host reads their losses once per call.
+    """
+
+    def __init__(self, model, model_config, optimizer, tracker, progress, data, config, model_dir, strategy,
+                 evaluate_fn, log, clock, started, seconds_before, total_steps, max_steps, bidirectional_epochs):
+        chief = is_chief(strategy)
+        self.config, self.progress, self.tracker, self.log = config, progress, tracker, log
+        self.clock, self.started, self.seconds_before = clock, started, seconds_before
+        # Every split's batches share one spec: (int32 [None, None], int32 [None, None]), per replica.
+        batch_spec = distribute(strategy, data.eval_batches("validation")).element_spec
+        self.train_steps = make_train_steps(
+            model, optimizer, strategy, config.label_smoothing, config.accumulate, config.jit,
+            progress=progress,
+        )
+        eval_step = make_eval_step(model, strategy, config.label_smoothing, batch_spec)
+        self.metrics = MetricsLog(model_dir, chief, tracker.latest)
+        self.validator = Validator(
+            eval_step, lambda: distribute(strategy, data.eval_batches("validation")), Transformer(model, model_config),
+            evaluate_fn, self.metrics.record, tracker, config.eval_every, config.patience,
+        )
+        self.progbar = make_progress(total_steps, config.log_every, log) if chief else None
+        self.step, self.total_steps = int(progress.step), total_steps
+        self.last_loss = None
+        self.window = TrainingWindow()
+        self.last_checkpoint_time, self.minutes_between = time.time(), config.checkpoint_minutes or math.inf
+        self.interrupted = InterruptFlag()
+        self.stop_requested = stop_check(strategy, self.interrupted, self.step, clock)
+        self.budget = RunBudget(
+            config.time_budget_minutes, max_steps, config.cooldown_fraction, config.eval_every, progress,
+            max_over_workers(strategy) if config.time_budget_minutes else None, clock, started, seconds_before,
+        )
+        self.batches = _TrainingBatches(strategy, data, config, progress, bidirectional_epochs)
+
+    def say(self, message):
         # The progress bar rewrites its line in place; a message mid-run takes the next one.
-        log(("\n" if progbar and progbar.rewrites_line else "") + message)
+        self.log(("\n" if self.progbar and self.progbar.rewrites_line else "") + message)
 
-    def save(step, on_interrupt=False):
-        progress.seconds.assign(seconds_before + clock() - started)
-        return tracker.save(step, on_interrupt)
+    def save(self, step, on_interrupt=False):
+        self.progress.seconds.assign(self.seconds_before + self.clock() - self.started)
+        return self.tracker.save(step, on_interrupt)
 
-    # The loop: each call of `train_steps` makes the updates up to the next step at which
-    # something is due (a record, a checkpoint, an evaluation, the end), at most
-    # `config.steps_per_loop`, and the host reads their losses once per call.
-    batches = _TrainingBatches(strategy, data, config, progress, bidirectional_epochs)
-    with interrupted:
-        try:
-            while step < total_steps:
-                epoch, iterator = batches.current()
-                count = _updates_in_call(step, total_steps, config)
-                results = train_steps(iterator, tf.constant(count, tf.int32))
-                loss_sums, token_counts, rates = (value.numpy().tolist() for value in results)
-                if len(loss_sums) < count:
-                    batches.ran_out()
-                for loss_sum, tokens, rate in zip(loss_sums, token_counts, rates):
-                    last_loss = _finite(loss_sum / max(tokens, 1.0), step + 1, tracker)
-                    step += 1
-                    window.add(loss_sum, tokens)
-                    if progbar:
-                        progbar.update(step, [("loss", window.mean_loss()), ("lr", rate),
-                                              ("tok/s", window.tokens_per_second())])
-                if not loss_sums:
-                    continue
-                # Nothing below is due before the call's last update (`_updates_in_call`).
-                if step % config.log_every == 0 or step == total_steps:
-                    metrics.record({
-                        "step": step, "loss": window.mean_loss(), "learning_rate": rates[-1],
-                        "tokens_per_second": window.tokens_per_second(), "epoch": epoch,
-                    })
-                    window.restart()
-                if config.time_budget_minutes and step % config.log_every == 0:
-                    total_steps, line = budget.replan(step, total_steps)
-                    if progbar:
-                        progbar.target = total_steps
-                    if line:
-                        say(line)
-                        metrics.record({"step": step, "planned_steps": total_steps})
-                if _due(step, config.checkpoint_every) or _minutes_since(last_checkpoint_time) >= minutes_between:
-                    save(step)
-                    last_checkpoint_time = time.time()
-                if _due(step, config.eval_every) and step < total_steps:
-                    with budget.evaluating(), window.paused():
-                        validator.evaluate(step, say)
-                    if validator.should_stop(step):
-                        say(f"early stopping: no better BLEU in {config.patience} evaluations")
-                        total_steps = step
-                        progress.set_plan(step, config.resolved_cooldown(step))
-                if stop_requested(step, last=step >= total_steps):
-                    raise KeyboardInterrupt
-        except KeyboardInterrupt:
-            # The graph counts each update in `progress` as it makes it, so the checkpoint's
-            # step is that of its weights even when a second signal came before the loop
-            # read the call's results.
-            step = int(progress.step)
-            # Still under the flag: a worker saving for another's signal takes its own,
-            # come meanwhile, as the same request rather than die of it mid-save.
-            path = save(step, on_interrupt=True)
-            log(f"\ninterrupted at step {step}; saved {path}. Run the same command to resume.")
-            raise
+    def run(self):
+        """Trains to `total_steps` (which the time budget and early stopping may move).
 
-    final_checkpoint = save(step)
-    entry = validator.evaluate(step, log)
-    return {
-        "step": step,
-        "seconds": seconds_before + clock() - started,
-        "loss": last_loss,
-        "checkpoint": final_checkpoint,
-        "best_checkpoint": tracker.best_path(),
-        "evaluation": entry,
-    }
+        Raises:
+            KeyboardInterrupt: Ctrl-C or SIGTERM, once a checkpoint of the step reached is saved.
+            NonFiniteLoss: from `_finite`.
+        """
+        with self.interrupted:
+            try:
+                while self.step < self.total_steps:
+                    epoch, rates = self._call()
+                    if not rates:
+                        continue
+                    self._after_call(epoch, rates)
+                    if self.stop_requested(self.step, last=self.step >= self.total_steps):
+                        raise KeyboardInterrupt
+            except KeyboardInterrupt:
+                # The graph counts each update in `progress` as it makes it, so the checkpoint's
+                # step is that of its weights even when a second signal came before the loop
+                # read the call's results.
+                self.step = int(self.progress.step)
+                # Still under the flag: a worker saving for another's signal takes its own,
+                # come meanwhile, as the same request rather than die of it mid-save.
+                path = self.save(self.step, on_interrupt=True)
+                self.log(f"\ninterrupted at step {self.step}; saved {path}. Run the same command to resume.")
+                raise
+
+    def _call(self):
+        """One call of the training function: its updates counted, their losses checked and
+        shown. Returns `(epoch, the learning rate of each update)`; no rates when the epoch
+        ran out before the call made any update."""
+        epoch, iterator = self.batches.current()
+        count = _updates_in_call(self.step, self.total_steps, self.config)
+        results = self.train_steps(iterator, tf.constant(count, tf.int32))
+        loss_sums, token_counts, rates = (value.numpy().tolist() for value in results)
+        if len(loss_sums) < count:
+            self.batches.ran_out()
+        for loss_sum, tokens, rate in zip(loss_sums, token_counts, rates):
+            self.last_loss = _finite(loss_sum / max(tokens, 1.0), self.step + 1, self.tracker)
+            self.step += 1
+            self.window.add(loss_sum, tokens)
+            if self.progbar:
+                self.progbar.update(self.step, [("loss", self.window.mean_loss()), ("lr", rate),
+                                                ("tok/s", self.window.tokens_per_second())])
+        return epoch, rates
+
+    def _after_call(self, epoch, rates):
+        """What is due at the step a call ended on: a record, the time budget's replanning,
+        a checkpoint, an evaluation and early stopping (nothing is due before a call's last
+        update: `_updates_in_call`)."""
+        config, step = self.config, self.step
+        if step % config.log_every == 0 or step == self.total_steps:
+            self.metrics.record({
+                "step": step, "loss": self.window.mean_loss(), "learning_rate": rates[-1],
+                "tokens_per_second": self.window.tokens_per_second(), "epoch": epoch,
+            })
+            self.window.restart()
+        if config.time_budget_minutes and step % config.log_every == 0:
+            self.total_steps, line = self.budget.replan(step, self.total_steps)
+            if self.progbar:
+                self.progbar.target = self.total_steps
+            if line:
+                self.say(line)
+                self.metrics.record({"step": step, "planned_steps": self.total_steps})
+        if _due(step, config.checkpoint_every) or _minutes_since(self.last_checkpoint_time) >= self.minutes_between:
+            self.save(step)
+            self.last_checkpoint_time = time.time()
+        if _due(step, config.eval_every) and step < self.total_steps:
+            with self.budget.evaluating(), self.window.paused():
+                self.validator.evaluate(step, self.say)
+            if self.validator.should_stop(step):
+                self.say(f"early stopping: no better BLEU in {config.patience} evaluations")
+                self.total_steps = step
+                self.progress.set_plan(step, config.resolved_cooldown(step))
 
 
 def _restore(tracker, progress, log):

@@ -81,55 +81,10 @@ def projected_loss_sum(states, matrix, labels, label_smoothing, rows_per_slice=R
         compute_dtype = states.dtype
         # See the docstring: float32 takes the label term off after the products.
         label_term_after_products = compute_dtype == tf.float32
-        num_rows = tf.shape(states)[0]
         vocab_size = tf.shape(matrix)[0]
         on_minus_off, off_value = smoothed_target(label_smoothing, vocab_size)
-        # At least one (empty) slice when there are no rows: a TensorArray of none cannot concat.
-        num_slices = tf.maximum((num_rows + rows_per_slice - 1) // rows_per_slice, 1)
-
-        def one_slice(index, label_loss_sum, log_normalizer_sum, states_grad_slices, matrix_grad_sum):
-            start = index * rows_per_slice
-            slice_states = states[start : start + rows_per_slice]  # [R, D]
-            slice_labels = labels[start : start + rows_per_slice]  # [R]
-            logits = tf.cast(tf.matmul(slice_states, matrix, transpose_b=True), tf.float32)  # [R, V]
-            probs = tf.nn.softmax(logits)  # [R, V]
-            label_probs = tf.gather(probs, slice_labels, batch_dims=1)  # [R]
-            label_losses, log_normalizers = _label_losses_and_log_normalizers(logits, probs, slice_labels, label_probs)
-            if label_term_after_products:
-                logits_grad = probs  # [R, V]
-            else:
-                # A select, not a scatter: TensorFlow has no GPU kernel of
-                # tensor_scatter_nd_update for bfloat16 or float16
-                # (tests/training/test_gpu_kernels.py), and both give the same numbers.
-                is_label = tf.one_hot(slice_labels, vocab_size, on_value=True, off_value=False)  # bool [R, V]
-                logits_grad = tf.where(
-                    is_label, tf.cast(label_probs - on_minus_off, compute_dtype)[:, None], tf.cast(probs, compute_dtype)
-                )  # [R, V]: p - (on - off) * onehot(label)
-            # The states' gradient is one [R, D] slice per slice of rows; the matrix's
-            # sums the [V, D] contribution of every slice.
-            slice_states_grad = tf.cast(tf.matmul(logits_grad, matrix), tf.float32)  # [R, D]
-            if label_term_after_products:
-                slice_states_grad -= on_minus_off * tf.gather(matrix, slice_labels)
-            states_grad_slices = states_grad_slices.write(index, slice_states_grad)
-            matrix_grad_sum += tf.cast(tf.matmul(logits_grad, slice_states, transpose_a=True), tf.float32)
-            return (
-                index + 1,
-                label_loss_sum + tf.reduce_sum(label_losses),
-                log_normalizer_sum + tf.reduce_sum(log_normalizers),
-                states_grad_slices,
-                matrix_grad_sum,
-            )
-
-        _, label_loss_sum, log_normalizer_sum, states_grad_slices, matrix_grad_sum = tf.while_loop(
-            lambda index, *_: index < num_slices,
-            one_slice,
-            (
-                tf.constant(0),
-                tf.constant(0.0),
-                tf.constant(0.0),
-                tf.TensorArray(tf.float32, size=num_slices, infer_shape=False, element_shape=[None, states.shape[-1]]),
-                tf.zeros(tf.shape(matrix), tf.float32),
-            ),
+        label_loss_sum, log_normalizer_sum, states_grad, matrix_grad = _sliced_products(
+            states, matrix, labels, on_minus_off, rows_per_slice, label_term_after_products
         )
         states32, matrix32 = tf.cast(states, tf.float32), tf.cast(matrix, tf.float32)
         matrix_row_sum = tf.reduce_sum(matrix32, 0)  # [D]
@@ -138,8 +93,9 @@ def projected_loss_sum(states, matrix, labels, label_smoothing, rows_per_slice=R
         logit_sum = tf.reduce_sum(tf.linalg.matvec(states32, matrix_row_sum))
         vocab = tf.cast(vocab_size, tf.float32)
         loss_sum = on_minus_off * label_loss_sum + off_value * (vocab * log_normalizer_sum - logit_sum)
-        states_grad = states_grad_slices.concat() - off_value * matrix_row_sum  # [N, D]
-        matrix_grad = matrix_grad_sum - off_value * tf.reduce_sum(states32, 0)  # [V, D]
+        # The uniform part of the target, off the gradients of the products.
+        states_grad = states_grad - off_value * matrix_row_sum  # [N, D]
+        matrix_grad = matrix_grad - off_value * tf.reduce_sum(states32, 0)  # [V, D]
         if label_term_after_products:
             matrix_grad -= on_minus_off * tf.math.unsorted_segment_sum(states32, labels, vocab_size)
 
@@ -149,6 +105,75 @@ def projected_loss_sum(states, matrix, labels, label_smoothing, rows_per_slice=R
         return loss_sum, grad
 
     return loss_sum_of(states, matrix)
+
+
+def _sliced_products(states, matrix, labels, on_minus_off, rows_per_slice, label_term_after_products):
+    """The projection, softmax and gradient products, a slice of `rows_per_slice` rows at a
+    time in a `tf.while_loop`.
+
+    Args:
+        states: `[N, D]`; matrix: `[V, D]`, in the compute dtype; labels: int32 `[N]`.
+        on_minus_off: the smoothed target's on - off value (`losses.smoothed_target`).
+        label_term_after_products: float32: the products take p itself, and the label
+            term comes off the states' gradient here, the matrix's by the caller.
+
+    Returns:
+        `(sum of -log p_label, sum of log-normalizers)`, float32 scalars, and the float32
+        gradients `[N, D]` and `[V, D]` of the products, before the target's uniform part
+        comes off: (p - (on - off) onehot) @ M and its transpose's product with S (in
+        float32, without the label term of the matrix's).
+    """
+    compute_dtype = states.dtype
+    num_rows = tf.shape(states)[0]
+    vocab_size = tf.shape(matrix)[0]
+    # At least one (empty) slice when there are no rows: a TensorArray of none cannot concat.
+    num_slices = tf.maximum((num_rows + rows_per_slice - 1) // rows_per_slice, 1)
+
+    def one_slice(index, label_loss_sum, log_normalizer_sum, states_grad_slices, matrix_grad_sum):
+        start = index * rows_per_slice
+        slice_states = states[start : start + rows_per_slice]  # [R, D]
+        slice_labels = labels[start : start + rows_per_slice]  # [R]
+        logits = tf.cast(tf.matmul(slice_states, matrix, transpose_b=True), tf.float32)  # [R, V]
+        probs = tf.nn.softmax(logits)  # [R, V]
+        label_probs = tf.gather(probs, slice_labels, batch_dims=1)  # [R]
+        label_losses, log_normalizers = _label_losses_and_log_normalizers(logits, probs, slice_labels, label_probs)
+        if label_term_after_products:
+            logits_grad = probs  # [R, V]
+        else:
+            # A select, not a scatter: TensorFlow has no GPU kernel of
+            # tensor_scatter_nd_update for bfloat16 or float16
+            # (tests/training/test_gpu_kernels.py), and both give the same numbers.
+            is_label = tf.one_hot(slice_labels, vocab_size, on_value=True, off_value=False)  # bool [R, V]
+            logits_grad = tf.where(
+                is_label, tf.cast(label_probs - on_minus_off, compute_dtype)[:, None], tf.cast(probs, compute_dtype)
+            )  # [R, V]: p - (on - off) * onehot(label)
+        # The states' gradient is one [R, D] slice per slice of rows; the matrix's
+        # sums the [V, D] contribution of every slice.
+        slice_states_grad = tf.cast(tf.matmul(logits_grad, matrix), tf.float32)  # [R, D]
+        if label_term_after_products:
+            slice_states_grad -= on_minus_off * tf.gather(matrix, slice_labels)
+        states_grad_slices = states_grad_slices.write(index, slice_states_grad)
+        matrix_grad_sum += tf.cast(tf.matmul(logits_grad, slice_states, transpose_a=True), tf.float32)
+        return (
+            index + 1,
+            label_loss_sum + tf.reduce_sum(label_losses),
+            log_normalizer_sum + tf.reduce_sum(log_normalizers),
+            states_grad_slices,
+            matrix_grad_sum,
+        )
+
+    _, label_loss_sum, log_normalizer_sum, states_grad_slices, matrix_grad_sum = tf.while_loop(
+        lambda index, *_: index < num_slices,
+        one_slice,
+        (
+            tf.constant(0),
+            tf.constant(0.0),
+            tf.constant(0.0),
+            tf.TensorArray(tf.float32, size=num_slices, infer_shape=False, element_shape=[None, states.shape[-1]]),
+            tf.zeros(tf.shape(matrix), tf.float32),
+        ),
+    )
+    return label_loss_sum, log_normalizer_sum, states_grad_slices.concat(), matrix_grad_sum
 
 
 def _label_losses_and_log_normalizers(logits, probs, labels, label_probs):
