@@ -80,8 +80,9 @@ def test_init_from_takes_the_init_runs_model_vocabulary_size_and_label_smoothing
         vocab_size=init.data_config.vocab_size, batch_tokens=2048, max_length=48,
     )
     warmup = resolve_warmup_steps(None, 10)
+    scratch, _ = planned("--train-steps", "10", "--model-dir", str(tmp_path / "other"), "--precision", "float32")
     assert plan.train_config == dataclasses.replace(
-        planned("--train-steps", "10", "--model-dir", str(tmp_path / "other"), "--precision", "float32")[0].train_config,
+        scratch.train_config,
         learning_rate_scale=init.learning_rate_scale(warmup),
         label_smoothing=init.label_smoothing,
     )
