@@ -197,12 +197,12 @@ def add_thread_arguments(parser, advice=None, decoding=False):
     """`--intra-op-threads` and `--inter-op-threads`: TensorFlow's two CPU thread pools
     (`app.cli.threads.set_threads_from_flags`), each left to TensorFlow unless given, but
     for a `decoding` command's threads per op (app/cli/decoding_threads.py). `advice`, if
-    any, ends the first one's help: what a smaller pool did on a small CPU."""
+    any, ends the first one's help: where to read which pool size suits the command."""
     intra_op_help = "threads one op may use on the CPU (default, 0: TensorFlow's choice, every core)"
     if decoding:
         intra_op_help = (
-            "threads one op may use on the CPU (default: a quarter of the cores, at least 1, which decoded "
-            "fastest on 2 cores: docs/serving.md#threads; 0: TensorFlow's choice, every core)"
+            "threads one op may use on the CPU (default: a quarter of the cores, at least 1, why: "
+            "docs/serving.md#threads; 0: TensorFlow's choice, every core)"
         )
     parser.add_argument(
         "--intra-op-threads",

@@ -148,12 +148,11 @@ class ModelConfig:
 # The named sizes' models, as the fields that differ from the defaults. key_dim is left to
 # follow d_model / num_heads.
 SIZES = {
-    # Transformer-Tiny, the published text-only Multi30k baseline's size. Dropout 0.2, not
-    # the published 0.3: it scored higher on validation over two runs each. Pre-norm, unlike
-    # the paper: post-norm trained well only at a quarter of the paper's learning rate, and
-    # far more slowly per step. Biases in the attention projections, like the published
-    # model (fairseq's) and unlike the paper: the recipe was tuned with them, and a run
-    # without them scored no better (docs/lab-notebook.md#what-was-tried).
+    # Transformer-Tiny, the published text-only Multi30k baseline's size, with dropout 0.2
+    # rather than the published 0.3, pre-norm rather than the paper's post-norm (which
+    # trained well only at a quarter of the paper's learning rate), and biases in the
+    # attention projections like the published model (fairseq's), with which the recipe
+    # was tuned. Each was chosen on validation (docs/training.md; docs/lab-notebook.md#what-was-tried).
     "tiny": dict(
         num_layers=4, d_model=128, d_ff=256, num_heads=4, max_length=256, dropout=0.2, norm_first=True,
         attention_bias=True,

@@ -93,8 +93,8 @@ def _add_length_and_schedule_arguments(group):
         type=non_negative_float,
         metavar="F",
         help="bidirectional training: the first epochs, as many whole ones as fit in this fraction of the run, also "
-        "train on every pair reversed, target to source (Ding et al., 2021, pretrain on a third; it did not help "
-        "tiny on Multi30k); default 0: off",
+        "train on every pair reversed, target to source (Ding et al., 2021, pretrain on a third; docs/training.md); "
+        "default 0: off",
     )
 
 
@@ -162,7 +162,7 @@ def _add_device_arguments(group):
         "--cpu-replicas", type=positive_int, help="split the CPU into N mirrored devices (default: no split)"
     )
     add_thread_arguments(
-        group, "on a 2-core CPU, 1 trains tiny faster and small slower (docs/lab-notebook.md#one-thread-per-op)"
+        group, "which is fastest depends on the model and the CPU (docs/training.md, --intra-op-threads)"
     )
 
 

@@ -3,8 +3,8 @@
 Keras's `Adam.update_step` writes the update as about a dozen ops per variable (two
 moment updates, a square root, a division, three assignments, ...), each a separate
 pass over the variable and a separate kernel launch. TensorFlow's `ResourceApplyAdam`
-does the same arithmetic in one kernel and one pass, which more than halved the optimizer's
-share of a CPU step (docs/lab-notebook.md#speed).
+does the same arithmetic in one kernel and one pass (its share of a step: docs/results.md
+and the lab notebook, "Speed").
 
 The arithmetic is Keras's own, term for term (TensorFlow's CPU kernel writes it the
 same way):
@@ -31,8 +31,8 @@ import keras
 # `LayerNormalization`'s gamma and beta, the model's only vectors (and
 # `ScaleNormalization`'s scalar gamma)
 # (tests/training/test_optimizer.py pins that every matrix is decayed and no vector is). The shared
-# embedding is decayed too, at the matrices' rate: left out, tiny's validation loss ended
-# higher and its BLEU lower; at twice the rate, level (docs/lab-notebook.md#what-was-tried).
+# embedding is decayed too, at the matrices' rate, the choice that held up on validation
+# (docs/lab-notebook.md#what-was-tried).
 # Here, and not in app/training/optimizer.py, so that TensorFlow-free tools (benchmarks/gpu) share
 # it.
 NOT_DECAYED = ("bias", "gamma", "beta")

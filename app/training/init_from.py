@@ -73,8 +73,8 @@ class InitRun:
     def learning_rate_scale(self, warmup_steps):
         """The schedule scale whose peak, after `warmup_steps`, is the rate the init run
         had reached: fine-tuning goes on at the rate its weights were trained at, not the
-        from-scratch peak, which throws a trained model far off (loss up from about 3 to
-        13 in two steps on the tiny model)."""
+        from-scratch peak, which throws a trained model far off (docs/training.md,
+        "Fine-tuning")."""
         return self.final_rate_factor * math.sqrt(warmup_steps)
 
     @property

@@ -32,7 +32,7 @@ class AgreedStop:
 
     The flags are reduced at steps the workers agree on, about once a second of the
     slowest worker's training and at the last step: a collective after every step would
-    cost about as much as a tiny model's step on a CPU. Each reduction also takes the
+    cost as much as a small model's step. Each reduction also takes the
     slowest worker's seconds per step since the previous one, which sets the step of the next.
     """
 

@@ -50,9 +50,8 @@ def _smoothed_loss_with_direct_gradient(labels, logits, label_smoothing):
     The loss is -sum_v t_v log p_v with the smoothed target t (sums to 1), so its
     gradient with respect to the logits is p - t. TensorFlow's autodiff of the forward
     ops instead walks back through a dense one-hot target, a product and a
-    log-softmax, op by op: at the tiny model's 4,096 tokens x 8,000 ids, each op is a
-    pass over a 131 MB tensor. Written out, the loss and a whole tiny step run faster
-    (docs/lab-notebook.md#speed, measured with `benchmarks/bench_step_parts.py`);
+    log-softmax, op by op, each a pass over a `[B, T, V]` tensor; written out, the
+    gradient takes fewer passes (timed by `benchmarks/bench_step_parts.py`).
     tests/training/test_losses.py pins that both give the same gradient.
     """
     vocab_size = ops.shape(logits)[-1]

@@ -3,8 +3,8 @@
 Training needs the loss and its gradient, never the logits. Made the plain way, the
 `[N, V]` logits (4,096 tokens x 8,000 ids = 131 MB at tiny's shapes) are written once,
 then read and written again by the log-softmax, the loss, the one-hot target and each
-step of the gradient. On a CPU those passes are bound by memory bandwidth and cost
-about as much as the projection's three matrix products. Here a slice of rows is
+step of the gradient, passes bound by memory bandwidth on a CPU (their cost against
+the products: docs/lab-notebook.md#the-output-projection-fused-with-the-loss). Here a slice of rows is
 projected, turned into its softmax p and the gradient p - t, and multiplied back onto
 the states and the matrix while the slice is still in cache; nothing of size N x V
 outlives its slice. The gradients are therefore computed in the forward pass, and the
@@ -25,7 +25,7 @@ import tensorflow as tf
 from app.training.losses import smoothed_target
 
 # Rows projected at once: 512 x 8,000 float32 logits are 16 MB, small enough to stay in
-# cache; whole tiny training steps ran fastest with it of the slice sizes tried
+# cache; chosen by timing whole tiny training steps with other slice sizes
 # (docs/lab-notebook.md#records-moved-from-code-comments-2026-11-26).
 ROWS_PER_SLICE = 512
 
@@ -42,8 +42,7 @@ def projected_loss_sum(states, matrix, labels, label_smoothing, rows_per_slice=R
     target (`losses.smoothed_target`): t = off + (on - off) * onehot(label).
 
     Per slice, only the softmax p is made at full size, in float32. The matrix products
-    take their inputs' dtype (in bfloat16 they run much faster than in float32:
-    docs/lab-notebook.md#the-output-projection-fused-with-the-loss);
+    take their inputs' dtype (bfloat16 under mixed precision, for its speed);
     p - (on - off) * onehot(label) is cast to it
     with the label's entry made in float32 first, since p_label and on - off can be
     close, and their difference would drown in a bfloat16 product's rounding. The
@@ -59,7 +58,7 @@ def projected_loss_sum(states, matrix, labels, label_smoothing, rows_per_slice=R
         p @ M - (on - off) M[label]       (a gather of R rows per slice)
         p^T @ S - (on - off) sum_{n: label_n = v} S[n]   (one segment sum after the loop)
     Updating p's label entries would copy p (TensorFlow did not update the softmax's
-    output in place), a pass over `[R, V]` per slice that cost time in a profile:
+    output in place), a pass over `[R, V]` per slice:
     docs/lab-notebook.md#fewer-passes-in-attention-and-the-loss-and-dense-weight-gradients-made-the-faster-way-round.
 
     Args:

@@ -5,8 +5,8 @@ weights, softmax and loss) where the hardware runs bfloat16 natively, and in flo
 everywhere else:
 
 - On GPUs, where every visible GPU has compute capability 8.0 or later (Ampere, Hopper
-  and later: bfloat16 tensor cores), where the base model's step (under JAX) ran much
-  faster in mixed bfloat16 than in float32 with TF32 products (docs/results.md#on-a-gpu). Older GPUs
+  and later: bfloat16 tensor cores; the base model's step in each precision:
+  docs/results.md#on-a-gpu). Older GPUs
   have no bfloat16 tensor cores and keep float32; so does a machine where one GPU is
   older, or does not say its capability, since every replica trains in one precision.
   (Mixed float16 would run on their float16 tensor cores, with loss scaling: it was not
@@ -19,8 +19,7 @@ everywhere else:
   bfloat16, so the products must gain somewhat more than 1x for the step to gain at all
   (docs/lab-notebook.md#--precision-auto-times-the-products, which has each CPU's figures).
 
-The default recipe scored within the spread of its float32 runs in mixed bfloat16
-(docs/lab-notebook.md#what-was-tried).
+How the default recipe scores in mixed bfloat16 against float32: docs/lab-notebook.md#what-was-tried.
 """
 
 import dataclasses

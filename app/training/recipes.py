@@ -7,16 +7,11 @@
     >>> recipe_for("base").vocab_size_for("en", "fr")
     32000
 
-Every flag of `train.py` that says "default: per size" reads its default here
-(`app.training.command.train_config_from_args`), and so do the benchmarks and the JAX
-tool in `benchmarks/gpu/`. Imports nothing but the standard library and the
-TensorFlow-free `app.model.config`: that tool runs where TensorFlow is not installed.
-
-A size's model is `app.model.config.SIZES[name]`, written there once, beside why it is as
-it is; its training is written here.
-
-Why each size's values are what they are is said beside them; the runs behind them are
-in docs/lab-notebook.md.
+Every flag of `train.py` that says "default: per size" reads its default here, and so
+do the benchmarks and the JAX tool in `benchmarks/gpu/`, which runs without TensorFlow:
+this module imports only the standard library and `app.model.config`. A size's model is
+`app.model.config.SIZES[name]`; how each recipe was chosen is in docs/training.md and
+the lab notebook.
 """
 
 import dataclasses
@@ -83,9 +78,8 @@ PAPER_VOCAB_SIZE_BY_PAIR = (("en-fr", 32000),)
 
 
 # The paper's base and big models (Table 3, rows "base" and "big"): about 25,000 source
-# + 25,000 target tokens per batch, 100k / 300k steps; it averaged the last 5 (base) or
-# 20 (big) checkpoints, written 10 minutes apart, and export.py does the same for these
-# sizes (unmeasured here: no GPU). big is base with its own model, length and averaging.
+# + 25,000 target tokens per batch, 100k / 300k steps, the last 5 (base) or 20 (big)
+# checkpoints averaged. big is base with its own model, length and averaging.
 _BASE = Recipe(
     model=ModelConfig.from_size("base"),
     batch_tokens=25000,
@@ -96,35 +90,28 @@ _BASE = Recipe(
     vocab_size=PAPER_VOCAB_SIZE,
     vocab_size_by_pair=PAPER_VOCAB_SIZE_BY_PAIR,
     # GPU recipes: 10 divides the log, evaluation and checkpoint cadences, so no call is
-    # cut short by them; unmeasured here (no GPU), Keras's steps_per_execution idea.
+    # cut short by them (Keras's steps_per_execution idea).
     steps_per_loop=10,
 )
 
 
 RECIPES = {
-    # Transformer-Tiny, the published text-only Multi30k baseline's size
-    # (docs/lab-notebook.md#quality-multi30k-en-de-the-default-command), trained on a
-    # laptop CPU within the hour.
+    # Transformer-Tiny, the published text-only Multi30k baseline's size, trained on a
+    # laptop CPU within the hour. Its values were chosen on Multi30k validation
+    # (docs/training.md, "The recipe"; the runs are in the lab notebook).
     "tiny": Recipe(
         model=ModelConfig.from_size("tiny"),
-        # Half the paper's usual batch for twice the updates: in the same hour it reached a
-        # lower validation loss and a higher BLEU, with two seeds, on fewer tokens
-        # (docs/lab-notebook.md#what-was-tried). The steps fit in an hour on a 2-core CPU,
-        # evaluations included, on a good day; the time budget below covers the others.
+        # Half the paper's usual batch for twice the updates, as many as fit in the hour.
         batch_tokens=2048,
         train_steps=16000,
         # The paper's own learning rate (pre-norm trains at it), annealed linearly to zero
-        # over the last fifth: with a fixed budget that lowers the validation loss more
-        # than the same steps on the paper's slow tail (docs/lab-notebook.md#what-was-tried).
+        # over the last fifth: a fixed budget ends on a steeper descent than the paper's tail.
         learning_rate_scale=1.0,
         cooldown_fraction=0.2,
-        # AdamW: 0.2 lowered the validation loss below every run of the paper's Adam with
-        # two seeds, and 0.15 and 0.3 scored below it (docs/lab-notebook.md#what-was-tried).
+        # AdamW.
         weight_decay=0.2,
         # export.py averages the last 10 checkpoints, 250 steps apart: all inside the
-        # cooldown, where the weights move little. That beat the best single checkpoint
-        # with both seeds, where at the full batch, whose last 10 reached back before the
-        # cooldown, it had not (docs/lab-notebook.md#quality-multi30k-en-de-the-default-command).
+        # cooldown, where the weights move little.
         checkpoint_every=250,
         keep_checkpoints=10,
         average_last=10,
@@ -136,9 +123,8 @@ RECIPES = {
         time_budget_minutes=58.0,
     ),
     # Between tiny and base: wide enough for matrix products to use a CPU's vector units
-    # well, small enough to train on a laptop; d_k = 64 as in the paper. Post-norm like the
-    # paper; the quarter learning rate that post-norm tiny needed on Multi30k is assumed
-    # here, unmeasured.
+    # well, small enough to train on a laptop. Post-norm like the paper, at the quarter
+    # learning rate that post-norm needed on tiny.
     "small": Recipe(
         model=ModelConfig.from_size("small"),
         batch_tokens=6144,

@@ -1,9 +1,8 @@
 """The paper's learning-rate schedule: linear warmup, then inverse square root decay.
 
 Optionally followed by a linear cooldown to zero over the last steps of a run of known
-length: with a fixed budget of steps (an hour on a CPU), annealing the learning rate at
-the end reaches a lower loss than the slow inverse-square-root tail alone (docs/lab-notebook.md,
-"What was tried").
+length: with a fixed budget of steps, annealing the learning rate at the end makes the
+most of the last steps (tiny's recipe: docs/training.md, "The recipe").
 """
 
 import keras
