@@ -152,7 +152,7 @@ SIZES = {
     # rather than the published 0.3, pre-norm rather than the paper's post-norm (which
     # trained well only at a quarter of the paper's learning rate), and biases in the
     # attention projections like the published model (fairseq's), with which the recipe
-    # was tuned. Each was chosen on validation (docs/training.md; docs/lab-notebook.md#what-was-tried).
+    # was tuned. Each was chosen on validation (docs/training.md; docs/lab-notebook/2026-11-21-en-de-what-was-tried.md).
     "tiny": dict(
         num_layers=4, d_model=128, d_ff=256, num_heads=4, max_length=256, dropout=0.2, norm_first=True,
         attention_bias=True,

@@ -32,7 +32,7 @@ import keras
 # `ScaleNormalization`'s scalar gamma)
 # (tests/training/test_optimizer.py pins that every matrix is decayed and no vector is). The shared
 # embedding is decayed too, at the matrices' rate, the choice that held up on validation
-# (docs/lab-notebook.md#what-was-tried).
+# (docs/lab-notebook/2026-11-21-en-de-what-was-tried.md).
 # Here, and not in app/training/optimizer.py, so that TensorFlow-free tools (benchmarks/gpu) share
 # it.
 NOT_DECAYED = ("bias", "gamma", "beta")

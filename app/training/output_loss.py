@@ -4,7 +4,7 @@ Training needs the loss and its gradient, never the logits. Made the plain way, 
 `[N, V]` logits (4,096 tokens x 8,000 ids = 131 MB at tiny's shapes) are written once,
 then read and written again by the log-softmax, the loss, the one-hot target and each
 step of the gradient, passes bound by memory bandwidth on a CPU (their cost against
-the products: docs/lab-notebook.md#the-output-projection-fused-with-the-loss). Here a slice of rows is
+the products: docs/lab-notebook/2026-11-22-output-projection-fused-with-the-loss.md). Here a slice of rows is
 projected, turned into its softmax p and the gradient p - t, and multiplied back onto
 the states and the matrix while the slice is still in cache; nothing of size N x V
 outlives its slice. The gradients are therefore computed in the forward pass, and the
@@ -26,7 +26,7 @@ from app.training.losses import smoothed_target
 
 # Rows projected at once: 512 x 8,000 float32 logits are 16 MB, small enough to stay in
 # cache; chosen by timing whole tiny training steps with other slice sizes
-# (docs/lab-notebook.md#records-moved-from-code-comments-2026-11-26).
+# (docs/lab-notebook/2026-11-26-records-moved-from-code-comments.md).
 ROWS_PER_SLICE = 512
 
 # The smallest label probability from which log(p_label) is used for the log-normalizer.
@@ -59,7 +59,7 @@ def projected_loss_sum(states, matrix, labels, label_smoothing, rows_per_slice=R
         p^T @ S - (on - off) sum_{n: label_n = v} S[n]   (one segment sum after the loop)
     Updating p's label entries would copy p (TensorFlow did not update the softmax's
     output in place), a pass over `[R, V]` per slice:
-    docs/lab-notebook.md#fewer-passes-in-attention-and-the-loss-and-dense-weight-gradients-made-the-faster-way-round.
+    docs/lab-notebook/2026-11-22-fewer-passes-in-attention-and-the-loss.md.
 
     Args:
         states: `[N, D]` decoder states of real (non-padding) target positions.

@@ -17,9 +17,9 @@ everywhere else:
   say it: some CPUs that list them run TensorFlow's bfloat16 products slower than float32
   ones, and the casts, and the softmax and loss kept in float32, do not get faster in
   bfloat16, so the products must gain somewhat more than 1x for the step to gain at all
-  (docs/lab-notebook.md#--precision-auto-times-the-products, which has each CPU's figures).
+  (docs/lab-notebook/2026-11-26-precision-auto-times-the-products.md, which has each CPU's figures).
 
-How the default recipe scores in mixed bfloat16 against float32: docs/lab-notebook.md#what-was-tried.
+How the default recipe scores in mixed bfloat16 against float32: docs/lab-notebook/2026-11-21-en-de-what-was-tried.md.
 """
 
 import dataclasses
@@ -35,7 +35,7 @@ NATIVE_BFLOAT16_FLAGS = ("amx_bf16", "avx512_bf16")
 # How many times as fast as float32 bfloat16 matrix products must run for `auto` to pick
 # mixed bfloat16. A step's ratio has followed the products' on every CPU measured, so the
 # break-even is near 1; the margin covers the casts
-# (docs/lab-notebook.md#--precision-auto-times-the-products).
+# (docs/lab-notebook/2026-11-26-precision-auto-times-the-products.md).
 BFLOAT16_MIN_SPEEDUP = 1.2
 
 

@@ -1,7 +1,8 @@
 """A wall-clock budget for training: choose the run's length so that it ends in time.
 
 A fixed step count ends within the hour on one machine and runs over on a slower one, or
-on the same machine on a slower day (docs/lab-notebook.md). Under a budget the run keeps its
+on the same machine on a slower day
+(docs/lab-notebook/2026-11-21-en-de-the-default-command.md). Under a budget the run keeps its
 schedule, the same warmup, peak and linear cooldown over the same final fraction, and
 only its length changes: at each progress record, the pace of the recent steps and the
 time of the latest evaluation (`PaceMeter`) set the run's end to the most steps, up to
@@ -135,7 +136,7 @@ def cooldown_for_new_end(step, planned, cooldown, new_end, cooldown_fraction):
     For example, a run planned to end at 14,664 with a cooldown of 2,933, whose end moves to
     14,400 at step 14,000 (factor 665 / 2,933 = 0.227), gets a cooldown of 1,769: its last
     400 updates fall from 0.227 to 1 / 1,769. Why the end must be able to move once the
-    cooldown has begun: docs/lab-notebook.md#quality-multi30k-en-de-the-default-command.
+    cooldown has begun: docs/lab-notebook/2026-11-21-en-de-the-default-command.md.
 
     Raises:
         ValueError: in the cooldown, for a `new_end` before `step` or after `planned`.
