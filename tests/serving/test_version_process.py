@@ -32,7 +32,7 @@ def gone(pid, seconds=20):
                 if f.read().split(")")[-1].split()[0] == "Z":  # exited, not yet reaped
                     time.sleep(0.05)
                     continue
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):  # reaped before the open, or between it and the read
             return True
         time.sleep(0.05)
     return False
