@@ -194,14 +194,16 @@ def translate_ids(
 
 
 def greedy_ids(transformer: Transformer, source_ids, max_extra_length=DecodingConfig.max_extra_length,
-               output_kernel=None):
+               output_kernel=None, parallel_searches=1):
     """Translates a batch greedily: the most likely token at each step (`GreedySearch`).
+    The arguments are `search_model`'s.
 
     Returns:
         `(ids int32 [B, L], scores float32 [B])`: each row its tokens, the end token,
         then 0; the sum of the tokens' log-probs, end token included.
     """
-    return search_model(transformer, source_ids, GreedySearch(), {}, max_extra_length, output_kernel)
+    _check_parallel_searches(parallel_searches)
+    return search_model(transformer, source_ids, GreedySearch(), {}, max_extra_length, output_kernel, parallel_searches)
 
 
 def sample_ids(

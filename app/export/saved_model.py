@@ -188,7 +188,8 @@ class Translator(tf.Module):
         search scores: the log-prob divided by the length penalty at the export's alpha."""
         inputs = one_per_sentence(inputs)
         ids, log_probs = greedy_ids(
-            self._transformer, self.source_ids(inputs), self._decoding.max_extra_length, self.output_kernel
+            self._transformer, self.source_ids(inputs), self._decoding.max_extra_length, self.output_kernel,
+            self._decoding.parallel_searches,
         )  # [B, L], [B]
         lengths = tf.reduce_sum(tf.cast(ids != 0, tf.int32), axis=1)  # [B]: tokens, end token included
         scores = log_probs / length_penalty(lengths, self._decoding.alpha)

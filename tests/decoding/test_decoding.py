@@ -136,6 +136,18 @@ def test_parallel_searches_give_the_same_results_as_one(transformer, parallel_se
         np.testing.assert_allclose(scores, expected_scores, rtol=1e-6, atol=1e-6)
 
 
+def test_greedy_search_in_parallel_gives_the_same_results_as_one(transformer):
+    # Greedy outputs are [B, L]: each search's are padded to the batch's longest on their last axis.
+    transformer, _ = transformer
+    sources = np.concatenate([SOURCE_IDS, SOURCE_IDS[1:2]])  # [4, 7]
+    extra = tf.constant([EXTRA, 3, EXTRA, 5])
+    one = greedy_ids(transformer, sources, extra)
+    for count in (2, 5):
+        ids, scores = greedy_ids(transformer, sources, extra, parallel_searches=count)
+        np.testing.assert_array_equal(ids, one[0])
+        np.testing.assert_allclose(scores, one[1], rtol=1e-6, atol=1e-6)
+
+
 def test_parallel_searches_deal_the_sentences_out_evenly():
     assert search_sizes(5, 2).numpy().tolist() == [3, 2]
     assert search_sizes(1, 2).numpy().tolist() == [1, 0]
