@@ -184,6 +184,7 @@ def translate_ids(
         its tokens, the end token, then 0. The score is the sum of log-probs /
         ((5 + length) / 6) ** alpha, length counting the end token.
     """
+    # Every setting given as a Python value is refused before anything reads the model.
     strategy = BeamSearch(beam_size, final_results)
     _check_parallel_searches(parallel_searches)
     alpha = tf.cast(checked_alpha(alpha, transformer.config.max_length), tf.float32)
@@ -202,7 +203,6 @@ def greedy_ids(transformer: Transformer, source_ids, max_extra_length=DecodingCo
         `(ids int32 [B, L], scores float32 [B])`: each row its tokens, the end token,
         then 0; the sum of the tokens' log-probs, end token included.
     """
-    _check_parallel_searches(parallel_searches)
     return search_model(transformer, source_ids, GreedySearch(), {}, max_extra_length, output_kernel, parallel_searches)
 
 
