@@ -37,7 +37,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks.bench_data_scale import pair_counts, run_measured, write_corpus  # noqa: E402
-from data.flag_types import positive_int  # noqa: E402
+from app.cli.flag_types import positive_int  # noqa: E402
 
 
 def parse_args(argv=None):

@@ -21,9 +21,9 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 
-from data.flag_types import int_at_least  # noqa: E402
+from app.cli.flag_types import int_at_least  # noqa: E402
 from data import DataConfig, format_summary, prepare_data, summarize  # noqa: E402
-from data.flags import batch_tokens as batch_tokens_flag  # noqa: E402
+from app.cli.flags import batch_tokens as batch_tokens_flag  # noqa: E402
 from data.corpora import load_corpus  # noqa: E402
 from data.pipeline import tokenize_pairs  # noqa: E402
 from data.tokenizer import MODEL_FILENAME  # noqa: E402

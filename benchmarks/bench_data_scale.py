@@ -51,7 +51,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from data.flag_types import float_at_least, int_at_least, name_list  # noqa: E402
+from app.cli.flag_types import float_at_least, int_at_least, name_list  # noqa: E402
 
 MULTI30K_DIR = os.path.join(ROOT, "data", "multi30k")
 MULTI30K_TRAIN_PAIRS = 29_000

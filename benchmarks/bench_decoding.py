@@ -32,7 +32,7 @@ from app.decoding.beam_search import beam_search  # noqa: E402
 from app.model.config import ModelConfig  # noqa: E402
 from app.training.recipes import RECIPES  # noqa: E402
 from app.decoding.model_search import translate_ids  # noqa: E402
-from data.flag_types import float_at_least, int_at_least, int_list, name_list, positive_int  # noqa: E402
+from app.cli.flag_types import float_at_least, int_at_least, int_list, name_list, positive_int  # noqa: E402
 from app.model.transformer import Transformer, build_transformer  # noqa: E402
 from data.config import DEFAULT_VOCAB_SIZE  # noqa: E402
 from layers.special_tokens import END_ID, PAD_ID, START_ID  # noqa: E402

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from app.serving.models import list_versions  # noqa: E402
-from data.flag_types import int_list, name_list, positive_int  # noqa: E402
+from app.cli.flag_types import int_list, name_list, positive_int  # noqa: E402
 
 # --modes: the local server with dynamic batching (--enable_batching true) and without.
 MODES = ("batching", "unbatched")

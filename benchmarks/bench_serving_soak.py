@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_serving import ServerFailed, export_tiny, post, start_server  # noqa: E402
-from data.flag_types import int_at_least  # noqa: E402
+from app.cli.flag_types import int_at_least  # noqa: E402
 
 SENTENCES = ["A man rides a bike.", "Two dogs play in the snow.", "A woman reads a book on a bench."]
 

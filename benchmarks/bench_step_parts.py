@@ -43,7 +43,7 @@ import tensorflow as tf  # noqa: E402
 
 from app.training.losses import smoothed_cross_entropy  # noqa: E402
 from app.training.output_loss import projected_loss_sum  # noqa: E402
-from data.flag_types import int_at_least, positive_int  # noqa: E402
+from app.cli.flag_types import int_at_least, positive_int  # noqa: E402
 from layers.dense import Dense  # noqa: E402
 from layers.dropout import Dropout  # noqa: E402
 

@@ -43,7 +43,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from app.training.recipes import RECIPES  # noqa: E402
-from data.flag_types import int_at_least, name_list, positive_int  # noqa: E402
+from app.cli.flag_types import int_at_least, name_list, positive_int  # noqa: E402
 
 # Every setting but the "plain loss" ones projects onto the vocabulary inside the loss,
 # a slice of rows at a time (`app.training.output_loss`); XLA always takes the plain path.
@@ -179,7 +179,7 @@ def run_one(args):
 
 def _batch_tokens(text):
     # Imported here: the data package loads TensorFlow, which only the settings' processes use.
-    from data.flags import batch_tokens
+    from app.cli.flags import batch_tokens
 
     return batch_tokens(text)
 

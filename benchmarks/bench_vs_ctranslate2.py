@@ -53,7 +53,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 
 from benchmarks import machine  # noqa: E402
-from data.flag_types import float_at_least, int_list, positive_int  # noqa: E402
+from app.cli.flag_types import float_at_least, int_list, positive_int  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir)
 # savedmodel-one-search: the export with `--parallel-searches 1`, every call's sentences in one

@@ -55,7 +55,7 @@ from keras import ops  # noqa: E402
 from app.model.config import ModelConfig  # noqa: E402
 from app.training.recipes import RECIPES  # noqa: E402
 from app.decoding.model_search import translate_ids  # noqa: E402
-from data.flag_types import float_at_least, int_list, name_list, positive_int  # noqa: E402
+from app.cli.flag_types import float_at_least, int_list, name_list, positive_int  # noqa: E402
 from app.model.transformer import Transformer, build_transformer  # noqa: E402
 from benchmarks.keras_hub_peer import (  # noqa: E402
     MAX_SEQUENCE_LENGTH,

@@ -47,7 +47,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from app.model.config import ModelConfig  # noqa: E402
-from data.flag_types import int_at_least, name_list, positive_int  # noqa: E402
+from app.cli.flag_types import int_at_least, name_list, positive_int  # noqa: E402
 from app.model.transformer import build_transformer  # noqa: E402
 from app.training.precision import matmul_peak  # noqa: E402
 from app.training.config import TrainConfig  # noqa: E402
@@ -64,7 +64,7 @@ from benchmarks.keras_hub_peer import (  # noqa: E402
     training_flops,
     useful_fraction,
 )
-from data.flags import batch_tokens as batch_tokens_flag  # noqa: E402
+from app.cli.flags import batch_tokens as batch_tokens_flag  # noqa: E402
 from data.config import DataConfig  # noqa: E402
 from data.dataset import prepare_data  # noqa: E402
 

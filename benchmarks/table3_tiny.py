@@ -35,7 +35,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from data.flag_types import int_at_least, positive_int  # noqa: E402
+from app.cli.flag_types import int_at_least, positive_int  # noqa: E402
 
 # Tiny is h = 4 heads of d_k = d_v = 32 over d_model = 128 (see app/model/config.py). Rows
 # change what the paper's rows change, scaled to that width.

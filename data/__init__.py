@@ -2,7 +2,7 @@
 
 The entry points; the modules below hold one idea each.
 
-    data.flags        add_data_arguments, data_config_from_args
+    app.cli.flags        add_data_arguments, data_config_from_args
     data.config       DataConfig
     data.dataset      prepare_data, PreparedData, SplitCounts
     data.summary      summarize, format_summary (for train.py --dry-run)
@@ -28,8 +28,8 @@ _EXPORTS = {
     "PreparedData": "data.dataset",
     "SplitCounts": "data.dataset",
     "SubwordTokenizer": "data.tokenizer",
-    "add_data_arguments": "data.flags",
-    "data_config_from_args": "data.flags",
+    "add_data_arguments": "app.cli.flags",
+    "data_config_from_args": "app.cli.flags",
     "format_summary": "data.summary",
     "load_or_train": "data.tokenizer",
     "prepare_data": "data.dataset",

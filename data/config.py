@@ -1,6 +1,6 @@
 """`DataConfig`: what to read and how to cut it into batches.
 
-One frozen dataclass, built from the command line by `data.flags.data_config_from_args`
+One frozen dataclass, built from the command line by `app.cli.flags.data_config_from_args`
 or directly in code and tests. Variants are copies: `dataclasses.replace(config, ...)`.
 """
 

@@ -17,7 +17,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from data.flag_types import add_hidden_alias, float_at_least, int_at_least, model_name, positive_int
+from app.cli.flag_types import add_hidden_alias, float_at_least, int_at_least, model_name, positive_int
 
 
 class ClientError(RuntimeError):

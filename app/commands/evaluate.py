@@ -25,7 +25,7 @@ import time
 
 from app.cli.flags import DEFAULT_ALPHA, DEFAULT_BEAM_SIZE, add_decoding_arguments, add_thread_arguments
 from app.cli.flags import add_weights_arguments
-from data.flag_types import positive_int
+from app.cli.flag_types import positive_int
 from app.cli.output_file import output_file_problem, write_output
 from app.cli.quiet_tensorflow import import_tensorflow
 from app.evaluation.in_order import translate_all

@@ -31,7 +31,7 @@ import time
 def parse_args(argv=None):
     # None of these imports TensorFlow: --help and a bad value answer at once.
     from app.cli.flags import DEFAULT_PARALLEL_SEARCHES, add_decoding_arguments, add_weights_arguments
-    from data.flag_types import add_hidden_alias, model_name, positive_int
+    from app.cli.flag_types import add_hidden_alias, model_name, positive_int
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(

@@ -21,13 +21,13 @@ random ids. No corpus is read and no model directory is touched.
 import argparse
 import sys
 
-from data.flag_types import positive_int
+from app.cli.flag_types import positive_int
 
 
 def parse_args(argv=None):
     from app.cli.flags import add_model_arguments
     from app.training.command import add_training_arguments
-    from data.flags import add_data_arguments
+    from app.cli.flags import add_data_arguments
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_arguments(parser)
@@ -74,7 +74,7 @@ def _configs(args):
     from app.cli.flags import model_config_from_args
     from app.training.command import default_model_dir, resolved_vocab_size, train_config_from_args
     from app.training.recipes import recipe_for
-    from data.flags import data_config_from_args
+    from app.cli.flags import data_config_from_args
 
     model_dir = args.model_dir or default_model_dir(args)
     vocab_size = resolved_vocab_size(args, model_dir)

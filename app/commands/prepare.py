@@ -20,8 +20,8 @@ import time
 def parse_args(argv=None):
     # None of these imports TensorFlow: --help and a bad value answer at once.
     from app.training.recipes import RECIPES
-    from data.flag_types import positive_int
-    from data.flags import add_data_arguments
+    from app.cli.flag_types import positive_int
+    from app.cli.flags import add_data_arguments
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_data_arguments(parser)
@@ -52,7 +52,7 @@ def main(argv=None) -> int:
 
         args.vocab_size = recipe_for(args.size).vocab_size_for(args.source_lang, args.target_lang)
     from data.errors import DataError
-    from data.flags import data_config_from_args
+    from app.cli.flags import data_config_from_args
 
     model_dir = args.model_dir or _default_model_dir(args)
     try:

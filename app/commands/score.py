@@ -35,7 +35,7 @@ import sys
 from app.cli.flags import add_model_source_arguments, add_thread_arguments
 from app.cli.output_file import STDIN, output_file_problem, write_output
 from app.export.locate import DEFAULT_EXPORT_BASE, ExportNotFound, saved_model_version
-from data.flag_types import positive_int
+from app.cli.flag_types import positive_int
 
 # Digits after the point in every number of the output.
 DECIMALS = 6

@@ -39,7 +39,7 @@ import sys
 
 from app.serving.batching import BatchingParameters
 from app.serving.rest_api import DEFAULT_READ_TIMEOUT_SECONDS, MODEL_NAME, Limits
-from data.flag_types import add_hidden_alias
+from app.cli.flag_types import add_hidden_alias
 
 log = logging.getLogger("app.serve")
 

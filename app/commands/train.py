@@ -21,7 +21,7 @@ import sys  # noqa: E402
 def parse_args(argv=None):
     from app.cli.flags import add_model_arguments
     from app.training.command import add_init_arguments, add_training_arguments, flags_given
-    from data.flags import add_data_arguments
+    from app.cli.flags import add_data_arguments
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     # None of these imports TensorFlow: --help and a bad value answer at once.

@@ -41,7 +41,7 @@ import math
 import os
 import sys
 
-from data.flag_types import int_at_least, positive_int
+from app.cli.flag_types import int_at_least, positive_int
 from app.cli.flags import DEFAULT_ALPHA, DEFAULT_BEAM_SIZE, DEFAULT_MAX_EXTRA_LENGTH, add_decoding_arguments
 from app.cli.flags import add_model_source_arguments, add_thread_arguments
 from app.cli.output_file import STDIN, output_file_problem, write_output

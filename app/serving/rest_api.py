@@ -27,7 +27,7 @@ import re
 
 import numpy as np
 
-from data import flag_types
+from app.cli import flag_types
 
 ROW, COLUMNAR = "row", "columnar"
 DEFAULT_SIGNATURE = "serving_default"

@@ -14,7 +14,7 @@ import sys
 import tempfile
 import time
 
-from data.flag_types import float_at_least, int_at_least, positive_int
+from app.cli.flag_types import float_at_least, int_at_least, positive_int
 from app.cli.flags import add_thread_arguments
 from app.model_dir.lock import ModelDirInUse, ModelDirLock
 from app.model_dir.settings import check_resumable, load_settings, save_settings

@@ -99,7 +99,7 @@ def _with(flags, **values):
 
 
 def _data_config(flags):
-    from data.flags import data_config_from_args
+    from app.cli.flags import data_config_from_args
 
     return data_config_from_args(flags)
 

@@ -46,7 +46,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from app.model.config import ModelConfig  # noqa: E402  (TensorFlow-free)
 from app.training.recipes import RECIPES  # noqa: E402  (TensorFlow-free)
-from data.flag_types import int_at_least, positive_int  # noqa: E402  (TensorFlow-free)
+from app.cli.flag_types import int_at_least, positive_int  # noqa: E402  (TensorFlow-free)
 from app.training.fused_adam import NOT_DECAYED  # noqa: E402  (TensorFlow-free at import)
 from app.training.losses import summed_loss  # noqa: E402
 from app.model.transformer import build_transformer  # noqa: E402

@@ -1,11 +1,11 @@
-"""data.flag_types: count and list flags fail in parse_args, with argparse naming the flag."""
+"""app.cli.flag_types: count and list flags fail in parse_args, with argparse naming the flag."""
 
 import argparse
 import re
 
 import pytest
 
-from data.flag_types import (
+from app.cli.flag_types import (
     add_hidden_alias,
     float_at_least,
     int_at_least,

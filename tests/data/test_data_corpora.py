@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from app.commands.client import read_lines as client_read_lines
-from data.flags import add_data_arguments, data_config_from_args
+from app.cli.flags import add_data_arguments, data_config_from_args
 from data.config import DataConfig
 from data.corpora import load_corpus, open_corpus
 from data.dataset import prepare_data

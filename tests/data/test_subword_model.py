@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from data.flags import add_data_arguments, data_config_from_args
+from app.cli.flags import add_data_arguments, data_config_from_args
 from data.config import DataConfig
 from data.dataset import prepare_data
 from data.errors import DataError

@@ -8,7 +8,7 @@ import types
 import pytest
 import tensorflow as tf
 
-from data.flags import add_data_arguments, data_config_from_args
+from app.cli.flags import add_data_arguments, data_config_from_args
 from data.tokenizer import MODEL_FILENAME, SubwordTokenizer, load_or_train, lowercase_lines, lowercase_strings
 from tests.tiny_run import write_multi30k_slice
 

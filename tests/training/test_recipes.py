@@ -109,7 +109,7 @@ def test_the_recipes_and_the_special_tokens_import_without_tensorflow():
 def test_each_size_and_language_pair_has_its_vocabulary_size(size, source_lang, target_lang, want):
     import train
     from app.training.command import resolved_vocab_size
-    from data.flags import data_config_from_args
+    from app.cli.flags import data_config_from_args
 
     assert recipe_for(size).vocab_size_for(source_lang, target_lang) == want
     args = train.parse_args(["--size", size, "--source-lang", source_lang, "--target-lang", target_lang])

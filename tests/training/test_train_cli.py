@@ -366,7 +366,7 @@ def test_a_run_with_other_data_is_refused_before_its_data_is_read(tmp_path):
     from app.cli.flags import model_config_from_args
     from app.model_dir.settings import save_settings
     from app.training.command import train_config_from_args
-    from data.flags import data_config_from_args
+    from app.cli.flags import data_config_from_args
 
     model_dir = tmp_path / "run"
     model_dir.mkdir()
