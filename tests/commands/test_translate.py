@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from app.commands.translate import format_output, main, read_lines, translate_lines
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # Empty and blank lines between sentences of mixed lengths, an over-long one among them.
 LINES = [
     "Two dogs play in the snow, and a child watches them from the door.",

@@ -16,7 +16,7 @@ from app.decoding.model_search import translate_ids
 from app.commands.score import format_line, main, read_pairs
 from tests.conftest import SENTENCES
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # One target per sentence of SENTENCES: ordinary, empty, whitespace-only, a copy, a short one,
 # and one longer than the tiny model's 48 positions (its source, 80 words, is too).
 TARGETS = [
