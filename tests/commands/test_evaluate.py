@@ -1,7 +1,6 @@
-"""app.evaluate: metrics, order of translations, and its inputs."""
+"""app.evaluate: its flags, its inputs and what it prints (the metrics: tests/evaluation/)."""
 
 import json
-import math
 import re
 import shutil
 
@@ -16,91 +15,9 @@ from app.commands.evaluate import (
     read_references,
     saved_model_data_config,
 )
-from app.evaluation.in_order import translate_all
-from app.evaluation.metrics import moses_lowercase_bleu, paper_bleu, score, split_compounds
+from app.evaluation.metrics import score
 from data.config import DataConfig
 from data.errors import DataError
-
-
-def test_scores_are_sacrebleus_with_lowercased_bleu_beside_them():
-    references = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee."]
-    perfect = score(references, references)
-    assert (perfect["bleu"], perfect["chrf"], perfect["bleu_lowercase"]) == (100.0, 100.0, 100.0)
-    shouted = score([r.upper() for r in references], references)
-    assert shouted["bleu"] < 10 and shouted["bleu_lowercase"] == 100.0
-    assert "case:lc" in shouted["bleu_lowercase_signature"]
-    assert "case:mixed" in shouted["bleu_signature"]
-    assert (perfect["length_ratio"], perfect["brevity_penalty"]) == (1.0, 1.0)
-
-
-def test_short_hypotheses_report_their_length_ratio_and_brevity_penalty():
-    # 13a tokens: 7 + 7 = 14 in the references, 6 + 6 = 12 in the hypotheses (one
-    # adjective left out of each), so the ratio is 12/14 and the penalty exp(1 - 14/12).
-    references = ["Ein Mann fährt ein rotes Fahrrad.", "Zwei kleine Hunde spielen im Schnee."]
-    hypotheses = ["Ein Mann fährt ein Fahrrad.", "Zwei Hunde spielen im Schnee."]
-    result = score(hypotheses, references)
-    assert result["length_ratio"] == round(12 / 14, 3) == 0.857
-    assert result["brevity_penalty"] == round(math.exp(1 - 14 / 12), 3) == 0.846
-    longer = score(references, hypotheses)  # a ratio above 1 is not penalized
-    assert (longer["length_ratio"], longer["brevity_penalty"]) == (round(14 / 12, 3), 1.0)
-
-
-def test_moses_bleu_scores_lowercased_moses_tokens_as_multi30k_papers_do():
-    import sacrebleu
-
-    hypothesis, reference = "A dog's ball, on the grass.", "A dog's red ball, on the grass."
-    value, signature = moses_lowercase_bleu([hypothesis.upper()], [reference], "en")
-    # tokenizer.perl's tokens, written out: the clitic 's is split off, unlike in 13a.
-    expected = sacrebleu.corpus_bleu(
-        ["a dog 's ball , on the grass ."], [["a dog 's red ball , on the grass ."]], tokenize="none"
-    ).score
-    assert value == pytest.approx(expected) and round(value, 2) == 66.90
-    assert round(score([hypothesis], [reference])["bleu_lowercase"], 2) == 67.53  # 13a differs
-    assert signature == "nrefs:1|case:lc|eff:no|tok:moses-en(sacremoses-0.2.0)|smooth:exp|version:2.6.0"
-    german = "Zwei Hunde, z.B. im Gras."
-    assert score([german], [german], "de")["bleu_moses_lowercase"] == 100.0
-
-
-def test_compounds_split_at_hyphens_between_non_spaces_as_get_ende_bleu_does():
-    assert split_compounds("Der Wein-Keller ist groß .") == "Der Wein ##AT##-##AT## Keller ist groß ."
-    assert split_compounds("Nord-Ost-Wind") == "Nord ##AT##-##AT## Ost ##AT##-##AT## Wind"
-    # Perl's s{(\S)-(\S)}{...}g does not overlap its matches: after "3-4" is taken, "-5"
-    # has no character of its own on the left, and stays.
-    assert split_compounds("3-4-5") == "3 ##AT##-##AT## 4-5"
-    assert split_compounds("ein - Strich , 3-4 mal") == "ein - Strich , 3 ##AT##-##AT## 4 mal"
-
-
-def test_paper_bleu_is_cased_tokenized_bleu_with_german_compounds_split():
-    # Moses splits the full stop; the compound becomes three tokens. 7 tokens a side:
-    #   reference  Der Wein ##AT##-##AT## Keller ist groß .
-    #   hypothesis Der Wein ##AT##-##AT## Keller war groß .
-    # Matches: unigrams 6/7; bigrams 4/6 (Der Wein, Wein ##AT##, ##AT## Keller, groß .);
-    # trigrams 2/5; 4-grams 1/4 (Der Wein ##AT## Keller). Equal lengths: no penalty.
-    reference, hypothesis = "Der Wein-Keller ist groß.", "Der Wein-Keller war groß."
-    value, signature = paper_bleu([hypothesis], [reference], "de")
-    assert value == pytest.approx(100 * (6 / 7 * 4 / 6 * 2 / 5 * 1 / 4) ** 0.25) and round(value, 2) == 48.89
-    assert signature == (
-        "nrefs:1|case:mixed|eff:no|tok:moses-de+compound-split(sacremoses-0.2.0)|smooth:none|version:2.6.0"
-    )
-    # Cased: "der" is not "Der" (5/7, 3/6, 1/5, 0/4 -> no 4-gram, and multi-bleu.perl's 0).
-    assert paper_bleu([hypothesis.replace("Der", "der")], [reference], "de")[0] == 0.0
-    # sacreBLEU keeps "Wein-Keller" one token: 5 tokens a side, 4/5, 2/4, 0/3 -> smoothed.
-    assert score([hypothesis], [reference], "de")["bleu"] != round(value, 2)
-    # French: the same tokens but no compound split. 5 tokens: 4/5, 2/4, 1/3, 0/2 -> 0.
-    assert paper_bleu([hypothesis], [reference], "fr") == (
-        0.0, "nrefs:1|case:mixed|eff:no|tok:moses-fr(sacremoses-0.2.0)|smooth:none|version:2.6.0"
-    )
-
-
-def test_paper_bleu_of_a_corpus_pools_counts_and_penalizes_short_output():
-    # Two sentences. Tokens: 'Das " Online ##AT##-##AT## Spiel " endet .' (8) on both
-    # sides; reference 2 "Ein Hund ." (3), hypothesis 2 "Hund ." (2). Pooled: unigrams
-    # 10/10, bigrams 8/8 (7 + "Hund ."), trigrams 6/6, 4-grams 5/5: every precision 1,
-    # and the brevity penalty of 10 tokens against 11: exp(1 - 11/10).
-    references = ['Das "Online-Spiel" endet.', "Ein Hund."]
-    hypotheses = ['Das "Online-Spiel" endet.', "Hund."]
-    value, _ = paper_bleu(hypotheses, references, "de")
-    assert value == pytest.approx(100 * math.exp(1 - 11 / 10)) and round(value, 2) == 90.48
 
 
 def test_the_paper_bleu_is_printed_under_a_name_that_says_what_was_done():
@@ -108,19 +25,6 @@ def test_the_paper_bleu_is_printed_under_a_name_that_says_what_was_done():
     assert paper_bleu_label("fr") == "paper BLEU (tokenized)"
     result = score(["Der Wein-Keller ist groß."], ["Der Wein-Keller ist groß."], "de")
     assert (result["bleu_paper"], result["bleu"]) == (100.0, 100.0)
-
-
-def test_translations_come_back_in_input_order_whatever_the_batching():
-    sentences = ["a b c d", "a", "a b", "a b c d e f", "a b c"]
-    batches = []
-
-    def translate(batch):
-        batches.append(batch)
-        return [s.upper() for s in batch]
-
-    assert translate_all(translate, sentences, batch_size=2) == [s.upper() for s in sentences]
-    # Batched by length, so padding stays small.
-    assert batches[0] == ["a", "a b"]
 
 
 def test_named_splits_and_their_aliases():
