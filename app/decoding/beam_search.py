@@ -18,6 +18,7 @@ import typing
 
 import tensorflow as tf
 
+from app.decoding.config import check
 from app.decoding.search import gather_beams, search
 from layers.multi_head_attention import large_negative
 from layers.special_tokens import END_ID, PAD_ID, START_ID
@@ -104,6 +105,13 @@ def largest_alpha(max_length):
     return math.floor(exact * 100.0) / 100.0
 
 
+class BeamSettings(typing.NamedTuple):
+    """Beam search's own setting of each sentence (`search.SentenceSettings.strategy`)."""
+
+    # float32 [A]: the length-penalty exponent; 0 ranks by plain log-probability.
+    alpha: tf.Tensor
+
+
 class BeamState(typing.NamedTuple):
     """Beam search's own state in the loop (`search.Strategy`)."""
 
@@ -119,8 +127,8 @@ class BeamState(typing.NamedTuple):
 
 
 class BeamSearch:
-    """The K best hypotheses of each sentence (`search.Strategy`). Reads the setting
-    `alpha` (float32 `[A]`, the length-penalty exponent) of each sentence.
+    """The K best hypotheses of each sentence (`search.Strategy`), with the `BeamSettings`
+    of each sentence.
 
     Args:
         beam_size: K, a Python int >= 1.
@@ -132,8 +140,7 @@ class BeamSearch:
     """
 
     def __init__(self, beam_size, final_results=None, end_id=END_ID):
-        if not isinstance(beam_size, int) or beam_size < 1:
-            raise ValueError(f"beam_size must be a positive Python int, got {beam_size!r}")
+        check("beam_size", beam_size)
         final_results = beam_size if final_results is None else final_results
         if not isinstance(final_results, int) or not 1 <= final_results <= beam_size:
             raise ValueError(
@@ -179,7 +186,7 @@ class BeamSearch:
         new_position = tf.one_hot(step + 1, tf.shape(ids)[2], dtype=tf.int32)  # [L + 1]
         new_ids = gather_beams(ids, topk_beams[:, :k]) + topk_tokens[:, :k, None] * new_position  # [A, K, L + 1]
         new_flags = topk_ends[:, :k] & (topk_log_probs[:, :k] > NEG / 2)  # [A, K]
-        new_scores = topk_log_probs[:, :k] / length_penalty(step + 1, settings["alpha"])[:, None]  # [A, K]
+        new_scores = topk_log_probs[:, :k] / length_penalty(step + 1, settings.strategy.alpha)[:, None]  # [A, K]
         new_scores = tf.where(new_flags, new_scores, NEG)  # [A, K]
         # The old pool comes first, so on a tie it stays (top_k is stable).
         pool_scores = tf.concat([state.finished_scores, new_scores], axis=1)  # [A, 2K]
@@ -196,10 +203,10 @@ class BeamSearch:
         penalty it may still get, at its shortest or longest length (the penalty is
         monotonic in the length for any alpha). Or once no real live beam is left (all
         were forced to end)."""
-        alpha = settings["alpha"]
+        alpha = settings.strategy.alpha
         # A live beam of `step` tokens ends with between step + 1 and max_lengths tokens.
         largest_penalty = tf.maximum(
-            length_penalty(step + 1, alpha), length_penalty(settings["max_lengths"], alpha)
+            length_penalty(step + 1, alpha), length_penalty(settings.max_lengths, alpha)
         )  # [A]
         best_live_scores = state.live_log_probs[:, 0] / largest_penalty  # [A]
         # The pool is sorted best first, empty slots last: the last result that must be
@@ -213,7 +220,7 @@ class BeamSearch:
         """`(ids [A, K, L + 1], scores [A, K])`: the finished hypotheses; a sentence that
         finished nothing falls back to its live beams."""
         has_finished = tf.reduce_any(state.finished_flags, axis=1)  # [A]
-        live_scores = state.live_log_probs / length_penalty(step, settings["alpha"])[:, None]  # [A, K]
+        live_scores = state.live_log_probs / length_penalty(step, settings.strategy.alpha)[:, None]  # [A, K]
         finished_ids = tf.where(state.finished_flags[:, :, None], state.finished_ids, 0)  # [A, K, L + 1]
         ids = tf.where(has_finished[:, None, None], finished_ids, ids)  # [A, K, L + 1]
         scores = tf.where(has_finished[:, None], state.finished_scores, live_scores)  # [A, K]
@@ -257,6 +264,6 @@ def beam_search(
     """
     return search(
         BeamSearch(beam_size, final_results, end_id), symbols_to_logits_fn, initial_ids, initial_cache, vocab_size,
-        max_lengths=max_lengths, settings={"alpha": tf.cast(alpha, tf.float32)}, sentence_cache=sentence_cache,
+        max_lengths=max_lengths, settings=BeamSettings(alpha=tf.cast(alpha, tf.float32)), sentence_cache=sentence_cache,
         end_id=end_id, pad_id=pad_id, start_id=start_id,
     )  # [B, K, L], [B, K]

@@ -1,6 +1,12 @@
-"""How to decode: beam size, length penalty, output limit, parallel searches.
+"""How to decode, and the one rule of each decoding setting.
 
     DecodingConfig(beam_size=4, alpha=0.6, max_extra_length=50, parallel_searches=2)
+
+`RULES` says which values each setting may take, once: `DecodingConfig` checks its
+Python values with them (`check`), the export's signatures check a request's tensors
+with them (`model_search.checked_request`), and the CTranslate2 version a request's
+arrays. Each rule's test is written with comparison operators only, so that one
+expression holds for a Python number, a NumPy array and a tensor alike.
 
 No TensorFlow here: the commands' flags take their defaults from it before TensorFlow
 loads (app/cli/flags.py), and decoding (translate.py) runs with it.
@@ -8,11 +14,57 @@ loads (app/cli/flags.py), and decoding (translate.py) runs with it.
 
 import dataclasses
 import math
+import typing
+
+
+class Rule(typing.NamedTuple):
+    """One condition on a setting's values: `holds(values)` is true (element-wise) where
+    they meet it, and `f"{name} {phrase}"` says what it asks."""
+
+    phrase: str
+    holds: typing.Callable
+
+
+def _is_positive_int(value):
+    return isinstance(value, int) and value >= 1
+
+
+def _finite(values):
+    return (values > -math.inf) & (values < math.inf)  # NaN fails both comparisons
+
+
+# Each setting's rules, in the order they are checked. beam_size and parallel_searches
+# fix the loop's shapes and the graph's structure: Python ints, never a request's.
+RULES = {
+    "beam_size": (Rule("must be a positive int", _is_positive_int),),
+    "parallel_searches": (Rule("must be a positive int", _is_positive_int),),
+    # A negative exponent would rank short hypotheses above long ones; +inf would score
+    # every hypothesis -0.0.
+    "alpha": (Rule("must be finite", _finite), Rule("must not be negative", lambda values: values >= 0)),
+    "max_extra_length": (Rule("must be positive", lambda values: values > 0),),
+    # Sampling (app/decoding/sampling.py).
+    "top_k": (Rule("must be >= 0 (0: the whole vocabulary)", lambda values: values >= 0),),
+    "top_p": (Rule("must be in (0, 1]", lambda values: (values > 0) & (values <= 1)),),
+    "temperature": (Rule("must be a finite number > 0", lambda values: _finite(values) & (values > 0)),),
+}
+
+
+def broken_rule(name, value):
+    """The first of `RULES[name]` that the Python value `value` breaks, or None."""
+    return next((rule for rule in RULES[name] if not rule.holds(value)), None)
+
+
+def check(name, value):
+    """ValueError naming the setting, what it must be and `value`, unless the Python value
+    `value` (a number, not a tensor) meets every rule of `RULES[name]`."""
+    rule = broken_rule(name, value)
+    if rule is not None:
+        raise ValueError(f"{name} {rule.phrase}, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
 class DecodingConfig:
-    """How to decode; the defaults are the paper's (section 6.1)."""
+    """How to decode; the defaults are the paper's (section 6.1). Checked by `RULES`."""
 
     # K, the number of beams (1 = greedy). A Python int: it fixes the loop's shapes.
     beam_size: int = 4
@@ -25,13 +77,5 @@ class DecodingConfig:
     parallel_searches: int = 2
 
     def __post_init__(self):
-        if not isinstance(self.beam_size, int) or self.beam_size < 1:
-            raise ValueError(f"beam_size must be a positive int, got {self.beam_size!r}")
-        if not isinstance(self.parallel_searches, int) or self.parallel_searches < 1:
-            raise ValueError(f"parallel_searches must be a positive int, got {self.parallel_searches!r}")
-        if self.max_extra_length < 1:
-            raise ValueError(f"max_extra_length must be >= 1, got {self.max_extra_length!r}")
-        # A negative exponent would rank short hypotheses above long ones; the serving
-        # signature refuses one per request too.
-        if not (math.isfinite(self.alpha) and self.alpha >= 0):
-            raise ValueError(f"alpha must be a number >= 0, got {self.alpha!r}")
+        for field in dataclasses.fields(self):
+            check(field.name, getattr(self, field.name))

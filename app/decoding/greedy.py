@@ -1,11 +1,10 @@
-"""Greedy search: one hypothesis per sentence, extended at each step by the one token a
-chooser picks: the most likely (`most_likely_token`, greedy decoding) or a random draw
-(app/decoding/sampling.py's `random_token`).
+"""One hypothesis per sentence, extended at each step by the one token a subclass picks:
+`GreedySearch` picks the most likely, app/decoding/sampling.py's `SamplingSearch` draws one.
 
-`GreedySearch` is a `search.Strategy`; the loop around it is app/decoding/search.py's.
-Its score is the sum of the model's log-probabilities of the chosen tokens, end token
+Both are `search.Strategy`s; the loop around them is app/decoding/search.py's. Their
+score is the sum of the model's log-probabilities of the chosen tokens, end token
 included, over the whole vocabulary (as beam search and forced decoding score them),
-whatever the chooser saw: how likely the model finds the output, not normalized by
+whatever the choice saw: how likely the model finds the output, not normalized by
 length.
 
 Dimension names: A sentences still searched, V vocabulary size, L the most output
@@ -17,27 +16,23 @@ import tensorflow as tf
 from layers.special_tokens import END_ID
 
 
-def most_likely_token(logits, step, settings):
-    """int32 `[A]`: each row's most likely token (the lowest id on a tie). `logits` are
-    float32 `[A, V]`, -inf where a token is not allowed."""
-    return tf.argmax(logits, axis=-1, output_type=tf.int32)
-
-
-class GreedySearch:
-    """One hypothesis per sentence (`search.Strategy`).
+class OneHypothesisSearch:
+    """One hypothesis per sentence (`search.Strategy`), extended by the token `choose` picks.
 
     Args:
-        choose: `(logits float32 [A, V], step, settings) -> tokens int32 [A]`: the next
-            token of each sentence, given its logits with the tokens it may not write
-            at -inf; `settings` holds its per-sentence settings (`[A]` each).
         end_id: the end token's id.
     """
 
     width = 1
 
-    def __init__(self, choose=most_likely_token, end_id=END_ID):
-        self.choose = choose
+    def __init__(self, end_id=END_ID):
         self.end_id = end_id
+
+    def choose(self, logits, step, settings):
+        """int32 `[A]`: the next token of each sentence, given its logits float32 `[A, V]`,
+        -inf where it may not write a token, and its settings (the strategy's own part of
+        `search.SentenceSettings`)."""
+        raise NotImplementedError
 
     def start(self, batch_size, buffer_length):
         return tf.zeros([batch_size], tf.float32)  # [B]: the sum of the log-probs so far
@@ -47,7 +42,7 @@ class GreedySearch:
 
     def extend(self, log_prob_sums, ids, logits, allowed, step, settings):
         logits = logits[:, 0]  # [A, V]
-        tokens = self.choose(tf.where(allowed, logits, float("-inf")), step, settings)  # [A]
+        tokens = self.choose(tf.where(allowed, logits, float("-inf")), step, settings.strategy)  # [A]
         log_probs = tf.gather(tf.nn.log_softmax(logits), tokens, batch_dims=1)  # [A]
         return log_prob_sums + log_probs, None, tokens[:, None]
 
@@ -56,3 +51,11 @@ class GreedySearch:
 
     def results(self, log_prob_sums, ids, step, settings):
         return ids[:, 0], log_prob_sums  # [A, L + 1], [A]
+
+
+class GreedySearch(OneHypothesisSearch):
+    """Greedy decoding: the most likely token at each step, the lowest id on a tie. Reads
+    no settings."""
+
+    def choose(self, logits, step, settings):
+        return tf.argmax(logits, axis=-1, output_type=tf.int32)  # [A]

@@ -6,12 +6,13 @@
     ids, scores = sample_ids(transformer, source_ids, seeds, top_k=10)            # [B, L], [B]
 
 Each encodes the source once, projects the memory's cross-attention keys and values
-once per sentence, and runs a strategy (app/decoding/beam_search.py, greedy.py) in the
-one loop of app/decoding/search.py over the incremental decoder (incremental.py).
-`search_model` does it for any strategy. They run eagerly or inside a `tf.function`
-(the export's signatures). Settings such as `alpha` and `max_extra_length` may be
-tensors chosen per request, even per sentence; `beam_size` fixes the shapes of every
-loop tensor, so it is a Python int, one traced function per beam size.
+once per sentence, and runs a strategy (app/decoding/beam_search.py, greedy.py,
+sampling.py) in the one loop of app/decoding/search.py over the incremental decoder
+(incremental.py). `search_model` does it for any strategy. They run eagerly or inside a
+`tf.function` (the export's signatures). Settings such as `alpha` and `max_extra_length`
+may be tensors chosen per request, even per sentence (`checked_request` checks a
+request's); `beam_size` fixes the shapes of every loop tensor, so it is a Python int,
+one traced function per beam size.
 
 Dimension names: B batch, S source length, K beam size, L the most output tokens.
 """
@@ -19,12 +20,12 @@ Dimension names: B batch, S source length, K beam size, L the most output tokens
 import numpy as np
 import tensorflow as tf
 
-from app.decoding.beam_search import BeamSearch, largest_alpha
-from app.decoding.config import DecodingConfig
+from app.decoding.beam_search import BeamSearch, BeamSettings, largest_alpha
+from app.decoding.config import RULES, DecodingConfig, check
 from app.decoding.greedy import GreedySearch
 from app.decoding.incremental import IncrementalDecoder
-from app.decoding.sampling import SAMPLING_SETTINGS, check_python_settings, random_token
-from app.decoding.search import search
+from app.decoding.sampling import SamplingSearch, SamplingSettings
+from app.decoding.search import SentenceSettings, search
 from app.model.transformer import Transformer
 from layers.special_tokens import PAD_ID, START_ID
 
@@ -87,9 +88,39 @@ def checked_alpha(alpha, max_length):
         if largest > limit:
             raise ValueError(f"{message}; got {largest:g}")
         return alpha
-    check = tf.debugging.assert_less_equal(tf.cast(alpha, tf.float32), limit, message=message)
-    with tf.control_dependencies([check]):
+    assertion = tf.debugging.assert_less_equal(tf.cast(alpha, tf.float32), limit, message=message)
+    with tf.control_dependencies([assertion]):
         return tf.identity(alpha)
+
+
+def checked_request(batch_size, **settings):
+    """A request's decoding settings, each a vector `[B]` a signature received, checked when
+    the graph runs: TF Serving passes a request's values on unchecked. One value per input,
+    each within the rules of its setting (`config.RULES`); an assertion
+    (InvalidArgumentError) names the setting and its values. (alpha's limit for the model
+    is `checked_alpha`'s, where alpha meets the model.)
+
+    Args:
+        batch_size: int32 scalar, B.
+        settings: name -> tensor `[B]`, such as `alpha=`, `max_extra_length=`, `seed=`.
+
+    Returns:
+        the settings, in the order given, once checked.
+    """
+    # One after the other, so that the first broken rule is the one named: a NaN alpha
+    # breaks "must not be negative" too, but is named as not finite.
+    checks = []
+    for name, values in settings.items():
+        with tf.control_dependencies(checks[-1:]):
+            checks.append(tf.debugging.assert_equal(tf.size(values), batch_size, message=f"one {name} per input"))
+    for name, values in settings.items():
+        for rule in RULES.get(name, ()):
+            with tf.control_dependencies(checks[-1:]):
+                checks.append(
+                    tf.debugging.Assert(tf.reduce_all(rule.holds(values)), [f"{name} {rule.phrase}, got", values])
+                )
+    with tf.control_dependencies(checks[-1:]):
+        return tuple(tf.identity(values) for values in settings.values())
 
 
 def search_model(
@@ -111,7 +142,8 @@ def search_model(
         transformer: the model's decoding view.
         source_ids: int32 `[B, S]`, 0 = padding.
         strategy: a `search.Strategy`.
-        settings: dict of the strategy's settings, each a scalar or `[B]`.
+        settings: the strategy's settings (`search.SentenceSettings.strategy`), each a
+            scalar or `[B]`; () for none.
         max_extra_length: a sentence may have at most (source length + this) output
             tokens, end token included, and never more than the model's `max_length`
             positions: an int, or int32 of shape [] or `[B]`.
@@ -121,22 +153,25 @@ def search_model(
             first `B % P` take `B // P + 1` sentences, the others `B // P` (none, where
             B < P).
     """
-    _check_parallel_searches(parallel_searches)
+    check("parallel_searches", parallel_searches)
     source_ids = tf.convert_to_tensor(source_ids, tf.int32)  # [B, S]
     batch_size = tf.shape(source_ids)[0]
     memory, memory_mask = transformer.encode(source_ids, training=False)  # [B, S, D], [B, 1, S]
     decoder = IncrementalDecoder(transformer, output_kernel)
-    per_sentence = {
-        "max_lengths": output_lengths(transformer, source_ids, max_extra_length),  # [B]
-        "settings": {name: tf.broadcast_to(value, [batch_size]) for name, value in settings.items()},  # [B] each
-        "memory": decoder.memory(memory, memory_mask),
-    }
+    per_sentence = (
+        SentenceSettings(
+            max_lengths=output_lengths(transformer, source_ids, max_extra_length),  # [B]
+            strategy=tf.nest.map_structure(lambda value: tf.broadcast_to(value, [batch_size]), settings),  # [B] each
+        ),
+        decoder.memory(memory, memory_mask),  # [B, ...] each
+    )
 
     def search_slice(sentences, size):
+        sentence_settings, memory = sentences
         return search(
             strategy, make_symbols_to_logits(decoder), tf.fill([size], START_ID), decoder.empty_cache(size),
-            transformer.config.vocab_size, max_lengths=sentences["max_lengths"], settings=sentences["settings"],
-            sentence_cache=sentences["memory"],
+            transformer.config.vocab_size, max_lengths=sentence_settings.max_lengths,
+            settings=sentence_settings.strategy, sentence_cache=memory,
         )  # [size, ..., L of this search], [size, ...]
 
     if parallel_searches == 1:
@@ -186,11 +221,10 @@ def translate_ids(
     """
     # Every setting given as a Python value is refused before anything reads the model.
     strategy = BeamSearch(beam_size, final_results)
-    _check_parallel_searches(parallel_searches)
+    check("parallel_searches", parallel_searches)
     alpha = tf.cast(checked_alpha(alpha, transformer.config.max_length), tf.float32)
     return search_model(
-        transformer, source_ids, strategy, {"alpha": alpha}, max_extra_length,
-        output_kernel, parallel_searches,
+        transformer, source_ids, strategy, BeamSettings(alpha), max_extra_length, output_kernel, parallel_searches
     )
 
 
@@ -203,7 +237,7 @@ def greedy_ids(transformer: Transformer, source_ids, max_extra_length=DecodingCo
         `(ids int32 [B, L], scores float32 [B])`: each row its tokens, the end token,
         then 0; the sum of the tokens' log-probs, end token included.
     """
-    return search_model(transformer, source_ids, GreedySearch(), {}, max_extra_length, output_kernel, parallel_searches)
+    return search_model(transformer, source_ids, GreedySearch(), (), max_extra_length, output_kernel, parallel_searches)
 
 
 def sample_ids(
@@ -216,8 +250,7 @@ def sample_ids(
     max_extra_length=DecodingConfig.max_extra_length,
     output_kernel=None,
 ):
-    """Translates a batch by sampling, one translation per sentence (`GreedySearch`
-    drawing with `sampling.random_token`).
+    """Translates a batch by sampling, one translation per sentence (`SamplingSearch`).
 
     Args:
         transformer, source_ids, max_extra_length, output_kernel: as `search_model`.
@@ -236,17 +269,15 @@ def sample_ids(
         the drawn tokens, end token included, at temperature 1 and before top-k / top-p:
         how likely the model finds the translation, not normalized by length.
     """
-    check_python_settings(top_k, top_p, temperature, max_extra_length)
-    values = {"seed": seeds, "top_k": top_k, "top_p": top_p, "temperature": temperature}
-    settings = {name: tf.cast(value, SAMPLING_SETTINGS[name]) for name, value in values.items()}
-    return search_model(
-        transformer, source_ids, GreedySearch(random_token), settings, max_extra_length, output_kernel
+    given = dict(top_k=top_k, top_p=top_p, temperature=temperature, max_extra_length=max_extra_length)
+    for name, value in given.items():
+        if isinstance(value, (int, float)):  # a tensor is the caller's to check (`checked_request`)
+            check(name, value)
+    settings = SamplingSettings(
+        seed=tf.cast(seeds, tf.int64), top_k=tf.cast(top_k, tf.int32), top_p=tf.cast(top_p, tf.float32),
+        temperature=tf.cast(temperature, tf.float32),
     )
-
-
-def _check_parallel_searches(parallel_searches):
-    if not isinstance(parallel_searches, int) or parallel_searches < 1:
-        raise ValueError(f"parallel_searches must be a positive Python int, got {parallel_searches!r}")
+    return search_model(transformer, source_ids, SamplingSearch(), settings, max_extra_length, output_kernel)
 
 
 def search_sizes(batch_size, searches):

@@ -1,6 +1,6 @@
 """Random tokens for back-translation: top-k and nucleus (top-p) sampling, reproducible
-from a seed per sentence. `random_token` is the chooser of a `greedy.GreedySearch`;
-`model_search.sample_ids` runs it over the model.
+from a seed per sentence. `SamplingSearch` is the strategy; `model_search.sample_ids`
+runs it over the model.
 
 At each step the next token is drawn from the model's distribution at `temperature`,
 cut to its `top_k` most likely tokens (0: all of them) and to the smallest set of most
@@ -20,7 +20,11 @@ Dimension names: B batch, V vocabulary, C the candidates a step sorts (the large
 top_k of the batch, or V).
 """
 
+import typing
+
 import tensorflow as tf
+
+from app.decoding.greedy import OneHypothesisSearch
 
 
 # The uniform numbers' resolution: the top 24 bits of a 32-bit hash, exact in float32.
@@ -87,51 +91,23 @@ def choose_tokens(logits, uniform, top_k, top_p, temperature):
     return tf.gather(indices, choice, batch_dims=1)
 
 
-# The settings `random_token` reads, per sentence, and their dtypes.
-SAMPLING_SETTINGS = {"seed": tf.int64, "top_k": tf.int32, "top_p": tf.float32, "temperature": tf.float32}
+class SamplingSettings(typing.NamedTuple):
+    """Sampling's own settings of each sentence (`search.SentenceSettings.strategy`)."""
+
+    # int64 [A]: the sentence's random stream (`uniform_per_sentence`).
+    seed: tf.Tensor
+    # int32 [A]: draw among the top_k most likely tokens; 0 = all of them.
+    top_k: tf.Tensor
+    # float32 [A], in (0, 1]: among the fewest most likely tokens whose probability reaches it.
+    top_p: tf.Tensor
+    # float32 [A], > 0: the logits are divided by it.
+    temperature: tf.Tensor
 
 
-def random_token(logits, step, settings):
-    """The `greedy.GreedySearch` chooser that samples: int32 `[A]`, each sentence's token
-    drawn with its settings (`SAMPLING_SETTINGS`, `[A]` each) from `logits` float32
-    `[A, V]` (-inf where a token is not allowed)."""
-    uniform = uniform_per_sentence(settings["seed"], step)  # [A]
-    return choose_tokens(logits, uniform, settings["top_k"], settings["top_p"], settings["temperature"])
+class SamplingSearch(OneHypothesisSearch):
+    """Top-k / nucleus sampling (`search.Strategy`): one hypothesis per sentence, extended
+    by a token drawn with the sentence's `SamplingSettings`."""
 
-
-def check_python_settings(top_k, top_p, temperature, max_extra_length):
-    """ValueError for a setting given as a Python number that cannot apply."""
-    for name, value, bad, wanted in (
-        ("top_k", top_k, lambda v: v < 0, "a whole number >= 0 (0: the whole vocabulary)"),
-        ("top_p", top_p, lambda v: not 0 < v <= 1, "in (0, 1]"),
-        ("temperature", temperature, lambda v: not 0 < v < float("inf"), "a finite number > 0"),
-        ("max_extra_length", max_extra_length, lambda v: v < 1, "at least 1"),
-    ):
-        if isinstance(value, (int, float)) and bad(value):
-            raise ValueError(f"{name} must be {wanted}, got {value!r}")
-
-
-def checked_settings(batch_size, seeds, top_k, top_p, temperature, max_extra_length):
-    """The `sample` signature's settings, each one per sentence (`[B]`), checked when the
-    graph runs: a request's values, which TF Serving passes on unchecked. An assertion
-    (InvalidArgumentError) names the setting and its value."""
-    settings = {
-        "seed": seeds, "top_k": top_k, "top_p": top_p, "temperature": temperature,
-        "max_extra_length": max_extra_length,
-    }
-    checks = [
-        tf.debugging.assert_equal(tf.size(value), batch_size, message=f"one {name} per input")
-        for name, value in settings.items()
-    ]
-    checks += [
-        tf.debugging.assert_non_negative(top_k, message="top_k must be >= 0 (0: the whole vocabulary)"),
-        tf.debugging.Assert(tf.reduce_all((top_p > 0) & (top_p <= 1)), ["top_p must be in (0, 1], got", top_p]),
-        # Written as a positive test, so that NaN fails it.
-        tf.debugging.Assert(
-            tf.reduce_all((temperature > 0) & tf.math.is_finite(temperature)),
-            ["temperature must be a finite number > 0, got", temperature],
-        ),
-        tf.debugging.assert_positive(max_extra_length, message="max_extra_length must be positive"),
-    ]
-    with tf.control_dependencies(checks):
-        return tuple(tf.identity(value) for value in settings.values())
+    def choose(self, logits, step, settings):
+        uniform = uniform_per_sentence(settings.seed, step)  # [A]
+        return choose_tokens(logits, uniform, settings.top_k, settings.top_p, settings.temperature)

@@ -3,11 +3,11 @@ written once for every way of choosing tokens.
 
     ids, scores = search(BeamSearch(beam_size=4), symbols_to_logits_fn, initial_ids,
                          initial_cache, vocab_size, max_lengths=max_lengths,
-                         settings={"alpha": alpha})
+                         settings=BeamSettings(alpha=alpha))
 
-A `Strategy` decides which tokens extend which hypotheses (beam search, greedy search
-with a token chooser: app/decoding/beam_search.py, app/decoding/greedy.py); the loop
-does the rest, the same for all of them:
+A `Strategy` decides which tokens extend which hypotheses (beam search, greedy search,
+sampling: app/decoding/beam_search.py, greedy.py, sampling.py); the loop does the rest,
+the same for all of them:
 
 - it feeds the model's step the hypotheses' tokens and cache, and masks the tokens no
   output may hold (padding, the start token, and every token but the end token at a
@@ -52,7 +52,7 @@ class Strategy(typing.Protocol):
             logits: float32 `[A, K, V]`, the model's scores of the token at `step + 1`.
             allowed: bool `[A, V]`, the tokens each sentence may write there.
             step: int32 scalar, the position of the newest token.
-            settings: dict of `[A]` tensors: `max_lengths` and the caller's settings.
+            settings: the `SentenceSettings` of the A sentences.
 
         Returns:
             `(state, parents, tokens)`: the new state; int32 `[A, K]`, the hypothesis
@@ -72,6 +72,17 @@ class Strategy(typing.Protocol):
         scores of no hypothesis."""
 
 
+class SentenceSettings(typing.NamedTuple):
+    """What each sentence is searched with, one value per sentence: narrowed with the
+    sentences still searched."""
+
+    # int32 [A]: the most output tokens of each sentence, end token included.
+    max_lengths: tf.Tensor
+    # The strategy's own settings, a NamedTuple of [A] tensors (`beam_search.BeamSettings`,
+    # `sampling.SamplingSettings`), or () where it reads none.
+    strategy: typing.Any = ()
+
+
 class SearchState(typing.NamedTuple):
     """The `tf.while_loop` state: the A sentences still searched, and the results of
     those done."""
@@ -86,8 +97,8 @@ class SearchState(typing.NamedTuple):
     sentence_cache: typing.Any
     # int32 [A]: each sentence's row in the batch.
     rows: tf.Tensor
-    # dict of [A] tensors: `max_lengths` and the strategy's per-sentence settings.
-    settings: typing.Any
+    # SentenceSettings, [A] each.
+    settings: SentenceSettings
     # Nested tensors [A, ...]: the strategy's state.
     strategy: typing.Any
     # Nested tensors [B, ...]: the results of the sentences done so far.
@@ -169,7 +180,7 @@ class _Loop:
     def body(self, state):
         k, step = self.strategy.width, state.step
         logits, cache = self.logits(state)  # [A, K, V]
-        must_end = step + 1 >= state.settings["max_lengths"]  # [A]: the next token is the last allowed
+        must_end = step + 1 >= state.settings.max_lengths  # [A]: the next token is the last allowed
         allowed = self.output_tokens & (self.is_end_token | ~must_end[:, None])  # [A, V]
         strategy_state, parents, tokens = self.strategy.extend(
             state.strategy, state.ids, logits, allowed, step, state.settings
@@ -241,7 +252,7 @@ def search(
     vocab_size,
     *,
     max_lengths,
-    settings=None,
+    settings=(),
     sentence_cache=None,
     end_id=END_ID,
     pad_id=PAD_ID,
@@ -265,8 +276,8 @@ def search(
         vocab_size: V, a Python int >= 2.
         max_lengths: int32 `[B]` (or a scalar for all): the most output tokens of each
             sentence, end token included, >= 1. A hypothesis of that length ends there.
-        settings: dict of `[B]` tensors (or scalars for all) the strategy reads per
-            sentence, such as beam search's `alpha`; narrowed with the sentences.
+        settings: the strategy's settings (`SentenceSettings.strategy`), a NamedTuple of
+            `[B]` tensors (or scalars for all) such as `BeamSettings(alpha)`, or ().
         sentence_cache: nested tensors with the batch `B` on axis 0 that all hypotheses
             of a sentence read alike (such as the encoder output's keys and values):
             never tiled nor reordered, only narrowed to the sentences still searched.
@@ -278,11 +289,11 @@ def search(
     initial_ids = tf.convert_to_tensor(initial_ids, tf.int32)  # [B]
     batch_size = shape_list(initial_ids)[0]
     sentences = tf.shape(initial_ids)
-    settings = {
-        name: tf.broadcast_to(tf.convert_to_tensor(value), sentences) for name, value in (settings or {}).items()
-    }
-    settings["max_lengths"] = tf.broadcast_to(tf.convert_to_tensor(max_lengths, tf.int32), sentences)  # [B]
-    max_output_length = longest_output(settings["max_lengths"])  # L
+    settings = SentenceSettings(
+        max_lengths=tf.broadcast_to(tf.convert_to_tensor(max_lengths, tf.int32), sentences),  # [B]
+        strategy=tf.nest.map_structure(lambda value: tf.broadcast_to(tf.convert_to_tensor(value), sentences), settings),
+    )
+    max_output_length = longest_output(settings.max_lengths)  # L
     sentence_cache = {} if sentence_cache is None else sentence_cache
     loop = _Loop(strategy, symbols_to_logits_fn, vocab_size, max_output_length, bool(tf.nest.flatten(sentence_cache)),
                  end_id, pad_id, start_id)

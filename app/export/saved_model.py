@@ -52,8 +52,7 @@ import tensorflow as tf
 from app.decoding.beam_search import length_penalty
 from app.decoding.config import DecodingConfig
 from app.decoding.forced import forced_log_probs, target_ids
-from app.decoding.model_search import checked_alpha, greedy_ids, sample_ids, translate_ids
-from app.decoding.sampling import checked_settings
+from app.decoding.model_search import checked_alpha, checked_request, greedy_ids, sample_ids, translate_ids
 from app.model_dir import checkpoints
 from app.export.export_info import EXPORT_INFO  # beside saved_model.pb: export_metadata()
 from app.model.transformer import Transformer, build_transformer
@@ -203,21 +202,10 @@ class Translator(tf.Module):
         ]
     )
     def serve_with_options(self, inputs, alpha, max_extra_length):
-        alpha, max_extra_length = one_per_sentence(alpha), one_per_sentence(max_extra_length)
-        checks = [
-            tf.debugging.assert_equal(tf.size(alpha), tf.size(inputs), message="one alpha per input"),
-            tf.debugging.assert_equal(
-                tf.size(max_extra_length), tf.size(inputs), message="one max_extra_length per input"
-            ),
-            # First, so that NaN is named as not finite rather than as negative. (+inf
-            # passes the check below, and would score every hypothesis -0.0.)
-            tf.debugging.Assert(tf.reduce_all(tf.math.is_finite(alpha)), ["alpha must be finite, got", alpha]),
-            tf.debugging.assert_non_negative(alpha, message="alpha must not be negative"),
-            tf.debugging.assert_positive(max_extra_length, message="max_extra_length must be positive"),
-        ]
-        with tf.control_dependencies(checks):
-            # Per sentence: a batch may mix settings, so TF Serving may batch any requests.
-            alpha, extra = tf.identity(alpha), tf.identity(max_extra_length)
+        # Per sentence: a batch may mix settings, so TF Serving may batch any requests.
+        alpha, extra = checked_request(
+            tf.size(inputs), alpha=one_per_sentence(alpha), max_extra_length=one_per_sentence(max_extra_length)
+        )
         texts, scores = self.translate(inputs, self._decoding.beam_size, alpha, extra, best_only=True)
         return {"translations": texts, "scores": scores}
 
@@ -261,8 +249,11 @@ class Translator(tf.Module):
         seed: app/decoding/sampling.py. Scores: the model's log-probability of the output,
         not normalized by length. Settings per instance, as `translate_with_options`'."""
         inputs = one_per_sentence(inputs)
-        settings = [one_per_sentence(value) for value in (seed, top_k, top_p, temperature, max_extra_length)]
-        settings = checked_settings(tf.size(inputs), *settings)
+        settings = checked_request(
+            tf.size(inputs), seed=one_per_sentence(seed), top_k=one_per_sentence(top_k),
+            top_p=one_per_sentence(top_p), temperature=one_per_sentence(temperature),
+            max_extra_length=one_per_sentence(max_extra_length),
+        )
         ids, scores = sample_ids(self._transformer, self.source_ids(inputs), *settings, self.output_kernel)
         return {"translations": self.tokenizer.detokenize(ids), "scores": scores}
 

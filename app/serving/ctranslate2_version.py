@@ -50,6 +50,7 @@ import re
 
 import numpy as np
 
+from app.decoding.config import RULES
 from app.export.export_info import EXPORT_INFO, read_export_info
 from app.serving.rest_api import ServingError, TensorSpec
 from layers.special_tokens import END_ID, PAD_ID, START_ID
@@ -278,22 +279,26 @@ class CTranslate2Version:
             raise ServingError(f"assertion failed: one alpha per input: {alpha.size} alphas for {n} inputs")
         if extra.size != n:
             raise ServingError(f"assertion failed: one max_extra_length per input: {extra.size} for {n} inputs")
-        if not np.all(np.isfinite(alpha)):
-            raise ServingError(f"assertion failed: alpha must be finite, got {alpha.tolist()}")
-        if np.any(alpha < 0):
-            raise ServingError(f"assertion failed: alpha must not be negative, got {alpha.tolist()}")
+        _check_request("alpha", alpha)
         if np.any(alpha > self.max_alpha):
             raise ServingError(
                 f"assertion failed: alpha must be at most {self.max_alpha} for a model of "
                 f"{self.engine.max_length} positions, got {alpha.tolist()}"
             )
-        if np.any(extra <= 0):
-            raise ServingError(f"assertion failed: max_extra_length must be positive, got {extra.tolist()}")
+        _check_request("max_extra_length", extra)
         return [float(a) for a in alpha], [int(e) for e in extra]
 
     def warm_up(self):
         """One call per signature, so the first request is not the slow one."""
         self.run("serving_default", {"inputs": np.array([b""], dtype=object)})
+
+
+def _check_request(name, values):
+    """ServingError naming the first rule of the setting `name` (app/decoding/config.py's
+    `RULES`) that the request's `values` (an array) break, as the SavedModel's assertion does."""
+    for rule in RULES[name]:
+        if not np.all(rule.holds(values)):
+            raise ServingError(f"assertion failed: {name} {rule.phrase}, got {values.tolist()}")
 
 
 def _text(value):

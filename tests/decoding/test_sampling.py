@@ -8,7 +8,8 @@ import pytest
 import tensorflow as tf
 
 from app.decoding.model_search import greedy_ids, sample_ids
-from app.decoding.sampling import checked_settings, choose_tokens, uniform_per_sentence
+from app.decoding.model_search import checked_request
+from app.decoding.sampling import choose_tokens, uniform_per_sentence
 from app.model.config import ModelConfig
 from app.model.transformer import Transformer, build_transformer
 
@@ -171,11 +172,11 @@ def test_each_sentence_stops_at_its_own_maximum_length(sample):
 def test_settings_given_as_numbers_are_checked_at_once(transformer):
     transformer, _ = transformer
     for name, value, message in (
-        ("top_k", -1, "top_k must be a whole number >= 0"),
+        ("top_k", -1, r"top_k must be >= 0 \(0: the whole vocabulary\), got -1"),
         ("top_p", 0.0, r"top_p must be in \(0, 1\], got 0.0"),
         ("top_p", 1.5, r"top_p must be in \(0, 1\], got 1.5"),
         ("temperature", 0.0, "temperature must be a finite number > 0, got 0.0"),
-        ("max_extra_length", 0, "max_extra_length must be at least 1, got 0"),
+        ("max_extra_length", 0, "max_extra_length must be positive, got 0"),
     ):
         with pytest.raises(ValueError, match=message):
             sample_ids(transformer, SOURCE_IDS, 1, **{name: value})
@@ -196,4 +197,4 @@ def test_the_signature_settings_are_checked_when_the_graph_runs(name, value, mes
     settings[name] = value
     dtypes = dict(seed=tf.int64, top_k=tf.int32, top_p=tf.float32, temperature=tf.float32, max_extra_length=tf.int32)
     with pytest.raises(tf.errors.InvalidArgumentError, match=message):
-        checked_settings(tf.constant(1), *(tf.constant(v, dtypes[k]) for k, v in settings.items()))
+        checked_request(tf.constant(1), **{k: tf.constant(v, dtypes[k]) for k, v in settings.items()})
