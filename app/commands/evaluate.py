@@ -28,7 +28,7 @@ from app.cli.flags import add_weights_arguments
 from app.cli.flag_types import positive_int
 from app.cli.output_file import output_file_problem, write_output
 from app.cli.quiet_tensorflow import import_tensorflow
-from app.evaluation.in_order import translate_all
+from app.evaluation.in_order import in_length_order
 from app.evaluation.metrics import score
 from app.export.export_info import EXPORT_INFO, read_export_info
 
@@ -348,7 +348,7 @@ def main(argv=None):
     translate(sources[:1])  # trace once, so the timing below is decoding only
     started = time.perf_counter()
     progress = CountProgress("decoding", len(sources), "sentences")  # on stderr: stdout holds the scores
-    hypotheses = translate_all(translate, sources, args.batch_size, progress.update)
+    hypotheses = in_length_order(translate, sources, args.batch_size, progress.update)
     seconds = time.perf_counter() - started
     progress.close()
     if args.output and write_output(args.output, "".join(h + "\n" for h in hypotheses)):

@@ -34,6 +34,7 @@ import sys
 
 from app.cli.flags import add_model_source_arguments, add_thread_arguments
 from app.cli.output_file import STDIN, output_file_problem, write_output
+from app.evaluation.in_order import in_length_order
 from app.export.locate import DEFAULT_EXPORT_BASE, ExportNotFound, saved_model_version
 from app.cli.flag_types import positive_int
 
@@ -186,22 +187,17 @@ def score_all(score, sources, targets, batch_size, progress=None):
     Returns:
         a list of `(log_prob float, token_log_probs list of floats, truncated bool)`.
     """
-    # Similar lengths share a batch, so little of it is padding; the results go back in order.
-    order = sorted(range(len(sources)), key=lambda i: (len(sources[i]) + len(targets[i]), i))
-    results = [None] * len(sources)
-    for first in range(0, len(order), batch_size):
-        indices = order[first : first + batch_size]
-        outputs = score([sources[i] for i in indices], [targets[i] for i in indices])
-        for row, i in enumerate(indices):
-            length = int(outputs["target_lengths"][row])
-            results[i] = (
-                float(outputs["log_prob"][row]),
-                [float(value) for value in outputs["token_log_probs"][row, :length]],
-                bool(outputs["truncated"][row]),
-            )
-        if progress is not None:
-            progress(first + len(indices))
-    return results
+    def score_batch(pairs):
+        outputs = score([source for source, _ in pairs], [target for _, target in pairs])
+        rows = zip(outputs["log_prob"], outputs["token_log_probs"], outputs["target_lengths"], outputs["truncated"])
+        return [
+            (float(log_prob), [float(value) for value in values[: int(length)]], bool(truncated))
+            for log_prob, values, length, truncated in rows
+        ]
+
+    # Similar lengths share a batch, so little of it is padding.
+    pairs = list(zip(sources, targets))
+    return in_length_order(score_batch, pairs, batch_size, progress, length=lambda pair: len(pair[0]) + len(pair[1]))
 
 
 def format_line(log_prob, token_log_probs, normalize=False):

@@ -45,6 +45,7 @@ from app.cli.flag_types import int_at_least, positive_int
 from app.cli.flags import DEFAULT_ALPHA, DEFAULT_BEAM_SIZE, DEFAULT_MAX_EXTRA_LENGTH, add_decoding_arguments
 from app.cli.flags import add_model_source_arguments, add_thread_arguments
 from app.cli.output_file import STDIN, output_file_problem, write_output
+from app.evaluation.in_order import in_length_order
 from app.export.locate import DEFAULT_EXPORT_BASE, ExportNotFound, saved_model_version
 
 # Digits after the point of every score.
@@ -245,14 +246,15 @@ def translate_lines(decode, lines, batch_size, progress=None):
     Lines are decoded sorted by length, so a batch pads little; `progress(done)`, the
     count of lines decoded, is called after each batch.
     """
-    todo = sorted((i for i, line in enumerate(lines) if line.strip()), key=lambda i: len(lines[i]))
+    todo = [(number, line) for number, line in enumerate(lines, start=1) if line.strip()]
+
+    def decode_batch(batch):
+        return decode([line for _, line in batch], [number for number, _ in batch])
+
     results = [[] for _ in lines]
-    for start in range(0, len(todo), batch_size):
-        batch = todo[start : start + batch_size]
-        for i, hypotheses in zip(batch, decode([lines[i] for i in batch], [i + 1 for i in batch])):
-            results[i] = hypotheses
-        if progress:
-            progress(start + len(batch))
+    decoded = in_length_order(decode_batch, todo, batch_size, progress, length=lambda pair: len(pair[1]))
+    for (number, _), hypotheses in zip(todo, decoded):
+        results[number - 1] = hypotheses
     return results
 
 

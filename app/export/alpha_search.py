@@ -35,7 +35,7 @@ import tensorflow as tf
 from app.cli.progress import format_seconds
 from app.decoding.config import DecodingConfig
 from app.evaluation import significance
-from app.evaluation.in_order import translate_all
+from app.evaluation.in_order import in_length_order
 from app.evaluation.metrics import score
 from app.model_dir.settings import load_settings
 from data.corpora import open_corpus
@@ -232,7 +232,7 @@ def search_alpha(
     scores, speeds, statistics, signature = [], [], [], None
     for number, alpha in enumerate(grid, start=1):
         started = clock()
-        hypotheses = translate_all(translate_at(alpha), sources, BATCH_SIZE)
+        hypotheses = in_length_order(translate_at(alpha), sources, BATCH_SIZE)
         seconds = clock() - started
         result = score(hypotheses, references, target_lang)
         scores.append((alpha, result[metric]))

@@ -53,6 +53,7 @@ from app.decoding.beam_search import length_penalty
 from app.decoding.config import DecodingConfig
 from app.decoding.forced import forced_log_probs, target_ids
 from app.decoding.model_search import checked_alpha, checked_request, greedy_ids, sample_ids, translate_ids
+from app.decoding.truncation import truncated_sources
 from app.model_dir import checkpoints
 from app.export.export_info import EXPORT_INFO  # beside saved_model.pb: export_metadata()
 from app.model.transformer import Transformer, build_transformer
@@ -141,9 +142,7 @@ class Translator(tf.Module):
 
     def source_ids(self, inputs):
         """string `[B]` -> int32 `[B, S]`: subwords, truncated to fit, then the end token."""
-        tokens = self.tokenizer.tokenize(inputs)[:, : self._max_source_length - 1]
-        end = tf.fill([tokens.nrows(), 1], self.tokenizer.end_id)
-        return tf.concat([tokens, tf.RaggedTensor.from_tensor(end)], axis=1).to_tensor()
+        return truncated_sources(self.tokenizer.tokenize(inputs), self._max_source_length, self.tokenizer.end_id)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
     def source_lengths(self, inputs):

@@ -51,8 +51,9 @@ import re
 import numpy as np
 
 from app.decoding.config import RULES
+from app.decoding.truncation import truncated_source
 from app.export.export_info import EXPORT_INFO, read_export_info
-from app.serving.rest_api import ServingError, TensorSpec
+from app.serving.rest_api import ServingError, TensorSpec, signature_def_json, signature_of_specs
 from layers.special_tokens import END_ID, PAD_ID, START_ID
 
 SUBWORDS = "subwords.model"
@@ -111,7 +112,7 @@ class Engine:
 
             texts = [lowercase(text) for text in texts]
         ids = self.processor.encode(list(texts), out_type=int)
-        return [[self.pieces[i] for i in row[: self.max_length - 1]] + [self.pieces[END_ID]] for row in ids]
+        return [[self.pieces[i] for i in truncated_source(row, self.max_length, END_ID)] for row in ids]
 
     def output_limits(self, sources, max_extra_length):
         """The most output tokens (end token included) of each source, as the SavedModel's
@@ -246,7 +247,9 @@ class CTranslate2Version:
             "serving_default": one_each, "nbest": k_each, "greedy": one_each, "translate_with_options": one_each,
         }
         self.signatures = dict(self.inputs)
-        self.signature_def = signature_def_json(self.inputs, self.outputs)
+        self.signature_def = signature_def_json(
+            {name: signature_of_specs(name, self.inputs[name], self.outputs[name]) for name in self.inputs}
+        )
 
     def input_specs(self, signature_name):
         if signature_name not in self.inputs:
@@ -303,30 +306,3 @@ def _check_request(name, values):
 
 def _text(value):
     return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
-
-
-_DTYPES = {_STRING: "DT_STRING", _FLOAT: "DT_FLOAT", _INT: "DT_INT32"}
-
-
-def signature_def_json(inputs, outputs):
-    """The signatures as TF Serving's metadata endpoint writes a SavedModel's
-    (`models.signature_def_json`), from the specs."""
-
-    def tensor(name, spec):
-        dims = [{"size": str(-1 if d is None else d), "name": ""} for d in spec.shape]
-        return {"name": name, "dtype": _DTYPES[spec.dtype], "tensor_shape": {"dim": dims, "unknown_rank": False}}
-
-    return {
-        "signature_def": {
-            signature: {
-                "inputs": {k: tensor(f"{signature}_{k}:0", s) for k, s in inputs[signature].items()},
-                "outputs": {
-                    k: tensor(f"StatefulPartitionedCall:{i}", s)
-                    for i, (k, s) in enumerate(sorted(outputs[signature].items()))
-                },
-                "method_name": "tensorflow/serving/predict",
-                "defaults": {},
-            }
-            for signature in sorted(inputs)
-        }
-    }

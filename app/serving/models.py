@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 from app.cli.flags import DEFAULT_EXPORT_BASE
-from app.serving.rest_api import ServingError, TensorSpec
+from app.serving.rest_api import ServingError, TensorSpec, signature_def_json
 
 log = logging.getLogger("app.serve")
 
@@ -63,7 +63,7 @@ class LoadedVersion:
             _, kwargs = function.structured_input_signature
             self.inputs[name] = {key: _spec(value) for key, value in kwargs.items()}
             self.outputs[name] = {key: _spec(value) for key, value in function.structured_outputs.items()}
-        self.signature_def = signature_def_json(path)
+        self.signature_def = signature_def_json(saved_model_signatures(path))
 
     def input_specs(self, signature_name):
         if signature_name not in self.signatures:
@@ -136,8 +136,9 @@ def _first_line(message):
     return lines[0].strip() if lines else "the model rejected the request"
 
 
-def signature_def_json(path):
-    """The SignatureDefMap as TF Serving's metadata endpoint writes it (proto JSON, defaults included)."""
+def saved_model_signatures(path):
+    """`{name: SignatureDef as a dict}` of the SavedModel in `path`, as TF Serving's metadata
+    endpoint writes each (proto JSON, defaults included): `rest_api.signature_def_json`'s input."""
     from google.protobuf import json_format
     from tensorflow.core.protobuf import saved_model_pb2
 
@@ -146,12 +147,10 @@ def signature_def_json(path):
         saved_model.ParseFromString(f.read())
     meta_graph = next(m for m in saved_model.meta_graphs if "serve" in m.meta_info_def.tags)
     return {
-        "signature_def": {
-            name: json_format.MessageToDict(
-                signature, always_print_fields_with_no_presence=True, preserving_proto_field_name=True
-            )
-            for name, signature in sorted(meta_graph.signature_def.items())
-        }
+        name: json_format.MessageToDict(
+            signature, always_print_fields_with_no_presence=True, preserving_proto_field_name=True
+        )
+        for name, signature in meta_graph.signature_def.items()
     }
 
 

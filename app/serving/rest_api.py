@@ -50,6 +50,46 @@ class TensorSpec:
     shape: tuple  # dimensions, None where unknown; shape[0] is the batch
 
 
+# The method of every signature a client can call, in the metadata.
+PREDICT_METHOD = "tensorflow/serving/predict"
+
+
+def signature_def_json(signatures):
+    """The "signature_def" of the metadata endpoint, as TF Serving writes a SavedModel's
+    SignatureDefMap: each signature in proto JSON with its default values, by name.
+
+    Args:
+        signatures: `{name: SignatureDef as a dict}`: a SavedModel's, read from its
+            saved_model.pb (`models.saved_model_signatures`), or a CTranslate2 version's,
+            written from its specs (`signature_of_specs`).
+    """
+    return {"signature_def": dict(sorted(signatures.items()))}
+
+
+_DTYPE_NAMES = {np.dtype(object): "DT_STRING", np.dtype(np.float32): "DT_FLOAT", np.dtype(np.int32): "DT_INT32"}
+
+
+def signature_of_specs(name, inputs, outputs):
+    """The SignatureDef dict a SavedModel signature `name` with these `inputs` and `outputs`
+    (`{key: TensorSpec}` each) has in `signature_def_json`: its inputs named as
+    tf.saved_model names them, its outputs numbered in the order of their keys."""
+
+    def tensor(tensor_name, spec):
+        dims = [{"size": str(-1 if size is None else size), "name": ""} for size in spec.shape]
+        return {
+            "name": tensor_name, "dtype": _DTYPE_NAMES[spec.dtype], "tensor_shape": {"dim": dims, "unknown_rank": False}
+        }
+
+    return {
+        "inputs": {key: tensor(f"{name}_{key}:0", spec) for key, spec in inputs.items()},
+        "outputs": {
+            key: tensor(f"StatefulPartitionedCall:{i}", spec) for i, (key, spec) in enumerate(sorted(outputs.items()))
+        },
+        "method_name": PREDICT_METHOD,
+        "defaults": {},
+    }
+
+
 # A model name: one part of /v1/models/<name>[/versions/<v>]:predict, and the directory
 # saved_models/<name> that export.py writes to; with the flags that take one.
 MODEL_NAME = flag_types.MODEL_NAME

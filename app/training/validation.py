@@ -8,6 +8,8 @@ import sacrebleu
 import tensorflow as tf
 
 from app.decoding.model_search import greedy_ids
+from app.decoding.truncation import truncated_source
+from app.evaluation.in_order import in_length_order
 
 
 def make_bleu_evaluator(tokenizer, sources, references, max_sentences=None, batch_size=64):
@@ -27,25 +29,21 @@ def make_bleu_evaluator(tokenizer, sources, references, max_sentences=None, batc
     if max_sentences:
         sources, references = sources[:max_sentences], references[:max_sentences]
     pieces = tokenizer.tokenize(tf.constant(sources)).to_list()  # without the end token
-    order = np.argsort([len(ids) for ids in pieces], kind="stable")
-    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
     def evaluate(transformer):
         @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
         def translate(batch):
             return tokenizer.detokenize(greedy_ids(transformer, batch)[0])
 
-        # A sentence longer than the model's positions is read as the export reads it
-        # (app.export.saved_model.Translator.source_ids): its first max_length - 1 pieces, then the end.
-        kept = transformer.config.max_length - 1
-        hypotheses = [None] * len(sources)
-        for indices in batches:
-            rows = [pieces[i][:kept] + [tokenizer.end_id] for i in indices]
+        def translate_batch(sentences):
+            # A sentence longer than the model's positions is read as the export reads it.
+            rows = [truncated_source(ids, transformer.config.max_length, tokenizer.end_id) for ids in sentences]
             batch = np.zeros((len(rows), max(len(ids) for ids in rows)), np.int32)
             for row, ids in enumerate(rows):
                 batch[row, : len(ids)] = ids
-            for i, text in zip(indices, translate(batch).numpy()):
-                hypotheses[i] = text.decode("utf-8")
+            return [text.decode("utf-8") for text in translate(batch).numpy()]
+
+        hypotheses = in_length_order(translate_batch, pieces, batch_size)
         bleu = sacrebleu.metrics.BLEU(lowercase=tokenizer.lowercase)
         score = bleu.corpus_score(hypotheses, [references])
         return {

@@ -230,7 +230,8 @@ def test_the_server_answers_row_and_columnar_requests_as_over_the_saved_model(ct
 
 
 def test_the_servers_metadata_and_errors_are_the_saved_models(ct2_server, exported):
-    from app.serving.models import signature_def_json
+    from app.serving.models import saved_model_signatures
+    from app.serving.rest_api import signature_def_json
 
     status, body = ct2_server.request("GET", "/v1/models/translator/metadata")
     assert status == 200 and body["model_spec"] == {"name": "translator", "signature_name": "", "version": "1"}
@@ -245,7 +246,8 @@ def test_the_servers_metadata_and_errors_are_the_saved_models(ct2_server, export
             for side in ("inputs", "outputs")
         }
 
-    served, saved = shapes(body["metadata"]["signature_def"]), shapes(signature_def_json(exported[2]))
+    saved = shapes(signature_def_json(saved_model_signatures(exported[2])))
+    served = shapes(body["metadata"]["signature_def"])
     # The four that decode by beam search, exactly as the SavedModel's; sampling and forced
     # decoding (`sample`, `score`) are the SavedModel's only (docs/serving.md).
     assert {name for name, _ in saved} - {name for name, _ in served} == {"sample", "score"}
