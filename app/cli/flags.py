@@ -257,8 +257,16 @@ def add_weights_arguments(parser: argparse.ArgumentParser, applies_to: str = "")
     )
 
 
+def export_base(model_name):
+    """Where export.py writes the versions of the model `model_name` (TF Serving's base path,
+    `--model_base_path`): saved_models/<name>."""
+    return os.path.join("saved_models", model_name)
+
+
+# The model's name in export.py, the server and the client (`/v1/models/<name>`).
+DEFAULT_MODEL_NAME = "translator"
 # export.py's default base, which the server and the commands read when given none.
-DEFAULT_EXPORT_BASE = os.path.join("saved_models", "translator")
+DEFAULT_EXPORT_BASE = export_base(DEFAULT_MODEL_NAME)
 
 # The paper's decoding (section 6.1), and how many beam searches share one call's sentences:
 # DecodingConfig's defaults, under the names the commands use.

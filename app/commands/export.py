@@ -23,16 +23,19 @@ See app/export/saved_model.py for the signatures and guarantees.
 """
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
+from typing import Optional
+
+# None of these imports TensorFlow: --help and a bad value answer at once.
+from app.cli.flag_types import add_hidden_alias, model_name, positive_int
+from app.cli.flags import DEFAULT_MODEL_NAME, add_decoding_arguments, add_weights_arguments, export_base
+from app.decoding.config import DecodingConfig
 
 
 def parse_args(argv=None):
-    # None of these imports TensorFlow: --help and a bad value answer at once.
-    from app.cli.flags import DEFAULT_PARALLEL_SEARCHES, add_decoding_arguments, add_weights_arguments
-    from app.cli.flag_types import add_hidden_alias, model_name, positive_int
-
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "--model-dir",
@@ -42,12 +45,13 @@ def parse_args(argv=None):
     name = parser.add_argument(
         "--model-name",
         type=model_name,
-        default="translator",
-        help="the model's name, as app.serve's --model_name: exports go to saved_models/<name>/ (default translator)",
+        default=DEFAULT_MODEL_NAME,
+        help=f"the model's name, as app.serve's --model_name: exports go to {export_base('<name>')}/ "
+        f"(default {DEFAULT_MODEL_NAME})",
     )
     base = parser.add_argument(
         "--model-base-path",
-        help="the export base directory, as app.serve's --model_base_path (default saved_models/<name>)",
+        help=f"the export base directory, as app.serve's --model_base_path (default {export_base('<name>')})",
     )
     # The names of before: scripts that use them keep working.
     add_hidden_alias(parser, name, "--name")
@@ -70,13 +74,92 @@ def parse_args(argv=None):
     parser.add_argument(
         "--parallel-searches",
         type=positive_int,
-        default=DEFAULT_PARALLEL_SEARCHES,
+        default=DecodingConfig.parallel_searches,
         metavar="P",
         help="split each call's sentences into P beam searches that run side by side on TensorFlow's inter-op "
         "threads: the same translations, one call on several cores; 1 where the server runs one op at a time "
-        f"(default {DEFAULT_PARALLEL_SEARCHES})",
+        f"(default {DecodingConfig.parallel_searches})",
     )
     return parser.parse_args(argv)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportPlan:
+    """One export, as its flags describe it (`plan_export`)."""
+
+    # The training run whose weights are exported (--model-dir).
+    model_dir: str
+    # Which of its weights (--checkpoint, --average-last); None: as its settings.json says.
+    checkpoint: Optional[str]
+    average_last: Optional[int]
+    # How the default signatures decode. Without --alpha, alpha is the paper's until the
+    # search on validation chooses one (`choose_alpha`).
+    decoding: DecodingConfig
+    # No --alpha: alpha is chosen on the run's validation split (app/export/alpha_search.py).
+    choose_alpha: bool
+    # "savedmodel" or "ctranslate2" (--format).
+    format: str
+    # The directory of numbered versions written to (--model-base-path, or saved_models/<name>,
+    # with ctranslate2/ inside for --format ctranslate2).
+    base: str
+    # The version written (--version); None: the next free one.
+    version: Optional[int]
+    # The model's name (--model-name): the server's, in the command printed at the end.
+    model_name: str
+
+
+def plan_export(args):
+    """The `ExportPlan` of parsed export.py flags `args` (left as they are).
+
+    Raises:
+        ValueError: a decoding setting `DecodingConfig` refuses.
+    """
+    base = args.model_base_path or export_base(args.model_name)
+    if args.format == "ctranslate2" and not args.model_base_path:
+        from app.export.ctranslate2 import SUBDIRECTORY
+
+        # Beside the SavedModel versions: TF Serving passes over a non-numeric directory.
+        base = os.path.join(base, SUBDIRECTORY)
+    return ExportPlan(
+        model_dir=args.model_dir,
+        checkpoint=args.checkpoint,
+        average_last=args.average_last,
+        decoding=DecodingConfig(
+            args.beam_size, DecodingConfig.alpha if args.alpha is None else args.alpha, args.max_extra_length,
+            args.parallel_searches,
+        ),
+        choose_alpha=args.alpha is None,
+        format=args.format,
+        base=base,
+        version=args.version,
+        model_name=args.model_name,
+    )
+
+
+def run_export(plan):
+    """Loads the weights once, chooses alpha on validation unless the plan holds one, and
+    writes the version; returns `(its path, a description of the weights)`."""
+    from app.export.alpha_search import choose_on_validation
+    from app.export.saved_model import check_export_base, export, export_metadata, load_trained
+
+    if plan.format == "ctranslate2":
+        from app.export import ctranslate2
+
+        ctranslate2.check_model_dir(plan.model_dir)  # before the slow part
+    check_export_base(plan.base)  # before the slow part
+    print(f"loading the weights of {plan.model_dir}")  # averaging many checkpoints takes a while
+    trained = load_trained(plan.model_dir, plan.checkpoint, plan.average_last)
+    decoding, alpha_search = plan.decoding, None
+    if plan.choose_alpha:
+        # A translator of the same weights, whose translate_with_options decodes every alpha.
+        alpha_search = choose_on_validation(trained.translator(decoding), plan.model_dir)
+        decoding = dataclasses.replace(decoding, alpha=alpha_search["chosen"])
+    translator = trained.translator(decoding)
+    metadata = {**export_metadata(plan.model_dir, trained.weights, decoding), "alpha_search": alpha_search}
+    if plan.format == "ctranslate2":
+        print(f"writing the CTranslate2 model under {plan.base}")
+        return ctranslate2.export_ctranslate2(translator, plan.base, plan.version, metadata), trained.weights
+    return export(translator, plan.base, plan.version, metadata, log=print), trained.weights  # log: what takes time
 
 
 def main(argv=None):
@@ -86,41 +169,18 @@ def main(argv=None):
     started = time.monotonic()
     import_tensorflow()
     from app.cli.progress import format_seconds
-    from app.decoding.config import DecodingConfig
-    from app.export.alpha_search import choose_on_validation
-    from app.export.saved_model import ExportError, check_export_base, export, export_metadata, load_translator
+    from app.export.saved_model import ExportError
 
     try:
-        # Without --alpha, the paper's until the search on validation replaces it.
-        alpha = DecodingConfig.alpha if args.alpha is None else args.alpha
-        decoding = DecodingConfig(args.beam_size, alpha, args.max_extra_length, args.parallel_searches)
-        base = args.model_base_path or os.path.join("saved_models", args.model_name)
-        if args.format == "ctranslate2":
-            from app.export import ctranslate2
-
-            ctranslate2.check_model_dir(args.model_dir)  # before the slow part
-            # Beside the SavedModel versions: TF Serving passes over a non-numeric directory.
-            base = args.model_base_path or os.path.join(base, ctranslate2.SUBDIRECTORY)
-        check_export_base(base)  # before the slow part
-        print(f"loading the weights of {args.model_dir}")  # averaging many checkpoints takes a while
-        translator, weights = load_translator(args.model_dir, args.checkpoint, args.average_last, decoding)
-        alpha_search = None
-        if args.alpha is None:
-            alpha_search = choose_on_validation(translator, args.model_dir)
-            translator.set_default_alpha(alpha_search["chosen"])
-        metadata = {**export_metadata(args.model_dir, weights, translator.decoding), "alpha_search": alpha_search}
-        if args.format == "ctranslate2":
-            print(f"writing the CTranslate2 model under {base}")
-            path = ctranslate2.export_ctranslate2(translator, base, args.version, metadata)
-        else:
-            path = export(translator, base, args.version, metadata, log=print)  # says what takes the time
+        plan = plan_export(args)
+        path, weights = run_export(plan)
     except (ExportError, FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     print(f"exported {weights} to {path} in {format_seconds(time.monotonic() - started)}")
-    serve = f"python -m app.serve --model_base_path {base}"
-    if args.model_name != "translator":
-        serve += f" --model_name {args.model_name}"
+    serve = f"python -m app.serve --model_base_path {plan.base}"
+    if plan.model_name != DEFAULT_MODEL_NAME:
+        serve += f" --model_name {plan.model_name}"
     print(f"serve it: {serve}")
     return 0
 

@@ -1,9 +1,9 @@
 """The length penalty alpha chosen on the validation split: the smallest whose BLEU is not
 significantly below the best alpha's, each alpha's decoding speed measured beside it.
 
-    translator, _ = load_translator(model_dir)
-    record = choose_on_validation(translator, model_dir)   # logs the grid, the tests and the choice
-    translator.set_default_alpha(record["chosen"])
+    trained = load_trained(model_dir)
+    record = choose_on_validation(trained.translator(decoding), model_dir)   # logs the grid, the tests and the choice
+    translator = trained.translator(dataclasses.replace(decoding, alpha=record["chosen"]))  # what export.py exports
 
 The paper took beam 4 and alpha 0.6 "after experimentation on the development set"; a
 model of another size, corpus or training length may prefer another alpha, and the

@@ -40,15 +40,16 @@ half-written version; an existing version is never overwritten.
 """
 
 import contextlib
-import dataclasses
 import json
 import os
 import re
 import shutil
 import time
+import typing
 
 import tensorflow as tf
 
+from app.cli.flags import DEFAULT_EXPORT_BASE
 from app.decoding.beam_search import length_penalty
 from app.decoding.config import DecodingConfig
 from app.decoding.forced import forced_log_probs, target_ids
@@ -56,11 +57,11 @@ from app.decoding.model_search import checked_alpha, checked_request, greedy_ids
 from app.decoding.truncation import truncated_sources
 from app.model_dir import checkpoints
 from app.export.export_info import EXPORT_INFO  # beside saved_model.pb: export_metadata()
+from app.model.config import ModelConfig
 from app.model.transformer import Transformer, build_transformer
 from app.model_dir.settings import load_settings
 from data.tokenizer import MODEL_FILENAME, SubwordTokenizer
 
-DEFAULT_BASE = os.path.join("saved_models", "translator")
 # Ops that are registered in stock TensorFlow but call back into Python, which a
 # TensorFlow Serving process does not have.
 PYTHON_OPS = {"PyFunc", "PyFuncStateless", "EagerPyFunc"}
@@ -119,26 +120,12 @@ class Translator(tf.Module):
 
     @property
     def decoding(self):
-        """The `DecodingConfig` of `serving_default`, `nbest` and `greedy`; `translate_with_options`
-        takes only its beam size."""
+        """The `DecodingConfig` of `serving_default`, `nbest` and `greedy`, fixed when the
+        translator is made (their graphs hold it as constants); `translate_with_options`
+        takes only its beam size and parallel searches. export.py, which chooses alpha on
+        validation with `translate_with_options`, exports a second `Translator` over the
+        same `TrainedModel` that holds the alpha chosen."""
         return self._decoding
-
-    def set_default_alpha(self, alpha):
-        """Makes `alpha` the length penalty of `serving_default`, `nbest` and `greedy`.
-
-        For export.py, which chooses it on validation with `translate_with_options` once the
-        weights are loaded (app/export/alpha_search.py). Refused once any of the three is
-        traced: its graph holds the old alpha as a constant.
-        """
-        functions = {"serve": self.serve, "serve_nbest": self.serve_nbest, "serve_greedy": self.serve_greedy}
-        traced = [name for name, function in functions.items() if function.experimental_get_tracing_count()]
-        if traced:
-            raise RuntimeError(
-                f"alpha {alpha} comes too late: {', '.join(traced)} already traced with alpha {self._decoding.alpha}"
-            )
-        decoding = dataclasses.replace(self._decoding, alpha=alpha)  # refuses a negative or NaN one
-        checked_alpha(decoding.alpha, self._max_source_length)
-        self._decoding = decoding
 
     def source_ids(self, inputs):
         """string `[B]` -> int32 `[B, S]`: subwords, truncated to fit, then the end token."""
@@ -282,8 +269,31 @@ def _checkpoint_path(model_dir, checkpoint, kept):
     )
 
 
+class TrainedModel(typing.NamedTuple):
+    """A run's model with the weights export reads, and its tokenizer (`load_trained`):
+    loaded once, for as many `Translator`s as there are ways to decode."""
+
+    # Built by `build_transformer`, holding the weights.
+    model: typing.Any
+    config: ModelConfig
+    tokenizer: SubwordTokenizer
+    # Which weights: a checkpoint's path, or "average of ckpt-3, ckpt-4".
+    weights: str
+
+    def translator(self, decoding=DecodingConfig()):
+        """A `Translator` of these weights (read, not copied) that decodes by `decoding`."""
+        return Translator(self.model, self.config, self.tokenizer, decoding)
+
+
 def load_translator(model_dir, checkpoint=None, average_last=None, decoding=DecodingConfig()):
-    """A `Translator` for a model directory, and a description of the weights it holds.
+    """A `Translator` for a model directory, and a description of the weights it holds
+    (`load_trained`'s arguments)."""
+    trained = load_trained(model_dir, checkpoint, average_last)
+    return trained.translator(decoding), trained.weights
+
+
+def load_trained(model_dir, checkpoint=None, average_last=None):
+    """The `TrainedModel` of a model directory.
 
     Args:
         checkpoint: "best" (the best validation BLEU; the newest if none was kept),
@@ -327,7 +337,7 @@ def load_translator(model_dir, checkpoint=None, average_last=None, decoding=Deco
             raise ExportError(f"{model_dir} has no checkpoint yet; train first")
         checkpoints.restore_weights(model, path)
         weights = path
-    return Translator(model, model_config, tokenizer, decoding), weights
+    return TrainedModel(model, model_config, tokenizer, weights)
 
 
 def export_metadata(model_dir, weights, decoding):
@@ -388,7 +398,7 @@ def new_version(base, version=None):
         shutil.rmtree(temporary, ignore_errors=True)
 
 
-def export(translator, base=DEFAULT_BASE, version=None, metadata=None, log=None):
+def export(translator, base=DEFAULT_EXPORT_BASE, version=None, metadata=None, log=None):
     """Writes `translator` to `base/<version>/` atomically; returns that path.
 
     `log`: called with a line as each slow part starts (tracing and writing the

@@ -1,7 +1,7 @@
 """The length penalty chosen on validation (app/export/alpha_search.py) and export.py's use of it.
 
 A fake translator whose translations per alpha are fixed pins the choice with BLEU worked
-out by hand and p-values counted from the bootstrap's draw (as tests/export/test_significance.py
+out by hand and p-values counted from the bootstrap's draw (as tests/evaluation/test_significance.py
 counts them); a fake clock pins the speeds. The `model_dir` fixture (conftest.py) runs the
 whole export on a 2-value grid.
 """
@@ -311,11 +311,16 @@ def small_grid(monkeypatch):
 
 
 def test_an_export_without_alpha_decodes_by_default_with_the_one_chosen_on_validation(
-    model_dir, tmp_path, small_grid, capsys
+    model_dir, tmp_path, small_grid, capsys, monkeypatch
 ):
     import export
+    from app.model_dir import checkpoints
 
+    loads = []
+    for name in ("average_checkpoints", "restore_weights"):
+        monkeypatch.setattr(checkpoints, name, lambda *args, load=getattr(checkpoints, name): loads.append(load(*args)))
     assert export.main(["--model-dir", model_dir, "--output", str(tmp_path / "out")]) == 0
+    assert len(loads) == 1  # the search and the export read the same weights, loaded (and averaged) once
     printed = capsys.readouterr().out.splitlines()
     path = tmp_path / "out" / "1"
     info = json.loads((path / "export_info.json").read_text(encoding="utf-8"))
@@ -399,17 +404,22 @@ def test_a_bad_alpha_is_refused_by_name_before_any_search(model_dir, tmp_path, m
     assert not os.path.exists(tmp_path / "out")
 
 
-def test_the_default_alpha_cannot_change_once_the_default_signature_is_traced(model_dir):
-    from app.export.saved_model import load_translator
+def test_the_alpha_chosen_makes_a_second_translator_of_the_same_weights(model_dir):
+    """export.py searches with one translator and exports another, made with the alpha
+    chosen: a translator's decoding is fixed when it is made, and the weights load once."""
+    from app.export.saved_model import load_trained
 
-    translator, _ = load_translator(model_dir)
-    translator.set_default_alpha(1.5)
-    assert translator.decoding == DecodingConfig(4, 1.5, 50)
-    with pytest.raises(ValueError, match="alpha must be a number >= 0, got nan"):
-        translator.set_default_alpha(float("nan"))
-    translator.serve_nbest.get_concrete_function()
-    with pytest.raises(RuntimeError, match="^alpha 0.6 comes too late: serve_nbest already traced with alpha 1.5$"):
-        translator.set_default_alpha(0.6)
+    trained = load_trained(model_dir)
+    searching, chosen = trained.translator(), trained.translator(DecodingConfig(4, 1.5, 50))
+    assert (searching.decoding, chosen.decoding) == (DecodingConfig(), DecodingConfig(4, 1.5, 50))
+    assert len(chosen.model_variables) == len(searching.model_variables) > 0
+    assert all(ours is theirs for ours, theirs in zip(chosen.model_variables, searching.model_variables))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        chosen.decoding.alpha = 0.6
+    with pytest.raises(ValueError, match="alpha must be finite, got nan"):
+        dataclasses.replace(chosen.decoding, alpha=float("nan"))
+    with pytest.raises(ValueError, match="^alpha must be at most 40.72 for a model of 48 positions"):
+        trained.translator(DecodingConfig(alpha=40.73))
 
 
 def test_export_s_help_names_the_grid(capsys):
