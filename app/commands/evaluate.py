@@ -18,19 +18,24 @@ with the decoding settings and speed.
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
 import time
+from typing import Optional
 
-from app.cli.flags import DEFAULT_ALPHA, DEFAULT_BEAM_SIZE, add_decoding_arguments, add_thread_arguments
+from app.cli.flags import add_decoding_arguments, add_thread_arguments
 from app.cli.flags import add_weights_arguments
 from app.cli.flag_types import positive_int
 from app.cli.output_file import output_file_problem, write_output
 from app.cli.quiet_tensorflow import import_tensorflow
+from app.decoding.config import DecodingConfig
+from app.decoding.truncation import subwords_kept
 from app.evaluation.in_order import in_length_order
 from app.evaluation.metrics import score
 from app.export.export_info import EXPORT_INFO, read_export_info
+from app.export.locate import saved_model_version
 
 # Names a user may give a split, per the dataset's own names.
 SPLIT_ALIASES = {"val": "validation", "valid": "validation", "dev": "validation", "test_2016_flickr": "test"}
@@ -63,7 +68,8 @@ def parse_args(argv=None):
     add_decoding_arguments(
         parser,
         beam_size_help="beams, with --model-dir; a SavedModel uses its exported beam size",
-        alpha_chosen_by=f"with --saved-model the alpha it was exported with (export_info.json), else {DEFAULT_ALPHA}",
+        alpha_chosen_by="with --saved-model the alpha it was exported with (export_info.json), "
+        f"else {DecodingConfig.alpha}",
     )
     parser.add_argument(
         "--batch-size", type=positive_int, default=64, help="sentences per decoding batch (default 64)"
@@ -80,13 +86,74 @@ def parse_args(argv=None):
     conflict = conflicting_flags(args)
     if conflict:
         parser.error(conflict)
-    if args.beam_size is None:
-        args.beam_size = DEFAULT_BEAM_SIZE
-    if args.alpha is None and not args.saved_model:
-        args.alpha = DEFAULT_ALPHA  # A SavedModel's is read in main, with its export_info.json.
-    if args.split is None and not args.source:
-        args.split = "validation"
     return args
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluationPlan:
+    """One evaluation, as its flags describe it (`plan_evaluation`)."""
+
+    # The weights: a training run (--model-dir, with --checkpoint and --average-last; None:
+    # as its settings.json says) or one SavedModel version (--saved-model: its newest
+    # version where it names an export base).
+    model_dir: Optional[str]
+    saved_model: Optional[str]
+    checkpoint: Optional[str]
+    average_last: Optional[int]
+    # The data: a split (--split, validation unless --source is given) of --dataset, the
+    # run's or the export's own where None; with --saved-model, --source-lang and
+    # --target-lang override its export_info.json. Or the files --source and --reference.
+    split: Optional[str]
+    dataset: Optional[str]
+    source_lang: Optional[str]
+    target_lang: Optional[str]
+    source: Optional[str]
+    reference: Optional[str]
+    # How it decodes: --beam-size (with --model-dir; a SavedModel decodes with its own),
+    # --alpha (a SavedModel's own, as exported, where not given) and --max-extra-length.
+    decoding: DecodingConfig
+    # Sentences per decoding call (--batch-size), the first N only (--limit; None: all).
+    batch_size: int
+    limit: Optional[int]
+    # Where the translations are written (--output; None: nowhere), and --json.
+    output: Optional[str]
+    json: bool
+
+
+def plan_evaluation(args):
+    """The `EvaluationPlan` of parsed app.evaluate flags `args` (left as they are). Reads
+    the disk for a SavedModel: its newest version, and the alpha its export_info.json says
+    it was exported with.
+
+    Raises:
+        FileNotFoundError: no SavedModel where --saved-model says (`locate.ExportNotFound`).
+        ValueError: an unreadable export_info.json, or an alpha `DecodingConfig` refuses.
+    """
+    saved_model = saved_model_version(args.saved_model) if args.saved_model else None
+    alpha = args.alpha
+    if alpha is None and saved_model:
+        # The alpha the export chose on validation (or was given), as it serves.
+        alpha = read_export_info(saved_model).get("alpha", DecodingConfig.alpha)
+    if alpha is None:
+        alpha = DecodingConfig.alpha
+    beam_size = DecodingConfig.beam_size if args.beam_size is None else args.beam_size
+    return EvaluationPlan(
+        model_dir=args.model_dir,
+        saved_model=saved_model,
+        checkpoint=args.checkpoint,
+        average_last=args.average_last,
+        split="validation" if args.split is None and not args.source else args.split,
+        dataset=args.dataset,
+        source_lang=args.source_lang,
+        target_lang=args.target_lang,
+        source=args.source,
+        reference=args.reference,
+        decoding=DecodingConfig(beam_size, alpha, args.max_extra_length),
+        batch_size=args.batch_size,
+        limit=args.limit,
+        output=args.output,
+        json=args.json,
+    )
 
 
 def conflicting_flags(args):
@@ -122,43 +189,43 @@ def conflicting_flags(args):
     return None
 
 
-def read_references(args, data_config):
-    """`(sources, references, description)` for the split or files the flags name."""
+def read_references(plan, data_config):
+    """`(sources, references, description)` for the split or files of the plan."""
     from data.corpora import open_corpus
     from data.errors import DataError
     from data.text_files import read_parallel_lines
 
-    if args.source:  # with --reference: parse_args refuses either alone
-        sources, references = read_parallel_lines(args.source, args.reference)
+    if plan.source:  # with --reference: parse_args refuses either alone
+        sources, references = read_parallel_lines(plan.source, plan.reference)
         # Files of unequal length were refused above; two empty ones would decode an
         # empty batch and score nothing.
         if not sources:
-            raise DataError(f"{args.source} and {args.reference} have no lines: there is nothing to score")
+            raise DataError(f"{plan.source} and {plan.reference} have no lines: there is nothing to score")
         # An empty line scores as a translation of nothing and usually means the files
         # were cut or joined wrongly; training drops such pairs, a score must not.
         for number, (source, reference) in enumerate(zip(sources, references), start=1):
-            for path, line in ((args.source, source), (args.reference, reference)):
+            for path, line in ((plan.source, source), (plan.reference, reference)):
                 if not line.strip():
                     raise DataError(
                         f"line {number} of {path} is empty; every line of --source and "
                         "--reference must hold a sentence (remove the pair from both files)"
                     )
-        return sources, references, f"{args.source} -> {args.reference}"
-    dataset = args.dataset or data_config.dataset
+        return sources, references, f"{plan.source} -> {plan.reference}"
+    dataset = plan.dataset or data_config.dataset
     # Only the split scored is read (train too only where validation is held out of it).
     corpus = open_corpus(dataset, data_config.source_lang, data_config.target_lang)
-    split = SPLIT_ALIASES.get(args.split, args.split)
+    split = SPLIT_ALIASES.get(plan.split, plan.split)
     if split not in corpus.splits:
-        raise DataError(f"{dataset} has no split {args.split!r}; it has {', '.join(sorted(corpus.splits))}")
+        raise DataError(f"{dataset} has no split {plan.split!r}; it has {', '.join(sorted(corpus.splits))}")
     sources, references = [], []
     for source, reference in corpus.pairs(split):
         sources.append(source)
         references.append(reference)
-    description = f"{dataset} {args.split} {data_config.source_lang}->{data_config.target_lang}"
+    description = f"{dataset} {plan.split} {data_config.source_lang}->{data_config.target_lang}"
     return sources, references, description
 
 
-def saved_model_data_config(args):
+def saved_model_data_config(plan):
     """The DataConfig a SavedModel was trained on: its export_info.json, then the flags.
 
     Exports made before export_info.json recorded the data name none of it; then
@@ -167,23 +234,23 @@ def saved_model_data_config(args):
     from data.config import DataConfig
     from data.errors import DataError
 
-    path = os.path.join(args.saved_model, EXPORT_INFO)
-    info = read_export_info(args.saved_model)
+    path = os.path.join(plan.saved_model, EXPORT_INFO)
+    info = read_export_info(plan.saved_model)
     fields = {
-        "dataset": args.dataset or info.get("dataset"),
-        "source_lang": args.source_lang or info.get("source_lang"),
-        "target_lang": args.target_lang or info.get("target_lang"),
+        "dataset": plan.dataset or info.get("dataset"),
+        "source_lang": plan.source_lang or info.get("source_lang"),
+        "target_lang": plan.target_lang or info.get("target_lang"),
     }
     missing = ["--" + name.replace("_", "-") for name, value in fields.items() if not value]
     if missing:
         raise DataError(
-            f"{path} does not say which data {args.saved_model} was trained on; "
+            f"{path} does not say which data {plan.saved_model} was trained on; "
             f"give {', '.join(missing)} for --split, or use --source/--reference"
         )
     return DataConfig(**fields, lowercase=bool(info.get("lowercase", False)))
 
 
-def output_language(args, data_config):
+def output_language(plan, data_config):
     """`(target language, whether the model writes lowercase)`; None where not known.
 
     A model directory and a SavedModel scored on a split have a data config. A SavedModel
@@ -192,35 +259,35 @@ def output_language(args, data_config):
     """
     if data_config is not None:
         return data_config.target_lang, data_config.lowercase
-    info = read_export_info(args.saved_model) if args.saved_model else {}
-    return args.target_lang or info.get("target_lang"), info.get("lowercase")
+    info = read_export_info(plan.saved_model) if plan.saved_model else {}
+    return plan.target_lang or info.get("target_lang"), info.get("lowercase")
 
 
-def check_output(args):
+def check_output(plan):
     """Raises DataError unless --output names a file that can be written and that is not
     one of the files being scored (app/cli/output_file.py)."""
     from data.errors import DataError
 
     problem = output_file_problem(
-        args.output, {"--source": args.source, "--reference": args.reference}, "the translations"
+        plan.output, {"--source": plan.source, "--reference": plan.reference}, "the translations"
     )
     if problem:
         raise DataError(problem)
 
 
-def read_data_config(args):
+def read_data_config(plan):
     """The DataConfig of the data the weights were trained on; None where none is needed
     (a SavedModel scored on --source/--reference files). Reads settings.json or
     export_info.json only: nothing heavy loads."""
-    if args.saved_model:
-        return None if (args.source or args.reference) else saved_model_data_config(args)
+    if plan.saved_model:
+        return None if (plan.source or plan.reference) else saved_model_data_config(plan)
     from app.model_dir.settings import load_settings
 
-    _, data_config, _ = load_settings(args.model_dir)
+    _, data_config, _ = load_settings(plan.model_dir)
     return data_config
 
 
-def make_translate_fn(args, decoding):
+def make_translate_fn(plan):
     """`(translate, measure, description of the weights)`: loads the model (the slow part).
 
     translate: list[str] -> list[str], the translations.
@@ -230,10 +297,10 @@ def make_translate_fn(args, decoding):
     """
     import tensorflow as tf
 
-    if args.saved_model:
+    if plan.saved_model:
         import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
 
-        loaded = tf.saved_model.load(args.saved_model)
+        loaded = tf.saved_model.load(plan.saved_model)
         signature = loaded.signatures["translate_with_options"]
         source_lengths = getattr(loaded, "source_lengths", None)
         if source_lengths is not None:
@@ -241,22 +308,22 @@ def make_translate_fn(args, decoding):
             # assertion; the limit the SavedModel reports is the model's positions.
             from app.decoding.model_search import checked_alpha
 
-            checked_alpha(args.alpha, int(source_lengths(tf.constant([], tf.string))["limit"]))
+            checked_alpha(plan.decoding.alpha, int(source_lengths(tf.constant([], tf.string))["limit"]))
 
         def translate(sentences):
             n = len(sentences)
             out = signature(
                 inputs=tf.constant(sentences),
-                alpha=tf.fill([n], float(args.alpha)),
-                max_extra_length=tf.fill([n], int(args.max_extra_length)),
+                alpha=tf.fill([n], float(plan.decoding.alpha)),
+                max_extra_length=tf.fill([n], int(plan.decoding.max_extra_length)),
             )
             return [t.decode("utf-8") for t in out["translations"].numpy()]
 
-        return translate, _measure_fn(source_lengths), args.saved_model
+        return translate, _measure_fn(source_lengths), plan.saved_model
 
     from app.export.saved_model import load_translator
 
-    translator, weights = load_translator(args.model_dir, args.checkpoint, args.average_last, decoding)
+    translator, weights = load_translator(plan.model_dir, plan.checkpoint, plan.average_last, plan.decoding)
 
     def translate(sentences):
         out = translator.serve(tf.constant(sentences))
@@ -290,9 +357,10 @@ def describe_overlong(overlong, limit, shown=5):
     """The warning for `overlong_sources`' result: how many, and the first `shown`."""
     lines = ", ".join(f"line {number} ({length - 1} subwords)" for number, length in overlong[:shown])
     more = f" and {len(overlong) - shown} more" if len(overlong) > shown else ""
+    kept = subwords_kept(limit)
     return (
-        f"warning: {len(overlong)} source sentence(s) have more than the {limit - 1} subwords the model "
-        f"reads (its {limit} positions, one for the end token); only their first {limit - 1} were "
+        f"warning: {len(overlong)} source sentence(s) have more than the {kept} subwords the model "
+        f"reads (its {limit} positions, one for the end token); only their first {kept} were "
         f"translated, as the exported model does: {lines}{more}"
     )
 
@@ -312,8 +380,6 @@ def main(argv=None):
 
     set_threads_from_flags(args, decoding=True)  # before TensorFlow runs an op: its pools are made then
     from app.cli.progress import CountProgress
-    from app.decoding.config import DecodingConfig
-    from app.export.locate import saved_model_version
     from app.export.saved_model import ExportError
     from data.errors import DataError
 
@@ -321,26 +387,18 @@ def main(argv=None):
         # Every check before the model loads, so a mistake costs seconds, not a load.
         # The decoding options too for a SavedModel, whose signature would refuse bad
         # ones only once it runs, with a graph assertion instead of a message.
-        decoding = DecodingConfig(
-            args.beam_size, DEFAULT_ALPHA if args.alpha is None else args.alpha, args.max_extra_length
-        )
-        if args.saved_model:
-            args.saved_model = saved_model_version(args.saved_model)
-        if args.alpha is None:
-            # The alpha the export chose on validation (or was given), as it serves.
-            args.alpha = read_export_info(args.saved_model).get("alpha", DEFAULT_ALPHA)
-            decoding = DecodingConfig(args.beam_size, args.alpha, args.max_extra_length)
-        data_config = read_data_config(args)
-        sources, references, description = read_references(args, data_config)
-        if args.output:
-            check_output(args)
-        target_lang, lowercase_model = output_language(args, data_config)
-        translate, measure, weights = make_translate_fn(args, decoding)
+        plan = plan_evaluation(args)
+        data_config = read_data_config(plan)
+        sources, references, description = read_references(plan, data_config)
+        if plan.output:
+            check_output(plan)
+        target_lang, lowercase_model = output_language(plan, data_config)
+        translate, measure, weights = make_translate_fn(plan)
     except (DataError, ExportError, FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    if args.limit:
-        sources, references = sources[: args.limit], references[: args.limit]
+    if plan.limit:
+        sources, references = sources[: plan.limit], references[: plan.limit]
     overlong, limit = overlong_sources(measure, sources)
     if overlong:
         print(describe_overlong(overlong, limit), file=sys.stderr)
@@ -348,35 +406,51 @@ def main(argv=None):
     translate(sources[:1])  # trace once, so the timing below is decoding only
     started = time.perf_counter()
     progress = CountProgress("decoding", len(sources), "sentences")  # on stderr: stdout holds the scores
-    hypotheses = in_length_order(translate, sources, args.batch_size, progress.update)
+    hypotheses = in_length_order(translate, sources, plan.batch_size, progress.update)
     seconds = time.perf_counter() - started
     progress.close()
-    if args.output and write_output(args.output, "".join(h + "\n" for h in hypotheses)):
+    if plan.output and write_output(plan.output, "".join(h + "\n" for h in hypotheses)):
         return 1
+    result = results(plan, description, sources, hypotheses, references, target_lang, weights, seconds)
+    result.update(
+        # Whether the model was trained with --lowercase; None: not known (an export
+        # older than export_info.json, scored on --source/--reference files).
+        lowercase_model=lowercase_model,
+        # Line numbers of the sources cut to the model's positions; None: not known (an
+        # export older than Translator.source_lengths).
+        truncated_sources=[number for number, _ in overlong] if measure else None,
+    )
+    if plan.json:
+        print(json.dumps(result))
+        return 0
+    print_results(result, plan, target_lang, seconds)
+    return 0
 
-    result = {
+
+def results(plan, description, sources, hypotheses, references, target_lang, weights, seconds):
+    """What `--json` prints, but for lowercase_model and truncated_sources: the data, the
+    weights, the decoding, the scores and the speed."""
+    return {
         "data": description,
         "sentences": len(sources),
         "weights": weights,
-        "beam_size": args.beam_size if args.model_dir else "as exported",
-        "alpha": args.alpha,
-        "max_extra_length": args.max_extra_length,
+        "beam_size": plan.decoding.beam_size if plan.model_dir else "as exported",
+        "alpha": plan.decoding.alpha,
+        "max_extra_length": plan.decoding.max_extra_length,
         **score(hypotheses, references, target_lang),
         "seconds": round(seconds, 2),
         "sentences_per_second": round(len(sources) / seconds, 2),
         "words_per_second": round(sum(len(h.split()) for h in hypotheses) / seconds, 1),
-        # Whether the model was trained with --lowercase; None: not known (an export
-        # older than export_info.json, scored on --source/--reference files).
-        "lowercase_model": lowercase_model,
-        # Line numbers of the sources cut to the model's positions; None: not known (an
-        # export older than Translator.source_lengths).
-        "truncated_sources": [number for number, _ in overlong] if measure else None,
     }
-    if args.json:
-        print(json.dumps(result))
-        return 0
-    print(f"{description}: {len(sources)} sentences, weights {weights}")
-    print(f"decoding: beam {result['beam_size']}, alpha {args.alpha}, max length input + {args.max_extra_length}")
+
+
+def print_results(result, plan, target_lang, seconds):
+    """The text app.evaluate prints without --json."""
+    print(f"{result['data']}: {result['sentences']} sentences, weights {result['weights']}")
+    print(
+        f"decoding: beam {result['beam_size']}, alpha {plan.decoding.alpha}, "
+        f"max length input + {plan.decoding.max_extra_length}"
+    )
     if result["lowercase_model"]:
         print("the model was trained with --lowercase and writes lowercase: compare the lowercased scores")
     print(f"BLEU            {result['bleu']:6.2f}  {result['bleu_signature']}")
@@ -391,7 +465,6 @@ def main(argv=None):
     print(
         f"speed: {result['sentences_per_second']} sentences/s, {result['words_per_second']} words/s ({seconds:.1f} s)"
     )
-    return 0
 
 
 if __name__ == "__main__":

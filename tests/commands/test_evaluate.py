@@ -1,5 +1,6 @@
 """app.evaluate: its flags, its inputs and what it prints (the metrics: tests/evaluation/)."""
 
+import copy
 import json
 import re
 import shutil
@@ -7,17 +8,40 @@ import shutil
 import pytest
 
 from app.commands.evaluate import (
+    EvaluationPlan,
     describe_overlong,
     output_language,
     overlong_sources,
     paper_bleu_label,
     parse_args,
+    plan_evaluation,
     read_references,
     saved_model_data_config,
 )
+from app.decoding.config import DecodingConfig
 from app.evaluation.metrics import score
 from data.config import DataConfig
 from data.errors import DataError
+
+
+def planned(argv):
+    """The `EvaluationPlan` of app.evaluate's flags `argv`, after checking that it left the
+    parsed flags as they were."""
+    args = parse_args(argv)
+    before = copy.deepcopy(vars(args))
+    plan = plan_evaluation(args)
+    assert vars(args) == before
+    return plan
+
+
+def a_saved_model(directory, **info):
+    """`directory` as plan_evaluation finds a SavedModel version (a saved_model.pb, here
+    empty), with an export_info.json of `info`, if any; its path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "saved_model.pb").write_bytes(b"")
+    if info:
+        (directory / "export_info.json").write_text(json.dumps(info))
+    return str(directory)
 
 
 def test_the_paper_bleu_is_printed_under_a_name_that_says_what_was_done():
@@ -30,15 +54,15 @@ def test_the_paper_bleu_is_printed_under_a_name_that_says_what_was_done():
 def test_named_splits_and_their_aliases():
     config = DataConfig()
     sources, references, description = read_references(
-        parse_args(["--model-dir", "x", "--split", "test_2016_flickr"]), config
+        planned(["--model-dir", "x", "--split", "test_2016_flickr"]), config
     )
     assert len(sources) == len(references) == 1000
     assert description == "multi30k test_2016_flickr en->de"
     with pytest.raises(DataError, match="multi30k has no split 'bogus'; it has test, train, validation"):
-        read_references(parse_args(["--model-dir", "x", "--split", "bogus"]), config)
+        read_references(planned(["--model-dir", "x", "--split", "bogus"]), config)
 
 
-def test_newstest2014_is_the_test_split_of_tfds_wmt14(monkeypatch):
+def test_newstest2014_is_the_test_split_of_tfds_wmt14(monkeypatch, tmp_path):
     # Read through TFDS's own stream of wmt14_translate/de-en's "test" (newstest2014),
     # here mocked: no download.
     tfds = pytest.importorskip("tensorflow_datasets")
@@ -54,9 +78,10 @@ def test_newstest2014_is_the_test_split_of_tfds_wmt14(monkeypatch):
 
     monkeypatch.setattr(tfds.core.DatasetBuilder, "as_dataset", recording)
     config = DataConfig(dataset="tfds:wmt14_translate/de-en", source_lang="en", target_lang="de")
-    args = parse_args(["--saved-model", "x", "--dataset", "tfds:wmt14_translate/de-en", "--split", "test"])
+    dataset = ["--dataset", "tfds:wmt14_translate/de-en", "--split", "test"]
+    plan = planned(["--saved-model", a_saved_model(tmp_path), *dataset])
     with tfds.testing.mock_data(num_examples=6, policy=tfds.testing.MockPolicy.USE_CODE):
-        sources, references, description = read_references(args, config)
+        sources, references, description = read_references(plan, config)
     assert asked == [("wmt14_translate", "de-en", "test")]
     assert description == "tfds:wmt14_translate/de-en test en->de"
     assert 0 < len(sources) == len(references) <= 6
@@ -65,9 +90,9 @@ def test_newstest2014_is_the_test_split_of_tfds_wmt14(monkeypatch):
 def test_source_and_reference_files_must_align(tmp_path):
     (tmp_path / "s").write_text("a\nb\n", encoding="utf-8")
     (tmp_path / "r").write_text("a\n", encoding="utf-8")
-    args = parse_args(["--model-dir", "x", "--source", str(tmp_path / "s"), "--reference", str(tmp_path / "r")])
+    plan = planned(["--model-dir", "x", "--source", str(tmp_path / "s"), "--reference", str(tmp_path / "r")])
     with pytest.raises(DataError, match="2 .* 1|1 .* 2"):
-        read_references(args, None)
+        read_references(plan, None)
 
 
 def test_empty_source_and_reference_files_are_refused_by_name_before_the_model_loads(
@@ -90,54 +115,55 @@ def test_empty_source_and_reference_files_are_refused_by_name_before_the_model_l
 def test_an_empty_line_in_source_or_reference_names_the_file_and_line(tmp_path, source, reference, bad):
     (tmp_path / "s").write_text(source, encoding="utf-8")
     (tmp_path / "r").write_text(reference, encoding="utf-8")
-    args = parse_args(["--model-dir", "x", "--source", str(tmp_path / "s"), "--reference", str(tmp_path / "r")])
+    plan = planned(["--model-dir", "x", "--source", str(tmp_path / "s"), "--reference", str(tmp_path / "r")])
     with pytest.raises(DataError, match=f"line 2 of {tmp_path / bad} is empty"):
-        read_references(args, None)
+        read_references(plan, None)
 
 
 def test_a_saved_model_scored_on_files_takes_its_output_language_from_export_info(tmp_path):
     files = ["--source", "s.en", "--reference", "r.fr"]
     (tmp_path / "export_info.json").write_text(json.dumps({"target_lang": "fr", "lowercase": True}))
-    assert output_language(parse_args(["--saved-model", str(tmp_path), *files]), None) == ("fr", True)
-    flagged = parse_args(["--saved-model", str(tmp_path), *files, "--target-lang", "de"])
+    assert output_language(planned(["--saved-model", a_saved_model(tmp_path), *files]), None) == ("fr", True)
+    flagged = planned(["--saved-model", a_saved_model(tmp_path), *files, "--target-lang", "de"])
     assert output_language(flagged, None) == ("de", True)
     (tmp_path / "export_info.json").unlink()  # an export older than export_info.json
-    assert output_language(parse_args(["--saved-model", str(tmp_path), *files]), None) == (None, None)
+    assert output_language(planned(["--saved-model", a_saved_model(tmp_path), *files]), None) == (None, None)
     # With a data config (a model directory, or a split) that config decides.
     config = DataConfig(source_lang="en", target_lang="de")
-    assert output_language(parse_args(["--model-dir", "x", *files]), config) == ("de", False)
+    assert output_language(planned(["--model-dir", "x", *files]), config) == ("de", False)
 
 
 def test_a_saved_model_names_its_data_in_export_info_and_flags_override_it(tmp_path):
     (tmp_path / "export_info.json").write_text(
         json.dumps({"dataset": "multi30k", "source_lang": "en", "target_lang": "fr"})
     )
-    config = saved_model_data_config(parse_args(["--saved-model", str(tmp_path), "--split", "test_2016_flickr"]))
+    config = saved_model_data_config(planned(["--saved-model", a_saved_model(tmp_path), "--split", "test_2016_flickr"]))
     assert (config.dataset, config.source_lang, config.target_lang) == ("multi30k", "en", "fr")
     assert config.lowercase is False  # Exports from before --lowercase: cased.
     sources, references, description = read_references(
-        parse_args(["--saved-model", str(tmp_path), "--split", "test"]), config
+        planned(["--saved-model", a_saved_model(tmp_path), "--split", "test"]), config
     )
     assert description == "multi30k test en->fr" and len(sources) == len(references) == 1000
-    flagged = saved_model_data_config(parse_args(["--saved-model", str(tmp_path), "--target-lang", "de"]))
+    flagged = saved_model_data_config(planned(["--saved-model", a_saved_model(tmp_path), "--target-lang", "de"]))
     assert flagged.target_lang == "de"
     (tmp_path / "export_info.json").write_text(
         json.dumps({"dataset": "multi30k", "source_lang": "en", "target_lang": "de", "lowercase": True})
     )
-    assert saved_model_data_config(parse_args(["--saved-model", str(tmp_path), "--split", "test"])).lowercase is True
+    plan = planned(["--saved-model", a_saved_model(tmp_path), "--split", "test"])
+    assert saved_model_data_config(plan).lowercase is True
 
 
 def test_a_saved_model_without_data_names_the_flags_it_needs(tmp_path):
     (tmp_path / "export_info.json").write_text(json.dumps({"weights": "ckpt-9"}))
-    args = parse_args(["--saved-model", str(tmp_path), "--split", "test", "--dataset", "multi30k"])
+    plan = planned(["--saved-model", a_saved_model(tmp_path), "--split", "test", "--dataset", "multi30k"])
     with pytest.raises(DataError, match="give --source-lang, --target-lang for --split"):
-        saved_model_data_config(args)
+        saved_model_data_config(plan)
     (tmp_path / "export_info.json").write_text("{not json")
     with pytest.raises(DataError, match="export_info.json is not valid JSON"):
-        saved_model_data_config(args)
+        saved_model_data_config(plan)
     (tmp_path / "export_info.json").write_text("[1, 2]")
     with pytest.raises(DataError) as refused:
-        saved_model_data_config(args)
+        saved_model_data_config(plan)
     path = tmp_path / "export_info.json"
     assert str(refused.value) == f"{path} must hold a JSON object (as export.py writes it), not an array"
 
@@ -298,15 +324,28 @@ def test_flags_that_cannot_apply_are_refused_by_name_not_ignored(capsys, flags, 
     assert capsys.readouterr().err.splitlines()[-1].endswith(f"error: {message}")
 
 
-def test_the_flags_that_do_apply_are_taken_and_defaults_filled_in():
+def test_the_flags_that_do_apply_are_taken_and_defaults_filled_in(tmp_path):
     decoding = ["--alpha", "1.0", "--max-extra-length", "9"]
-    saved = parse_args(["--saved-model", "m", *FILES, "--target-lang", "de", *decoding])
-    assert (saved.target_lang, saved.alpha, saved.max_extra_length, saved.split) == ("de", 1.0, 9, None)
-    assert saved.beam_size == 4  # unused by a SavedModel, but DecodingConfig checks it
-    split = parse_args(["--saved-model", "m", "--dataset", "multi30k", "--source-lang", "en", "--target-lang", "de"])
-    assert (split.split, split.dataset) == ("validation", "multi30k")
-    run = parse_args(["--model-dir", "d", "--checkpoint", "best", "--beam-size", "1", "--split", "test"])
-    assert (run.checkpoint, run.beam_size, run.split) == ("best", 1, "test")
+    export = a_saved_model(tmp_path / "export" / "3", alpha=1.4)
+    saved = planned(["--saved-model", str(tmp_path / "export"), *FILES, "--target-lang", "de", *decoding])
+    # The newest version of the base; the beam size unused by a SavedModel, but DecodingConfig checks it.
+    assert saved == EvaluationPlan(
+        model_dir=None, saved_model=export, checkpoint=None, average_last=None, split=None, dataset=None,
+        source_lang=None, target_lang="de", source="s.en", reference="r.de", decoding=DecodingConfig(4, 1.0, 9),
+        batch_size=64, limit=None, output=None, json=False,
+    )
+    split = planned(["--saved-model", export, "--dataset", "multi30k", "--source-lang", "en", "--target-lang", "de"])
+    assert (split.split, split.dataset, split.decoding) == ("validation", "multi30k", DecodingConfig(4, 1.4, 50))
+    run = planned(["--model-dir", "d", "--checkpoint", "best", "--beam-size", "1", "--split", "test"])
+    assert run == EvaluationPlan(
+        model_dir="d", saved_model=None, checkpoint="best", average_last=None, split="test", dataset=None,
+        source_lang=None, target_lang=None, source=None, reference=None, decoding=DecodingConfig(1, 0.6, 50),
+        batch_size=64, limit=None, output=None, json=False,
+    )
+    other = planned(["--model-dir", "d", "--average-last", "3", "--limit", "7", "--batch-size", "8", "--json",
+                     "--output", "out.de"])
+    assert (other.average_last, other.limit, other.batch_size, other.json, other.output) == (3, 7, 8, True, "out.de")
+    assert (other.split, other.decoding) == ("validation", DecodingConfig())
 
 
 def test_sources_longer_than_the_model_reads_are_found_and_named():
