@@ -37,16 +37,18 @@ sampling, the plain sum of the model's log-probabilities of the drawn tokens.
 """
 
 import argparse
-import math
+import dataclasses
 import os
 import sys
+from typing import Optional
 
 from app.cli.flag_types import int_at_least, positive_int
-from app.cli.flags import DEFAULT_ALPHA, DEFAULT_BEAM_SIZE, DEFAULT_MAX_EXTRA_LENGTH, add_decoding_arguments
-from app.cli.flags import add_model_source_arguments, add_thread_arguments
+from app.cli.flags import DEFAULT_EXPORT_BASE, add_decoding_arguments, add_model_source_arguments
+from app.cli.flags import add_thread_arguments
 from app.cli.output_file import STDIN, output_file_problem, write_output
+from app.decoding.config import DecodingConfig, broken_rule
 from app.evaluation.in_order import in_length_order
-from app.export.locate import DEFAULT_EXPORT_BASE, ExportNotFound, saved_model_version
+from app.export.locate import ExportNotFound, saved_model_version
 
 # Digits after the point of every score.
 DECIMALS = 6
@@ -56,26 +58,26 @@ MAX_SEED = 2**31 - 1
 
 
 class FlagError(ValueError):
-    """A flag that cannot apply, found once the model is known: exits 2, as argparse does."""
+    """A flag that cannot apply, found before or once the model is known: exits 2, as argparse does."""
 
 
 def _top_p(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
-    return value
+    return _sampling_setting("top_p", text)
 
 
 def _temperature(text):
+    return _sampling_setting("temperature", text)
+
+
+def _sampling_setting(name, text):
+    """`text` as a number within the rules of the sampling setting `name` (app/decoding/config.py)."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    rule = broken_rule(name, value)
+    if rule is not None:
+        raise argparse.ArgumentTypeError(f"{rule.phrase}, got {text}")
     return value
 
 
@@ -102,7 +104,7 @@ def build_parser():
         parser,
         beam_size_help="beams; 1 is greedy. A SavedModel decodes with the beam size it was exported with "
         "(its default) or 1; a --model-dir with any",
-        alpha_chosen_by=f"with a SavedModel the export's, with --model-dir {DEFAULT_ALPHA}",
+        alpha_chosen_by=f"with a SavedModel the export's, with --model-dir {DecodingConfig.alpha}",
     )
     parser.add_argument(
         "--nbest", type=positive_int, metavar="K", help="write the K best translations of each line, as a TSV table"
@@ -132,34 +134,121 @@ def build_parser():
 
 
 def parse_args(argv=None):
-    """The flags, every check that needs no model done: exits 2 naming the flag."""
+    """`(parser, flags)`: exits 2 naming a flag argparse refuses, or one that contradicts another."""
     parser = build_parser()
     args = parser.parse_args(argv)
     problem = conflicting_flags(args)
     if problem:
         parser.error(problem)
+    return parser, args
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampling:
+    """One random translation per line instead of beam search (app/decoding/sampling.py)."""
+
+    # Draw among the K most likely tokens (--sampling-topk); 0: all of them.
+    top_k: int = 0
+    # Among the fewest most likely tokens whose probability reaches P (--sampling-topp); 1: all.
+    top_p: float = 1.0
+    # The logits are divided by T (--sampling-temperature).
+    temperature: float = 1.0
+    # Line n draws with the seed `seed * SEED_STRIDE + n` (--seed).
+    seed: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportOverrides:
+    """What a SavedModel is asked to decode otherwise than it was exported to: the flags
+    given, None where not given (the export's own then)."""
+
+    beam_size: Optional[int] = None  # its own or 1 (its greedy signature)
+    alpha: Optional[float] = None  # with max_extra_length: its translate_with_options signature
+    max_extra_length: Optional[int] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class TranslatePlan:
+    """One translation run, as its flags describe it (`plan_translation`)."""
+
+    # The model: one SavedModel version (--saved-model, its base's newest version;
+    # saved_models/translator by default), or a training run (--model-dir, with
+    # --checkpoint and --average-last; None: as its settings.json says).
+    saved_model: Optional[str]
+    model_dir: Optional[str]
+    checkpoint: Optional[str]
+    average_last: Optional[int]
+    # The lines read (--input; STDIN: standard input) and where the output goes (--output;
+    # None: standard output).
+    input: str
+    output: Optional[str]
+    # Sentences decoded together (--batch-size).
+    batch_size: int
+    # The K best of each line as a table (--nbest; None: the best only), the scores (--scores).
+    nbest: Optional[int]
+    scores: bool
+    # How beam search decodes: with --model-dir, the flags over DecodingConfig's defaults;
+    # a SavedModel decodes as exported, but for `overrides`. The one of them that applies.
+    decoding: Optional[DecodingConfig]
+    overrides: Optional[ExportOverrides]
+    # Sampling instead of beam search (--sampling-topk, -topp, -temperature, --seed), or None.
+    sampling: Optional[Sampling]
+
+
+def plan_translation(args):
+    """The `TranslatePlan` of parsed app.translate flags `args` (left as they are), every
+    check that needs no model done. Reads the disk: the newest SavedModel version under
+    --saved-model, and whether --model-dir, --input and --output can be used.
+
+    Raises:
+        FlagError: naming the flag: no export where --saved-model says, no --model-dir
+            directory, an --input that is no file, an --output that cannot be written.
+    """
+    saved_model = None
     if args.model_dir is None:
         try:
-            args.saved_model = saved_model_version(args.saved_model or DEFAULT_EXPORT_BASE)
+            saved_model = saved_model_version(args.saved_model or DEFAULT_EXPORT_BASE)
         except ExportNotFound as error:
-            parser.error(f"--saved-model: {error}")
-    if args.model_dir is not None and not os.path.isdir(args.model_dir):
-        parser.error(f"--model-dir {args.model_dir}: no such directory")
+            raise FlagError(f"--saved-model: {error}") from None
+    elif not os.path.isdir(args.model_dir):
+        raise FlagError(f"--model-dir {args.model_dir}: no such directory")
     if args.input != STDIN and os.path.isdir(args.input):
-        parser.error(f"--input {args.input}: is a directory; give the file of sentences to translate")
+        raise FlagError(f"--input {args.input}: is a directory; give the file of sentences to translate")
     if args.input != STDIN and not os.path.isfile(args.input):
-        parser.error(f"--input {args.input}: no such file")
-    if args.output:
-        problem = output_file_problem(args.output, {"--input": args.input}, "the translations")
-        if problem:
-            parser.error(problem)
-    args.sampling = sampling_on(args)
-    if args.sampling:
-        args.sampling_topk = args.sampling_topk or 0
-        args.sampling_topp = 1.0 if args.sampling_topp is None else args.sampling_topp
-        args.sampling_temperature = args.sampling_temperature or 1.0
-        args.seed = args.seed or 0
-    return parser, args
+        raise FlagError(f"--input {args.input}: no such file")
+    problem = args.output and output_file_problem(args.output, {"--input": args.input}, "the translations")
+    if problem:
+        raise FlagError(problem)
+    return TranslatePlan(
+        saved_model=saved_model,
+        model_dir=args.model_dir,
+        checkpoint=args.checkpoint,
+        average_last=args.average_last,
+        input=args.input,
+        output=args.output,
+        batch_size=args.batch_size,
+        nbest=args.nbest,
+        scores=args.scores,
+        decoding=None if saved_model else DecodingConfig(
+            DecodingConfig.beam_size if args.beam_size is None else args.beam_size,
+            DecodingConfig.alpha if args.alpha is None else args.alpha,
+            DecodingConfig.max_extra_length if args.max_extra_length is None else args.max_extra_length,
+        ),
+        overrides=ExportOverrides(args.beam_size, args.alpha, args.max_extra_length) if saved_model else None,
+        sampling=sampling_from_flags(args),
+    )
+
+
+def sampling_from_flags(args):
+    """The `Sampling` the flags ask for, its defaults where not given; None: beam search."""
+    if not sampling_on(args):
+        return None
+    return Sampling(
+        top_k=args.sampling_topk or 0,
+        top_p=1.0 if args.sampling_topp is None else args.sampling_topp,
+        temperature=args.sampling_temperature or 1.0,
+        seed=args.seed or 0,
+    )
 
 
 def sampling_on(args):
@@ -183,8 +272,9 @@ def conflicting_flags(args):
             return "--scores: the --nbest table holds the scores already"
         if args.beam_size is not None and args.nbest > args.beam_size:
             return f"--nbest {args.nbest} asks for more translations than --beam-size {args.beam_size} keeps"
-        if args.model_dir is not None and args.beam_size is None and args.nbest > DEFAULT_BEAM_SIZE:
-            return f"--nbest {args.nbest} asks for more translations than the default --beam-size {DEFAULT_BEAM_SIZE}"
+        if args.model_dir is not None and args.beam_size is None and args.nbest > DecodingConfig.beam_size:
+            default = DecodingConfig.beam_size
+            return f"--nbest {args.nbest} asks for more translations than the default --beam-size {default}"
         if args.model_dir is None:
             for flag, given in (("--alpha", args.alpha), ("--max-extra-length", args.max_extra_length)):
                 if given is not None:
@@ -261,28 +351,28 @@ def translate_lines(decode, lines, batch_size, progress=None):
 # The model.
 
 
-def make_decoder(args):
+def make_decoder(plan):
     """`(decode, description)`: loads the model. `decode(sentences, line_numbers)` returns, per
     sentence, its hypotheses `[(translation, score)]`, best first (one unless --nbest).
 
     Raises:
         FlagError: a flag the SavedModel cannot apply (its beam size is another).
     """
-    if args.model_dir:
-        return _model_dir_decoder(args), args.model_dir
-    return _saved_model_decoder(args), args.saved_model
+    if plan.model_dir:
+        return _model_dir_decoder(plan), plan.model_dir
+    return _saved_model_decoder(plan), plan.saved_model
 
 
-def _sampling_inputs(args, sentences, line_numbers, max_extra_length):
+def _sampling_inputs(sampling, sentences, line_numbers, max_extra_length):
     import tensorflow as tf
 
     n = len(sentences)
     return dict(
         inputs=tf.constant(sentences),
-        seed=tf.constant([args.seed * SEED_STRIDE + number for number in line_numbers], tf.int64),
-        top_k=tf.fill([n], args.sampling_topk),
-        top_p=tf.fill([n], float(args.sampling_topp)),
-        temperature=tf.fill([n], float(args.sampling_temperature)),
+        seed=tf.constant([sampling.seed * SEED_STRIDE + number for number in line_numbers], tf.int64),
+        top_k=tf.fill([n], sampling.top_k),
+        top_p=tf.fill([n], float(sampling.top_p)),
+        temperature=tf.fill([n], float(sampling.temperature)),
         max_extra_length=tf.fill([n], int(max_extra_length)),
     )
 
@@ -300,28 +390,22 @@ def _hypotheses(outputs, count=1):
     ]
 
 
-def _model_dir_decoder(args):
+def _model_dir_decoder(plan):
     import tensorflow as tf
 
-    from app.decoding.config import DecodingConfig
     from app.export.saved_model import load_translator
 
-    decoding = DecodingConfig(
-        DEFAULT_BEAM_SIZE if args.beam_size is None else args.beam_size,
-        DEFAULT_ALPHA if args.alpha is None else args.alpha,
-        DEFAULT_MAX_EXTRA_LENGTH if args.max_extra_length is None else args.max_extra_length,
-    )
-    translator, _ = load_translator(args.model_dir, args.checkpoint, args.average_last, decoding)
-    if args.sampling:
+    translator, _ = load_translator(plan.model_dir, plan.checkpoint, plan.average_last, plan.decoding)
+    if plan.sampling:
 
         def decode(sentences, line_numbers):
-            inputs = _sampling_inputs(args, sentences, line_numbers, decoding.max_extra_length)
+            inputs = _sampling_inputs(plan.sampling, sentences, line_numbers, plan.decoding.max_extra_length)
             return _hypotheses(translator.serve_sample(**inputs))
 
     else:
 
         def decode(sentences, line_numbers):
-            return _hypotheses(translator.serve_nbest(tf.constant(sentences)), args.nbest or 1)
+            return _hypotheses(translator.serve_nbest(tf.constant(sentences)), plan.nbest or 1)
 
     return decode
 
@@ -331,43 +415,44 @@ def exported_beam_size(loaded):
     return loaded.signatures["nbest"].structured_outputs["translations"].shape[1]
 
 
-def _saved_model_decoder(args):
+def _saved_model_decoder(plan):
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
 
     from app.export.export_info import EXPORT_INFO, read_export_info
 
-    info = read_export_info(args.saved_model)
-    loaded = tf.saved_model.load(args.saved_model)
+    info = read_export_info(plan.saved_model)
+    loaded = tf.saved_model.load(plan.saved_model)
     signatures = loaded.signatures
-    max_extra_length = args.max_extra_length or info.get("max_extra_length", DEFAULT_MAX_EXTRA_LENGTH)
-    if args.sampling:
+    asked = plan.overrides
+    max_extra_length = asked.max_extra_length or info.get("max_extra_length", DecodingConfig.max_extra_length)
+    if plan.sampling:
         if "sample" not in signatures:
             raise FlagError(
-                f"{args.saved_model} was exported before sampling existed (no sample signature); export "
+                f"{plan.saved_model} was exported before sampling existed (no sample signature); export "
                 "it again, or give --model-dir"
             )
         sample = signatures["sample"]
 
         def decode(sentences, line_numbers):
-            return _hypotheses(sample(**_sampling_inputs(args, sentences, line_numbers, max_extra_length)))
+            return _hypotheses(sample(**_sampling_inputs(plan.sampling, sentences, line_numbers, max_extra_length)))
 
         return decode
 
     beam_size = exported_beam_size(loaded)
-    if args.beam_size not in (None, beam_size, 1):
+    if asked.beam_size not in (None, beam_size, 1):
         raise FlagError(
-            f"--beam-size {args.beam_size}: {args.saved_model} was exported with beam size {beam_size}; give "
-            f"--beam-size {beam_size} or 1 (greedy), export again with --beam-size {args.beam_size}, "
+            f"--beam-size {asked.beam_size}: {plan.saved_model} was exported with beam size {beam_size}; give "
+            f"--beam-size {beam_size} or 1 (greedy), export again with --beam-size {asked.beam_size}, "
             "or give --model-dir"
         )
-    if args.nbest is not None and args.nbest > beam_size:
+    if plan.nbest is not None and plan.nbest > beam_size:
         raise FlagError(
-            f"--nbest {args.nbest} asks for more translations than the beam size {args.saved_model} "
+            f"--nbest {plan.nbest} asks for more translations than the beam size {plan.saved_model} "
             f"was exported with ({beam_size})"
         )
-    options = args.alpha is not None or args.max_extra_length is not None
-    if args.beam_size == 1 and beam_size != 1:
+    options = asked.alpha is not None or asked.max_extra_length is not None
+    if asked.beam_size == 1 and beam_size != 1:
         if options:
             raise FlagError(
                 "--alpha and --max-extra-length cannot apply with --beam-size 1 to a SavedModel: its greedy "
@@ -376,10 +461,10 @@ def _saved_model_decoder(args):
         greedy = signatures["greedy"]
         return lambda sentences, numbers: _hypotheses(greedy(inputs=tf.constant(sentences)))
     if options:
-        alpha = args.alpha if args.alpha is not None else info.get("alpha")
+        alpha = asked.alpha if asked.alpha is not None else info.get("alpha")
         if alpha is None:
             raise FlagError(
-                f"--max-extra-length: {args.saved_model}'s {EXPORT_INFO} does not record the alpha it was "
+                f"--max-extra-length: {plan.saved_model}'s {EXPORT_INFO} does not record the alpha it was "
                 "exported with, which translate_with_options needs; give --alpha too"
             )
         from app.decoding.model_search import checked_alpha
@@ -398,11 +483,15 @@ def _saved_model_decoder(args):
 
         return decode
     nbest = signatures["nbest"]
-    return lambda sentences, numbers: _hypotheses(nbest(inputs=tf.constant(sentences)), args.nbest or 1)
+    return lambda sentences, numbers: _hypotheses(nbest(inputs=tf.constant(sentences)), plan.nbest or 1)
 
 
 def main(argv=None):
     parser, args = parse_args(argv)
+    try:
+        plan = plan_translation(args)
+    except FlagError as error:
+        parser.error(str(error))
     from app.cli.quiet_tensorflow import import_tensorflow
 
     import_tensorflow()
@@ -414,8 +503,8 @@ def main(argv=None):
     from data.errors import DataError
 
     try:
-        lines = read_lines(args.input)
-        decode, _ = make_decoder(args)
+        lines = read_lines(plan.input)
+        decode, _ = make_decoder(plan)
     except FlagError as error:
         parser.error(str(error))
     except (DataError, ExportError, OSError, ValueError) as error:
@@ -425,10 +514,10 @@ def main(argv=None):
     progress = None
     if sys.stderr.isatty():
         progress = CountProgress("translating", sum(1 for line in lines if line.strip()), "lines")
-    results = translate_lines(decode, lines, args.batch_size, progress and progress.update)
+    results = translate_lines(decode, lines, plan.batch_size, progress and progress.update)
     if progress:
         progress.close()
-    return write_output(args.output, format_output(results, args.nbest, args.scores))
+    return write_output(plan.output, format_output(results, plan.nbest, plan.scores))
 
 
 if __name__ == "__main__":

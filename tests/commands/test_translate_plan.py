@@ -1,0 +1,71 @@
+"""app.translate's flags made into a `TranslatePlan` (app/commands/translate.py), the flags
+left as parsed. The command's translations: test_translate.py."""
+
+import copy
+
+import pytest
+
+from app.cli.output_file import STDIN
+from app.commands.translate import ExportOverrides, FlagError, Sampling, TranslatePlan, parse_args, plan_translation
+from app.decoding.config import DecodingConfig
+
+
+def planned(*argv):
+    """The plan of app.translate's flags `argv`, after checking that it left them as parsed."""
+    _, args = parse_args(list(argv))
+    before = copy.deepcopy(vars(args))
+    plan = plan_translation(args)
+    assert vars(args) == before
+    return plan
+
+
+@pytest.fixture
+def base(tmp_path):
+    """An export base whose newest version is 2 (two empty saved_model.pb files)."""
+    for version in ("1", "2"):
+        (tmp_path / "translator" / version).mkdir(parents=True)
+        (tmp_path / "translator" / version / "saved_model.pb").write_bytes(b"")
+    return tmp_path / "translator"
+
+
+def test_a_saved_model_decodes_as_exported_but_for_the_flags_given(base):
+    assert planned("--saved-model", str(base)) == TranslatePlan(
+        saved_model=str(base / "2"), model_dir=None, checkpoint=None, average_last=None, input=STDIN, output=None,
+        batch_size=64, nbest=None, scores=False, decoding=None, overrides=ExportOverrides(), sampling=None,
+    )
+    assert planned("--saved-model", str(base / "1"), "--beam-size", "1").overrides == ExportOverrides(1, None, None)
+    given = planned("--saved-model", str(base), "--alpha", "1.0", "--max-extra-length", "9", "--scores")
+    assert (given.overrides, given.scores, given.decoding) == (ExportOverrides(None, 1.0, 9), True, None)
+
+
+def test_a_training_run_decodes_with_the_flags_over_the_papers_settings(tmp_path):
+    (tmp_path / "in.en").write_text("A man.\n", encoding="utf-8")
+    flags = ["--model-dir", str(tmp_path), "--checkpoint", "best", "--input", str(tmp_path / "in.en"),
+             "--output", str(tmp_path / "out.de"), "--batch-size", "8", "--nbest", "3", "--alpha", "1.0"]
+    assert planned(*flags) == TranslatePlan(
+        saved_model=None, model_dir=str(tmp_path), checkpoint="best", average_last=None,
+        input=str(tmp_path / "in.en"), output=str(tmp_path / "out.de"), batch_size=8, nbest=3, scores=False,
+        decoding=DecodingConfig(beam_size=4, alpha=1.0, max_extra_length=50), overrides=None, sampling=None,
+    )
+    assert planned("--model-dir", str(tmp_path), "--beam-size", "6", "--max-extra-length", "7").decoding == (
+        DecodingConfig(6, 0.6, 7)
+    )
+
+
+def test_any_sampling_flag_samples_with_the_others_defaults(tmp_path):
+    assert planned("--model-dir", str(tmp_path), "--sampling-topp", "0.9").sampling == Sampling(0, 0.9, 1.0, 0)
+    flags = ["--sampling-topk", "5", "--sampling-temperature", "0.5", "--seed", "7"]
+    assert planned("--model-dir", str(tmp_path), *flags).sampling == Sampling(
+        top_k=5, top_p=1.0, temperature=0.5, seed=7
+    )
+
+
+def test_paths_that_cannot_be_used_are_named(tmp_path):
+    for flags, message in (
+        (["--saved-model", str(tmp_path / "none")], "--saved-model: no model exported under"),
+        (["--model-dir", str(tmp_path / "none")], f"--model-dir {tmp_path / 'none'}: no such directory"),
+        (["--model-dir", str(tmp_path), "--input", str(tmp_path)], "is a directory; give the file"),
+    ):
+        _, args = parse_args(flags)
+        with pytest.raises(FlagError, match=message):
+            plan_translation(args)
