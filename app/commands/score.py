@@ -29,20 +29,27 @@ token are not scored, and `tokens` says how many were). Such lines are named on 
 """
 
 import argparse
+import dataclasses
 import os
 import sys
+from typing import Optional
 
-from app.cli.flags import add_model_source_arguments, add_thread_arguments
+from app.cli.flag_types import positive_int
+from app.cli.flags import DEFAULT_EXPORT_BASE, add_model_source_arguments, add_thread_arguments
 from app.cli.output_file import STDIN, output_file_problem, write_output
 from app.evaluation.in_order import in_length_order
-from app.export.locate import DEFAULT_EXPORT_BASE, ExportNotFound, saved_model_version
-from app.cli.flag_types import positive_int
+from app.export.locate import ExportNotFound, saved_model_version
 
 # Digits after the point in every number of the output.
 DECIMALS = 6
 
 
+class FlagError(ValueError):
+    """A flag's value that cannot be used: exits 2, as argparse does."""
+
+
 def parse_args(argv=None):
+    """`(parser, flags)`: exits 2 naming a flag argparse refuses."""
     parser = argparse.ArgumentParser(
         prog="python -m app.score", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -59,46 +66,78 @@ def parse_args(argv=None):
         "--normalize", action="store_true", help="add a fourth column: the mean log-prob per token"
     )
     add_thread_arguments(parser.add_argument_group("CPU threads"))
-    args = parser.parse_args(argv)
-    problem = check_args(args)
-    if problem:
-        parser.error(problem)
-    return args
+    return parser, parser.parse_args(argv)
 
 
-def check_args(args):
-    """What is wrong with the flags' values, or None; resolves `args.saved_model` to a version.
+@dataclasses.dataclass(frozen=True)
+class ScorePlan:
+    """One scoring run, as its flags describe it (`plan_scoring`)."""
 
-    Checked before TensorFlow is imported, so that a slip costs well under a second.
+    # The model: one SavedModel version (--saved-model, its base's newest version;
+    # saved_models/translator by default), or a training run (--model-dir, with
+    # --checkpoint and --average-last; None: as its settings.json says).
+    saved_model: Optional[str]
+    model_dir: Optional[str]
+    checkpoint: Optional[str]
+    average_last: Optional[int]
+    # The pairs scored: line n of --source with line n of --target (STDIN: standard input).
+    source: str
+    target: str
+    # Where the scores go (--output; None: standard output).
+    output: Optional[str]
+    # Pairs per forward pass (--batch-size); a fourth column, the mean (--normalize).
+    batch_size: int
+    normalize: bool
+
+
+def plan_scoring(args):
+    """The `ScorePlan` of parsed app.score flags `args` (left as they are), checked before
+    TensorFlow is imported, so that a slip costs well under a second. Reads the disk: the
+    newest SavedModel version, and whether the files can be read and written.
+
+    Raises:
+        FlagError: naming the flag whose value cannot be used.
     """
     from data.errors import DataError
     from data.text_files import check_readable
 
+    saved_model = None
     if not args.model_dir:
-        args.saved_model = args.saved_model or DEFAULT_EXPORT_BASE
         for flag, value in (("--checkpoint", args.checkpoint), ("--average-last", args.average_last)):
             if value is not None:
-                return f"{flag} applies to --model-dir only; a SavedModel holds the weights it was exported with"
+                raise FlagError(
+                    f"{flag} applies to --model-dir only; a SavedModel holds the weights it was exported with"
+                )
         try:
-            args.saved_model = saved_model_version(args.saved_model)
+            saved_model = saved_model_version(args.saved_model or DEFAULT_EXPORT_BASE)
         except ExportNotFound as error:
-            return f"--saved-model: {error}"
-    else:
-        if not os.path.isdir(args.model_dir):
-            return f"--model-dir: no such directory: {args.model_dir}"
-        if args.average_last is not None and args.average_last < 0:
-            return f"--average-last must be a number of checkpoints, 0 for none; got {args.average_last}"
+            raise FlagError(f"--saved-model: {error}") from None
+    elif not os.path.isdir(args.model_dir):
+        raise FlagError(f"--model-dir: no such directory: {args.model_dir}")
     if args.source == STDIN and args.target == STDIN:
-        return "--source and --target cannot both read standard input (-)"
+        raise FlagError("--source and --target cannot both read standard input (-)")
     for flag, path in (("--source", args.source), ("--target", args.target)):
         if path != STDIN:
             try:
                 check_readable(path)
             except DataError as error:
-                return f"{flag}: {error}"
-    if args.output:
-        return output_file_problem(args.output, {"--source": args.source, "--target": args.target}, "the scores")
-    return None
+                raise FlagError(f"{flag}: {error}") from None
+    problem = args.output and output_file_problem(
+        args.output, {"--source": args.source, "--target": args.target}, "the scores"
+    )
+    if problem:
+        raise FlagError(problem)
+    return ScorePlan(
+        saved_model=saved_model,
+        model_dir=args.model_dir,
+        checkpoint=args.checkpoint,
+        average_last=args.average_last,
+        source=args.source,
+        target=args.target,
+        output=args.output,
+        batch_size=args.batch_size,
+        normalize=args.normalize,
+    )
 
 
 def read_pairs(source_path, target_path, stdin=None):
@@ -140,7 +179,7 @@ def describe(path):
     return "- (standard input)" if path == STDIN else path
 
 
-def make_score_fn(args):
+def make_score_fn(plan):
     """`(score, weights)`: loads the model (the slow part).
 
     score: `(sources, targets)`, lists of strings -> the `score` signature's outputs as
@@ -151,13 +190,13 @@ def make_score_fn(args):
 
     from app.export.saved_model import ExportError
 
-    if args.saved_model:
+    if plan.saved_model:
         import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
 
-        loaded = tf.saved_model.load(args.saved_model)
+        loaded = tf.saved_model.load(plan.saved_model)
         if "score" not in loaded.signatures:
             raise ExportError(
-                f"{args.saved_model} has no score signature (it was exported before there was one): "
+                f"{plan.saved_model} has no score signature (it was exported before there was one): "
                 "export the run again with python export.py, or score with --model-dir"
             )
         signature = loaded.signatures["score"]
@@ -166,11 +205,11 @@ def make_score_fn(args):
             outputs = signature(inputs=tf.constant(sources, tf.string), targets=tf.constant(targets, tf.string))
             return {name: value.numpy() for name, value in outputs.items()}
 
-        return score, args.saved_model
+        return score, plan.saved_model
 
     from app.export.saved_model import load_translator
 
-    translator, weights = load_translator(args.model_dir, args.checkpoint, args.average_last)
+    translator, weights = load_translator(plan.model_dir, plan.checkpoint, plan.average_last)
 
     def score(sources, targets):
         outputs = translator.serve_score(tf.constant(sources, tf.string), tf.constant(targets, tf.string))
@@ -220,11 +259,15 @@ def describe_truncated(line_numbers, shown=10):
 
 
 def main(argv=None, stdin=None):
-    args = parse_args(argv)
+    parser, args = parse_args(argv)
+    try:
+        plan = plan_scoring(args)
+    except FlagError as error:
+        parser.error(str(error))
     from data.errors import DataError
 
     try:
-        sources, targets = read_pairs(args.source, args.target, stdin)
+        sources, targets = read_pairs(plan.source, plan.target, stdin)
     except DataError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
@@ -237,7 +280,7 @@ def main(argv=None, stdin=None):
     set_threads_from_flags(args)  # before TensorFlow runs an op: its pools are made then
 
     try:
-        score, _ = make_score_fn(args)
+        score, _ = make_score_fn(plan)
     except (ExportError, FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
@@ -246,13 +289,13 @@ def main(argv=None, stdin=None):
     if sources:
         score(sources[:1], targets[:1])  # traced once, so the progress line's rate is scoring only
     progress = CountProgress("scoring", len(sources), "pairs")
-    results = score_all(score, sources, targets, args.batch_size, progress.update)
+    results = score_all(score, sources, targets, plan.batch_size, progress.update)
     progress.close()
     truncated = [number for number, (_, _, cut) in enumerate(results, start=1) if cut]
     if truncated:
         print(describe_truncated(truncated), file=sys.stderr)
-    text = "".join(format_line(total, values, args.normalize) + "\n" for total, values, _ in results)
-    return write_output(args.output, text)
+    text = "".join(format_line(total, values, plan.normalize) + "\n" for total, values, _ in results)
+    return write_output(plan.output, text)
 
 
 if __name__ == "__main__":
