@@ -39,11 +39,14 @@ import dataclasses
 import json
 import os
 import sys
+from typing import Optional
 
 import numpy as np
 
 from app.cli.flags import add_decoding_arguments, add_weights_arguments
 from app.cli.quiet_tensorflow import import_tensorflow
+from app.decoding.config import DecodingConfig
+from app.decoding.truncation import subwords_kept
 
 # The three kinds of attention: file name, title, and which pieces label rows and columns.
 ATTENTION_KINDS = {
@@ -151,7 +154,6 @@ def sentence_attention(translator, sentence, target=None, decoding=None):
     import sentencepiece
     import tensorflow as tf
 
-    from app.decoding.config import DecodingConfig
     from app.decoding.model_search import translate_ids
     from layers.special_tokens import END_ID, PAD_ID, START_ID
 
@@ -405,27 +407,74 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def run_attention(args):
-    from app.decoding.config import DecodingConfig
-    from app.export.saved_model import ExportError, load_translator
+@dataclasses.dataclass(frozen=True)
+class AttentionPlan:
+    """`attention`: the pictures of one sentence, as its flags describe them."""
 
-    # Nothing to attend over but the end token: no picture worth drawing.
+    # The training run (--model-dir) and which of its weights (--checkpoint,
+    # --average-last; None: as its settings.json says).
+    model_dir: str
+    checkpoint: Optional[str]
+    average_last: Optional[int]
+    # The source (--sentence), and the translation shown instead of the model's (--target), or None.
+    sentence: str
+    target: Optional[str]
+    # The directory of the PNGs (--output; MODEL_DIR/pictures/attention by default), and
+    # one figure per layer too (--per-layer).
+    output: str
+    per_layer: bool
+    # How the sentence is translated where no --target is given.
+    decoding: DecodingConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class CurvesPlan:
+    """`curves`: the training curves of a run."""
+
+    # The training run whose metrics.jsonl is read (--model-dir).
+    model_dir: str
+    # The PNG written (--output; MODEL_DIR/pictures/curves.png by default).
+    output: str
+
+
+def plan_pictures(args):
+    """The `AttentionPlan` or `CurvesPlan` of parsed app.pictures flags `args` (left as they are).
+
+    Raises:
+        PicturesError: an empty --sentence or --target, with nothing to attend over but
+            the end token.
+    """
+    if args.command == "curves":
+        return CurvesPlan(args.model_dir, args.output or os.path.join(args.model_dir, "pictures", "curves.png"))
     for flag, text in (("--sentence", args.sentence), ("--target", args.target)):
         if text is not None and not text.strip():
             raise PicturesError(f"{flag} is empty ({text!r}); give the text to draw")
-    decoding = DecodingConfig(args.beam_size, args.alpha, args.max_extra_length)
-    output = args.output or os.path.join(args.model_dir, "pictures", "attention")
-    prepare_output(output, "directory")  # before the model loads
+    return AttentionPlan(
+        model_dir=args.model_dir,
+        checkpoint=args.checkpoint,
+        average_last=args.average_last,
+        sentence=args.sentence,
+        target=args.target,
+        output=args.output or os.path.join(args.model_dir, "pictures", "attention"),
+        per_layer=args.per_layer,
+        decoding=DecodingConfig(args.beam_size, args.alpha, args.max_extra_length),
+    )
+
+
+def run_attention(plan):
+    from app.export.saved_model import ExportError, load_translator
+
+    prepare_output(plan.output, "directory")  # before the model loads
     try:
-        translator, weights = load_translator(args.model_dir, args.checkpoint, args.average_last)
+        translator, weights = load_translator(plan.model_dir, plan.checkpoint, plan.average_last)
     except ExportError as error:  # no vocabulary, no checkpoint yet, ...
         raise PicturesError(str(error)) from error
-    warn_if_truncated(translator, args.sentence, args.target)
-    attention = sentence_attention(translator, args.sentence, args.target, decoding)
-    paths = write_attention_pictures(attention, output, args.per_layer)
+    warn_if_truncated(translator, plan.sentence, plan.target)
+    attention = sentence_attention(translator, plan.sentence, plan.target, plan.decoding)
+    paths = write_attention_pictures(attention, plan.output, plan.per_layer)
     print(f"weights: {weights}")
     print(f"source:      {' '.join(attention.source_pieces)}")
-    print(f"translation: {attention.translation}" + ("  (given by --target)" if args.target is not None else ""))
+    print(f"translation: {attention.translation}" + ("  (given by --target)" if plan.target is not None else ""))
     print("\n".join(f"wrote {path}" for path in paths))
 
 
@@ -437,29 +486,30 @@ def warn_if_truncated(translator, sentence, target):
     measured = translator.source_lengths(tf.constant([sentence]))
     length, limit = int(measured["lengths"][0]), int(measured["limit"])  # with the end token
     if length > limit:
-        print(f"warning: --sentence has {length - 1} subwords; the model reads its first {limit - 1}", file=sys.stderr)
+        kept = subwords_kept(limit)
+        print(f"warning: --sentence has {length - 1} subwords; the model reads its first {kept}", file=sys.stderr)
     if target is not None:
         pieces = int(translator.tokenizer.tokenize(tf.constant([target])).row_lengths()[0])
         if pieces > limit - 1:
             print(f"warning: --target has {pieces} subwords; the pictures show its first {limit - 1}", file=sys.stderr)
 
 
-def run_curves(args):
-    path = os.path.join(args.model_dir, "metrics.jsonl")
-    output = args.output or os.path.join(args.model_dir, "pictures", "curves.png")
-    prepare_output(output, "file")
-    plot_curves(read_metrics(path), output, title=os.path.basename(os.path.normpath(args.model_dir)))
-    print(f"wrote {output}")
+def run_curves(plan):
+    prepare_output(plan.output, "file")
+    path = os.path.join(plan.model_dir, "metrics.jsonl")
+    plot_curves(read_metrics(path), plan.output, title=os.path.basename(os.path.normpath(plan.model_dir)))
+    print(f"wrote {plan.output}")
 
 
 def main(argv=None):
     args = parse_args(argv)
     import_tensorflow()
     try:
-        if args.command == "attention":
-            run_attention(args)
+        plan = plan_pictures(args)
+        if isinstance(plan, AttentionPlan):
+            run_attention(plan)
         else:
-            run_curves(args)
+            run_curves(plan)
     # DataError (a bad vocabulary file, ...) is a ValueError.
     except (PicturesError, FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
