@@ -30,6 +30,7 @@ name it and pages of its own origin unless --allowed_hosts / --allowed_origins s
 
 import argparse
 import asyncio
+import dataclasses
 import functools
 import logging
 import os
@@ -37,9 +38,11 @@ import signal
 import socket
 import sys
 
+from app.cli.flag_types import add_hidden_alias
+from app.cli.flags import DEFAULT_EXPORT_BASE, DEFAULT_MODEL_NAME
 from app.serving.batching import BatchingParameters
 from app.serving.rest_api import DEFAULT_READ_TIMEOUT_SECONDS, MODEL_NAME, Limits
-from app.cli.flag_types import add_hidden_alias
+from app.serving.version_process import CpuThreads
 
 log = logging.getLogger("app.serve")
 
@@ -55,128 +58,211 @@ def _bool(text):
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
-def parse_args(argv=None):
+def build_parser():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _add_model_flags(parser)
-    _add_request_flags(parser)
-    _add_compute_flags(parser)
-    for action in list(parser._actions):
+    actions = [*_add_model_flags(parser), *_add_request_flags(parser), *_add_compute_flags(parser)]
+    # Each TF Serving name also dashed, as the other commands spell their flags; added last,
+    # hidden from --help.
+    for action in actions:
         for option in action.option_strings:
             if "_" in option:
                 add_hidden_alias(parser, action, option.replace("_", "-"))
+    return parser
+
+
+def parse_args(argv=None, parser=None):
+    """The flags as parsed: exits 2 naming a bad value (`parser`: `build_parser()`'s)."""
+    parser = parser or build_parser()
     args = parser.parse_args(argv)
     _check(parser, args)
-    args.batching_parameters = BatchingParameters()
+    return args
+
+
+class FlagError(ValueError):
+    """A flag's value that cannot be used: exits 2, as argparse does."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ServePlan:
+    """The server, as its flags describe it (`plan_serving`)."""
+
+    # What is served: the model's name in /v1/models/<name> (--model_name) and its
+    # directory of numbered versions (--model_base_path).
+    model_name: str
+    model_base_path: str
+    # Its versions: looked for every this many seconds (--file_system_poll_wait_seconds; 0:
+    # once, at start), the newest this many kept loaded (--num_versions), one that fails
+    # to load retried this many times (--max_num_load_retries), this long apart at least
+    # (--load_retry_interval_micros, in seconds here).
+    poll_wait_seconds: float
+    num_versions: int
+    max_num_load_retries: int
+    load_retry_interval_seconds: float
+    # Where it listens (--host, --rest_api_port; 0: a free port) and who else may call it
+    # (--allowed_hosts, --allowed_origins: comma-separated, as given).
+    host: str
+    port: int
+    allowed_hosts: str
+    allowed_origins: str
+    # Requests: how long one may stall (--read_timeout_seconds), and what it may hold
+    # (--max_instances, --max_text_length).
+    read_timeout_seconds: float
+    limits: Limits
+    # Model calls: concurrent requests merged into one (--enable_batching) as these
+    # parameters say (--batching_parameters_file, or the defaults), on these CPU threads
+    # (--tensorflow_intra_op_parallelism, --tensorflow_inter_op_parallelism).
+    enable_batching: bool
+    batching: BatchingParameters
+    threads: CpuThreads
+
+
+def plan_serving(args):
+    """The `ServePlan` of parsed app.serve flags `args` (left as they are). Reads
+    --batching_parameters_file.
+
+    Raises:
+        FlagError: a batching parameters file that cannot be read or parsed.
+    """
+    batching = BatchingParameters()
     if args.batching_parameters_file:
         try:
-            args.batching_parameters = BatchingParameters.from_file(args.batching_parameters_file)
+            batching = BatchingParameters.from_file(args.batching_parameters_file)
         except (OSError, ValueError) as error:
-            parser.error(f"--batching_parameters_file: {error}")
-    return args
+            raise FlagError(f"--batching_parameters_file: {error}") from None
+    return ServePlan(
+        model_name=args.model_name,
+        model_base_path=args.model_base_path,
+        poll_wait_seconds=args.file_system_poll_wait_seconds,
+        num_versions=args.num_versions,
+        max_num_load_retries=args.max_num_load_retries,
+        load_retry_interval_seconds=args.load_retry_interval_micros / 1e6,
+        host=args.host,
+        port=args.rest_api_port,
+        allowed_hosts=args.allowed_hosts,
+        allowed_origins=args.allowed_origins,
+        read_timeout_seconds=args.read_timeout_seconds,
+        limits=Limits(args.max_instances, args.max_text_length),
+        enable_batching=args.enable_batching,
+        batching=batching,
+        threads=CpuThreads(args.tensorflow_intra_op_parallelism, args.tensorflow_inter_op_parallelism),
+    )
 
 
 def _add_model_flags(parser):
     """What is served, and how its versions are found, loaded and retried."""
-    parser.add_argument("--model_name", default="translator", help="the name in /v1/models/<name> (default translator)")
-    parser.add_argument(
-        "--model_base_path",
-        default=os.path.join("saved_models", "translator"),
-        help="directory of numbered versions (default saved_models/translator)",
-    )
-    parser.add_argument(
-        "--file_system_poll_wait_seconds",
-        type=float,
-        default=1.0,
-        help="how often to look for new versions, in seconds (default 1; 0: only once, at start, as TF Serving)",
-    )
-    parser.add_argument(
-        "--num_versions",
-        type=int,
-        default=1,
-        help="how many of the newest versions to keep loaded and addressable (default 1, as TF Serving)",
-    )
-    parser.add_argument(
-        "--max_num_load_retries", type=int, default=5, help="retries of a version that fails to load (default 5)"
-    )
-    parser.add_argument(
-        "--load_retry_interval_micros",
-        type=int,
-        default=60_000_000,
-        help="least time between two tries of a version that failed to load (default 60000000: one minute, "
-        "as TF Serving)",
-    )
+    return [
+        parser.add_argument(
+            "--model_name",
+            default=DEFAULT_MODEL_NAME,
+            help=f"the name in /v1/models/<name> (default {DEFAULT_MODEL_NAME})",
+        ),
+        parser.add_argument(
+            "--model_base_path",
+            default=DEFAULT_EXPORT_BASE,
+            help=f"directory of numbered versions (default {DEFAULT_EXPORT_BASE})",
+        ),
+        parser.add_argument(
+            "--file_system_poll_wait_seconds",
+            type=float,
+            default=1.0,
+            help="how often to look for new versions, in seconds (default 1; 0: only once, at start, as TF Serving)",
+        ),
+        parser.add_argument(
+            "--num_versions",
+            type=int,
+            default=1,
+            help="how many of the newest versions to keep loaded and addressable (default 1, as TF Serving)",
+        ),
+        parser.add_argument(
+            "--max_num_load_retries", type=int, default=5, help="retries of a version that fails to load (default 5)"
+        ),
+        parser.add_argument(
+            "--load_retry_interval_micros",
+            type=int,
+            default=60_000_000,
+            help="least time between two tries of a version that failed to load (default 60000000: one minute, "
+            "as TF Serving)",
+        ),
+    ]
 
 
 def _add_request_flags(parser):
     """The port, who may call it, and what a request may hold."""
-    parser.add_argument(
-        "--rest_api_port", type=int, default=8501, help="HTTP port (default 8501; 0 picks a free one, printed at start)"
-    )
-    parser.add_argument(
-        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 for every interface)"
-    )
-    parser.add_argument(
-        "--allowed_hosts",
-        default="",
-        help="comma-separated names besides IP addresses, localhost and this machine's name that requests may "
-        "give as Host, e.g. the name a reverse proxy forwards (default: none, and any name where --host is "
-        "not a loopback address; '*': any)",
-    )
-    parser.add_argument(
-        "--allowed_origins",
-        default="",
-        help="comma-separated origins (https://app.example.com) of web pages allowed to call the server "
-        "(default none: only the server's own page; '*': any)",
-    )
-    parser.add_argument(
-        "--read_timeout_seconds",
-        type=float,
-        default=DEFAULT_READ_TIMEOUT_SECONDS,
-        help=f"close a connection whose request stalls, or that stays idle, this long "
-        f"(default {DEFAULT_READ_TIMEOUT_SECONDS:g})",
-    )
-    parser.add_argument(
-        "--max_instances",
-        type=int,
-        default=Limits.max_instances,
-        help=f"most instances (rows) per request (default {Limits.max_instances})",
-    )
-    parser.add_argument(
-        "--max_text_length",
-        type=int,
-        default=Limits.max_text_length,
-        help=f"most characters per input text (default {Limits.max_text_length})",
-    )
+    return [
+        parser.add_argument(
+            "--rest_api_port",
+            type=int,
+            default=8501,
+            help="HTTP port (default 8501; 0 picks a free one, printed at start)",
+        ),
+        parser.add_argument(
+            "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 for every interface)"
+        ),
+        parser.add_argument(
+            "--allowed_hosts",
+            default="",
+            help="comma-separated names besides IP addresses, localhost and this machine's name that requests may "
+            "give as Host, e.g. the name a reverse proxy forwards (default: none, and any name where --host is "
+            "not a loopback address; '*': any)",
+        ),
+        parser.add_argument(
+            "--allowed_origins",
+            default="",
+            help="comma-separated origins (https://app.example.com) of web pages allowed to call the server "
+            "(default none: only the server's own page; '*': any)",
+        ),
+        parser.add_argument(
+            "--read_timeout_seconds",
+            type=float,
+            default=DEFAULT_READ_TIMEOUT_SECONDS,
+            help=f"close a connection whose request stalls, or that stays idle, this long "
+            f"(default {DEFAULT_READ_TIMEOUT_SECONDS:g})",
+        ),
+        parser.add_argument(
+            "--max_instances",
+            type=int,
+            default=Limits.max_instances,
+            help=f"most instances (rows) per request (default {Limits.max_instances})",
+        ),
+        parser.add_argument(
+            "--max_text_length",
+            type=int,
+            default=Limits.max_text_length,
+            help=f"most characters per input text (default {Limits.max_text_length})",
+        ),
+    ]
 
 
 def _add_compute_flags(parser):
     """How model calls are batched and threaded."""
-    parser.add_argument(
-        "--enable_batching",
-        type=_bool,
-        nargs="?",
-        const=True,
-        default=True,
-        help="merge concurrent requests into one model call (default true, unlike TF Serving)",
-    )
-    parser.add_argument(
-        "--batching_parameters_file",
-        help="TF Serving batching parameters (default: max_batch_size 32, batch_timeout_micros 5000, "
-        "num_batch_threads 1, max_enqueued_batches 100)",
-    )
-    parser.add_argument(
-        "--tensorflow_intra_op_parallelism",
-        type=int,
-        help="threads one op may use on the CPU (default: a quarter of the cores, at least 1, fewer where "
-        "several model calls may run at once: what decoded fastest, docs/serving.md#threads; 0: TensorFlow's "
-        "choice, every core, as TF Serving's default); a CTranslate2 version's threads per call",
-    )
-    parser.add_argument(
-        "--tensorflow_inter_op_parallelism",
-        type=int,
-        default=0,
-        help="ops run at once on the CPU (default 0: TensorFlow's choice, one per core, as TF Serving)",
-    )
+    return [
+        parser.add_argument(
+            "--enable_batching",
+            type=_bool,
+            nargs="?",
+            const=True,
+            default=True,
+            help="merge concurrent requests into one model call (default true, unlike TF Serving)",
+        ),
+        parser.add_argument(
+            "--batching_parameters_file",
+            help="TF Serving batching parameters (default: max_batch_size 32, batch_timeout_micros 5000, "
+            "num_batch_threads 1, max_enqueued_batches 100)",
+        ),
+        parser.add_argument(
+            "--tensorflow_intra_op_parallelism",
+            type=int,
+            help="threads one op may use on the CPU (default: a quarter of the cores, at least 1, fewer where "
+            "several model calls may run at once: what decoded fastest, docs/serving.md#threads; 0: TensorFlow's "
+            "choice, every core, as TF Serving's default); a CTranslate2 version's threads per call",
+        ),
+        parser.add_argument(
+            "--tensorflow_inter_op_parallelism",
+            type=int,
+            default=0,
+            help="ops run at once on the CPU (default 0: TensorFlow's choice, one per core, as TF Serving)",
+        ),
+    ]
 
 
 def _check(parser, args):
@@ -200,7 +286,7 @@ def _check(parser, args):
             parser.error(f"--{flag} must be at least {least}, got {getattr(args, flag)}")
 
 
-async def serve(args):
+async def serve(plan):
     # Here, not at the top: --help and a bad flag answer without loading the web server.
     from aiohttp import web
 
@@ -208,21 +294,20 @@ async def serve(args):
     from app.serving.models import ModelManager
     from app.serving.origins import OriginPolicy
     from app.serving.server import Server
-    from app.serving.version_process import CpuThreads, VersionProcess
+    from app.serving.version_process import VersionProcess
 
-    batcher = Batcher(args.batching_parameters, args.enable_batching)
-    threads = CpuThreads(args.tensorflow_intra_op_parallelism, args.tensorflow_inter_op_parallelism)
+    batcher = Batcher(plan.batching, plan.enable_batching)
     manager = ModelManager(
-        args.model_name,
-        args.model_base_path,
-        args.num_versions,
-        args.max_num_load_retries,
-        functools.partial(VersionProcess, threads=threads, max_calls=batcher.threads),
-        load_retry_interval_seconds=args.load_retry_interval_micros / 1e6,
+        plan.model_name,
+        plan.model_base_path,
+        plan.num_versions,
+        plan.max_num_load_retries,
+        functools.partial(VersionProcess, threads=plan.threads, max_calls=batcher.threads),
+        load_retry_interval_seconds=plan.load_retry_interval_seconds,
     )
     server = Server(
-        manager, batcher, Limits(args.max_instances, args.max_text_length), args.file_system_poll_wait_seconds,
-        OriginPolicy.from_flags(args.allowed_hosts, args.allowed_origins, args.host), args.read_timeout_seconds,
+        manager, batcher, plan.limits, plan.poll_wait_seconds,
+        OriginPolicy.from_flags(plan.allowed_hosts, plan.allowed_origins, plan.host), plan.read_timeout_seconds,
     )
     # The signals first: the first poll, inside runner.setup(), may load for a while.
     # A first SIGINT or SIGTERM stops the server once the requests in flight are answered;
@@ -244,12 +329,12 @@ async def serve(args):
     if not setup.done():  # stopped while the first versions loaded: nothing was served yet
         return
     setup.result()  # its error, if it failed
-    site = web.TCPSite(runner, args.host, args.rest_api_port)
+    site = web.TCPSite(runner, plan.host, plan.port)
     try:
         await site.start()
     except OSError as error:  # taken while the first version loaded
         await runner.cleanup()
-        sys.exit(port_error(args.host, args.rest_api_port, error))
+        sys.exit(port_error(plan.host, plan.port, error))
     host, port = runner.addresses[0][:2]
     versions = ", ".join(str(v) for v in sorted(manager.loaded)) or "none yet"
     print(
@@ -284,13 +369,18 @@ def port_error(host, port, error):
 
 
 def main(argv=None):
-    args = parse_args(argv)
-    check_port(args.host, args.rest_api_port)
+    parser = build_parser()
+    args = parse_args(argv, parser)
+    try:
+        plan = plan_serving(args)
+    except FlagError as error:
+        parser.error(str(error))
+    check_port(plan.host, plan.port)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     from app.serving.server import OneLineErrors
 
     logging.getLogger("aiohttp.server").addFilter(OneLineErrors())
-    asyncio.run(serve(args))
+    asyncio.run(serve(plan))
     # os._exit, not a return: Python would join the loading thread at exit, which a
     # version still loading would hold up for as long as its load takes.
     sys.stdout.flush()

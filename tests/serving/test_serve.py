@@ -166,10 +166,10 @@ AVAILABLE_1 = {
     (["--tensorflow-inter-op-parallelism", "-2"], "--tensorflow_inter_op_parallelism must be at least 0, got -2"),
 ])
 def test_a_bad_flag_is_refused_by_name_before_anything_loads(flags, message, capsys):
-    from app.commands.serve import parse_args
+    from app.commands.serve import main
 
     with pytest.raises(SystemExit) as exit_:
-        parse_args(flags)
+        main(flags)
     assert exit_.value.code == 2
     assert message in capsys.readouterr().err
 

@@ -1,0 +1,76 @@
+"""app.serve's flags made into a `ServePlan` (app/commands/serve.py), the flags left as
+parsed. The server itself: tests/serving/."""
+
+import copy
+import os
+
+import pytest
+
+from app.commands.serve import ServePlan, main, parse_args, plan_serving
+from app.serving.batching import BatchingParameters
+from app.serving.rest_api import Limits
+from app.serving.version_process import CpuThreads
+
+
+def planned(*argv):
+    """The plan of app.serve's flags `argv`, after checking that it left them as parsed."""
+    args = parse_args(list(argv))
+    before = copy.deepcopy(vars(args))
+    plan = plan_serving(args)
+    assert vars(args) == before
+    return plan
+
+
+def test_the_defaults_are_tf_servings_but_for_batching():
+    assert planned() == ServePlan(
+        model_name="translator",
+        model_base_path=os.path.join("saved_models", "translator"),
+        poll_wait_seconds=1.0,
+        num_versions=1,
+        max_num_load_retries=5,
+        load_retry_interval_seconds=60.0,
+        host="127.0.0.1",
+        port=8501,
+        allowed_hosts="",
+        allowed_origins="",
+        read_timeout_seconds=30.0,
+        limits=Limits(max_instances=64, max_text_length=1000),
+        enable_batching=True,
+        batching=BatchingParameters(32, 5000, 1, 100),
+        threads=CpuThreads(intra_op=None, inter_op=0),
+    )
+
+
+def test_each_flag_lands_in_its_field_in_either_spelling(tmp_path):
+    parameters = tmp_path / "batching.txt"
+    parameters.write_text("max_batch_size { value: 8 }\nnum_batch_threads { value: 2 }\n", encoding="utf-8")
+    flags = [
+        "--model_name", "en-de", "--model_base_path", "/srv/en-de", "--file_system_poll_wait_seconds", "0",
+        "--num_versions", "2", "--max_num_load_retries", "0", "--load_retry_interval_micros", "1500000",
+        "--host", "0.0.0.0", "--rest_api_port", "0", "--allowed_hosts", "a.example", "--allowed_origins",
+        "https://b.example", "--read_timeout_seconds", "5", "--max_instances", "4", "--max_text_length", "10",
+        "--enable_batching", "false", "--batching_parameters_file", str(parameters),
+        "--tensorflow_intra_op_parallelism", "3", "--tensorflow_inter_op_parallelism", "1",
+    ]
+    plan = planned(*flags)
+    assert plan == ServePlan(
+        model_name="en-de", model_base_path="/srv/en-de", poll_wait_seconds=0.0, num_versions=2,
+        max_num_load_retries=0, load_retry_interval_seconds=1.5, host="0.0.0.0", port=0,
+        allowed_hosts="a.example", allowed_origins="https://b.example", read_timeout_seconds=5.0,
+        limits=Limits(4, 10), enable_batching=False, batching=BatchingParameters(8, 5000, 2, 100),
+        threads=CpuThreads(3, 1),
+    )
+    assert planned(*(flag.replace("_", "-") if flag.startswith("--") else flag for flag in flags)) == plan
+
+
+def test_a_batching_parameters_file_that_cannot_be_read_exits_2_naming_the_flag(tmp_path, capsys):
+    (tmp_path / "bad.txt").write_text("max_batch_size: 8\n", encoding="utf-8")
+    for path, message in (
+        (tmp_path / "missing.txt", "No such file or directory"),
+        (tmp_path / "bad.txt", "write max_batch_size { value: 8 }, as TF Serving reads it"),
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            main(["--batching_parameters_file", str(path)])
+        assert exit_.value.code == 2
+        error = capsys.readouterr().err.splitlines()[-1]
+        assert "error: --batching_parameters_file: " in error and message in error
