@@ -11,13 +11,17 @@ Standard library only, so it runs without TensorFlow.
 """
 
 import argparse
+import dataclasses
 import json
 import sys
 import urllib.error
 import urllib.parse
 import urllib.request
+from typing import Optional
 
 from app.cli.flag_types import add_hidden_alias, float_at_least, int_at_least, model_name, positive_int
+from app.cli.flags import DEFAULT_MODEL_NAME
+from app.decoding.config import DecodingConfig
 
 
 class ClientError(RuntimeError):
@@ -57,14 +61,18 @@ def predict(url, model, instances, signature_name=None, version=None, timeout=60
 
 
 def translate(url, model, sentences, nbest=False, alpha=None, max_extra_length=None, version=None):
-    """A list with, per sentence, its hypotheses as `(translation, score)` pairs, best first."""
+    """A list with, per sentence, its hypotheses as `(translation, score)` pairs, best first.
+
+    With `alpha` or `max_extra_length`, through the translate_with_options signature, which
+    takes both: the other one is then `DecodingConfig`'s default.
+    """
     if alpha is not None or max_extra_length is not None:
         signature = "translate_with_options"
         instances = [
             {
                 "inputs": s,
-                "alpha": 0.6 if alpha is None else alpha,
-                "max_extra_length": 50 if max_extra_length is None else max_extra_length,
+                "alpha": DecodingConfig.alpha if alpha is None else alpha,
+                "max_extra_length": DecodingConfig.max_extra_length if max_extra_length is None else max_extra_length,
             }
             for s in sentences
         ]
@@ -101,8 +109,8 @@ def parse_args(argv=None):
     name = parser.add_argument(
         "--model-name",
         type=model_name,
-        default="translator",
-        help="the model's name, the server's --model_name (default translator)",
+        default=DEFAULT_MODEL_NAME,
+        help=f"the model's name, the server's --model_name (default {DEFAULT_MODEL_NAME})",
     )
     add_hidden_alias(parser, name, "--model")  # its name before; scripts that use it keep working
     parser.add_argument("--version", type=int_at_least(0), help="a specific version (default: the newest served)")
@@ -129,6 +137,36 @@ def parse_args(argv=None):
     return args
 
 
+@dataclasses.dataclass(frozen=True)
+class ClientPlan:
+    """What the client asks of which server, as its flags describe it (`plan_client`)."""
+
+    # The server (--url), the model's name there (--model-name), and a version (--version;
+    # None: the newest it serves).
+    url: str
+    model_name: str
+    version: Optional[int]
+    # The sentences given on the command line; () reads standard input's lines, sent
+    # --batch-size lines per request.
+    sentences: tuple
+    batch_size: int
+    # Every hypothesis, through the nbest signature (--nbest), and each one's score (--scores).
+    nbest: bool
+    scores: bool
+    # translate_with_options' settings (--alpha, --max-extra-length); None: the model's, as exported.
+    alpha: Optional[float]
+    max_extra_length: Optional[int]
+
+
+def plan_client(args):
+    """The `ClientPlan` of parsed app.client flags `args` (left as they are)."""
+    return ClientPlan(
+        url=args.url, model_name=args.model_name, version=args.version, sentences=tuple(args.sentences),
+        batch_size=args.batch_size, nbest=args.nbest, scores=args.scores, alpha=args.alpha,
+        max_extra_length=args.max_extra_length,
+    )
+
+
 def read_lines(stream):
     """The lines of a binary stream as text, "\n" or "\r\n" removed; a line that is not
     UTF-8 is an error naming it (it would otherwise fail its whole request)."""
@@ -149,17 +187,17 @@ def read_lines(stream):
 
 
 def main(argv=None):
-    args = parse_args(argv)
+    plan = plan_client(parse_args(argv))
     try:
-        lines = args.sentences or read_lines(sys.stdin.buffer)
-        for start in range(0, len(lines), args.batch_size):
-            batch = lines[start : start + args.batch_size]
+        lines = list(plan.sentences) or read_lines(sys.stdin.buffer)
+        for start in range(0, len(lines), plan.batch_size):
+            batch = lines[start : start + plan.batch_size]
             for hypotheses in translate(
-                args.url, args.model_name, batch, args.nbest, args.alpha, args.max_extra_length, args.version
+                plan.url, plan.model_name, batch, plan.nbest, plan.alpha, plan.max_extra_length, plan.version
             ):
                 for text, score in hypotheses:
-                    print(f"{score:.4f}\t{text}" if args.scores else text)
-                if args.nbest:
+                    print(f"{score:.4f}\t{text}" if plan.scores else text)
+                if plan.nbest:
                     print()  # a blank line between the n-best lists of two inputs
             sys.stdout.flush()
     except ClientError as error:

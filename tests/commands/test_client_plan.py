@@ -1,0 +1,40 @@
+"""app.client's flags made into a `ClientPlan` (app/commands/client.py), the flags left as
+parsed; the default of the option translate_with_options needs but was not given."""
+
+import copy
+
+from app.commands import client
+from app.commands.client import ClientPlan, parse_args, plan_client
+
+
+def planned(*argv):
+    args = parse_args(list(argv))
+    before = copy.deepcopy(vars(args))
+    plan = plan_client(args)
+    assert vars(args) == before
+    return plan
+
+
+def test_the_defaults_and_every_flag():
+    assert planned() == ClientPlan(
+        url="http://localhost:8501", model_name="translator", version=None, sentences=(), batch_size=32,
+        nbest=False, scores=False, alpha=None, max_extra_length=None,
+    )
+    flags = ["A man.", "A dog.", "--url", "http://h:9", "--model", "en-de", "--version", "2", "--scores",
+             "--alpha", "1.0", "--max-extra-length", "9", "--batch-size", "4"]
+    assert planned(*flags) == ClientPlan(
+        url="http://h:9", model_name="en-de", version=2, sentences=("A man.", "A dog."), batch_size=4,
+        nbest=False, scores=True, alpha=1.0, max_extra_length=9,
+    )
+
+
+def test_one_option_given_sends_the_others_default(monkeypatch):
+    sent = []
+    monkeypatch.setattr(client, "predict", lambda url, model, instances, signature, version: sent.append(
+        (signature, instances)) or [{"translations": "x", "scores": -1.0}])
+    client.translate("http://h", "m", ["A man."], max_extra_length=9)
+    client.translate("http://h", "m", ["A man."], alpha=1.0)
+    assert sent == [
+        ("translate_with_options", [{"inputs": "A man.", "alpha": 0.6, "max_extra_length": 9}]),
+        ("translate_with_options", [{"inputs": "A man.", "alpha": 1.0, "max_extra_length": 50}]),
+    ]
