@@ -268,18 +268,12 @@ DEFAULT_MODEL_NAME = "translator"
 # export.py's default base, which the server and the commands read when given none.
 DEFAULT_EXPORT_BASE = export_base(DEFAULT_MODEL_NAME)
 
-# The paper's decoding (section 6.1), and how many beam searches share one call's sentences:
-# DecodingConfig's defaults, under the names the commands use.
-DEFAULT_BEAM_SIZE = DecodingConfig.beam_size
-DEFAULT_ALPHA = DecodingConfig.alpha
-DEFAULT_MAX_EXTRA_LENGTH = DecodingConfig.max_extra_length
-DEFAULT_PARALLEL_SEARCHES = DecodingConfig.parallel_searches
-
 
 def add_decoding_arguments(
     parser: argparse.ArgumentParser, beam_size_help: str = "beams; 1 is greedy", alpha_chosen_by: str = None
 ):
-    """--beam-size, --alpha and --max-extra-length, with the paper's values as defaults.
+    """--beam-size, --alpha and --max-extra-length, with the paper's values as defaults
+    (`DecodingConfig`'s).
 
     `beam_size_help` says what --beam-size means to this command; the default is appended.
     `alpha_chosen_by`: for a command that chooses alpha itself when --alpha is not given
@@ -288,21 +282,21 @@ def add_decoding_arguments(
     parser.add_argument(
         "--beam-size",
         type=positive_int,
-        default=DEFAULT_BEAM_SIZE,
-        help=f"{beam_size_help} (default {DEFAULT_BEAM_SIZE})",
+        default=DecodingConfig.beam_size,
+        help=f"{beam_size_help} (default {DecodingConfig.beam_size})",
     )
     parser.add_argument(
         "--alpha",
         type=float_at_least(0),
-        default=None if alpha_chosen_by else DEFAULT_ALPHA,
+        default=None if alpha_chosen_by else DecodingConfig.alpha,
         help="length penalty exponent, GNMT's ((5 + length) / 6) ** alpha "
-        f"(default {alpha_chosen_by or DEFAULT_ALPHA})",
+        f"(default {alpha_chosen_by or DecodingConfig.alpha})",
     )
     parser.add_argument(
         "--max-extra-length",
         type=positive_int,
-        default=DEFAULT_MAX_EXTRA_LENGTH,
-        help=f"output length limit beyond the input's (default {DEFAULT_MAX_EXTRA_LENGTH})",
+        default=DecodingConfig.max_extra_length,
+        help=f"output length limit beyond the input's (default {DecodingConfig.max_extra_length})",
     )
 
 

@@ -19,7 +19,7 @@ import sys
 import tensorflow as tf
 
 from app.cli.decoding_threads import decoding_intra_op_threads
-from app.cli.flags import DEFAULT_PARALLEL_SEARCHES
+from app.decoding.config import DecodingConfig
 
 
 def set_cpu_threads(intra_op=None, inter_op=None):
@@ -65,7 +65,7 @@ def set_threads_from_flags(args, stream=None, decoding=False):
     set_cpu_threads(args.intra_op_threads, args.inter_op_threads)
     if args.intra_op_threads is None and decoding:
         try:
-            set_cpu_threads(decoding_intra_op_threads(DEFAULT_PARALLEL_SEARCHES))
+            set_cpu_threads(decoding_intra_op_threads(DecodingConfig.parallel_searches))
         except ValueError:  # called again in a process whose TensorFlow has started: its pools stand
             pass
     if args.intra_op_threads or args.inter_op_threads:

@@ -1,7 +1,7 @@
 """export_info.json: what an export records beside its weights, and the one reader of it.
 
     info = read_export_info("saved_models/translator/1")   # {} for an export older than it
-    alpha = info.get("alpha", DEFAULT_ALPHA)
+    alpha = info.get("alpha", DecodingConfig.alpha)
 
 export.py writes it into every version, SavedModel or CTranslate2 (app/export/saved_model.py's
 `export_metadata`): where the weights came from, how the export decodes (beam size,

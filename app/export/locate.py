@@ -12,8 +12,6 @@ directories are not. No TensorFlow here: commands check the path before importin
 import os
 import re
 
-from app.cli.flags import DEFAULT_EXPORT_BASE  # noqa: F401  (the commands import it from here)
-
 SAVED_MODEL_FILE = "saved_model.pb"
 _VERSION_NAME = re.compile(r"[0-9]+")
 
