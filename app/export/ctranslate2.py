@@ -36,8 +36,6 @@ from layers.special_tokens import END_ID, START_ID, UNKNOWN_ID
 
 # The directory beside the SavedModel versions that holds the CTranslate2 versions.
 SUBDIRECTORY = "ctranslate2"
-# What marks a version directory as CTranslate2's (a SavedModel's holds saved_model.pb).
-MODEL_FILE = "model.bin"
 INSTALL_HINT = "pip install -r requirements-ctranslate2.txt"
 
 
