@@ -281,7 +281,7 @@ class TrainedModel(typing.NamedTuple):
     weights: str
 
     def translator(self, decoding=DecodingConfig()):
-        """A `Translator` of these weights (read, not copied) that decodes by `decoding`."""
+        """A `Translator` that reads these weights and decodes by `decoding`."""
         return Translator(self.model, self.config, self.tokenizer, decoding)
 
 
