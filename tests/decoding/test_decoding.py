@@ -312,24 +312,23 @@ def test_decoding_config_checks_its_fields():
 
 
 @pytest.mark.parametrize(
-    "module_name, argv",
+    "module_name, argv, plan_function",
     [
-        ("export", []),
-        ("app.commands.evaluate", ["--model-dir", "run"]),
-        ("app.commands.pictures", ["attention", "--model-dir", "run", "--sentence", "A dog."]),
+        ("app.commands.export", [], "plan_export"),
+        ("app.commands.evaluate", ["--model-dir", "run"], "plan_evaluation"),
+        ("app.commands.pictures", ["attention", "--model-dir", "run", "--sentence", "A dog."], "plan_pictures"),
     ],
 )
-def test_every_command_line_decodes_by_default_as_decoding_config(module_name, argv):
-    # The flags' defaults are written out in app/cli/flags.py (so --help need not import
-    # TensorFlow); they must stay the paper's decoding that DecodingConfig holds.
-    args = importlib.import_module(module_name).parse_args(argv)
-    if module_name == "export":
-        # The export chooses alpha on validation unless given (app/export/alpha_search.py).
-        assert args.alpha is None
-        args.alpha = DecodingConfig.alpha
-    parallel_searches = getattr(args, "parallel_searches", DecodingConfig.parallel_searches)  # export's flag
-    assert DecodingConfig(args.beam_size, args.alpha, args.max_extra_length, parallel_searches) == DecodingConfig()
-    assert (args.checkpoint, args.average_last) == (None, None)
+def test_every_command_line_decodes_by_default_as_decoding_config(module_name, argv, plan_function):
+    # The flags take their defaults from DecodingConfig (app/cli/flags.py, without
+    # TensorFlow, for --help); each command's plan must hold the paper's decoding.
+    module = importlib.import_module(module_name)
+    plan = getattr(module, plan_function)(module.parse_args(argv))
+    # The export chooses alpha on validation unless given (app/export/alpha_search.py),
+    # holding the paper's until then.
+    assert plan.decoding == DecodingConfig()
+    assert getattr(plan, "choose_alpha", True)
+    assert (plan.checkpoint, plan.average_last) == (None, None)
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.4])
