@@ -292,7 +292,7 @@ def test_the_prepare_command_takes_the_sizes_vocabulary_so_train_py_of_that_size
         sizes.append(config.vocab_size)
         raise DataError("stopped before reading")
 
-    monkeypatch.setattr(data.dataset, "prepare_data", record)
+    monkeypatch.setattr(data.dataset, "prepare_shards", record)
     for size, target in (("tiny", "de"), ("base", "de"), ("base", "fr"), ("big", "de")):
         assert prepare.main(["--size", size, "--target-lang", target, "--model-dir", str(tmp_path / size)]) == 1
     assert prepare.main(["--size", "base", "--vocab-size", "500", "--model-dir", str(tmp_path / "x")]) == 1

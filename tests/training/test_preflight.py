@@ -1,6 +1,5 @@
 """python -m app.preflight: a rehearsal of the run on synthetic batches, and its verdict."""
 
-import argparse
 import math
 import os
 import subprocess
@@ -93,9 +92,11 @@ def test_a_failed_check_ends_with_its_name_and_exit_code_1(monkeypatch):
     import tensorflow as tf
 
     import app.training.preflight
-    from app.commands.preflight import run
+    from app.commands.preflight import PreflightPlan, run
     from app.training.config import TrainConfig
     from app.model.config import ModelConfig
+    from app.training.run_plan import RunPlan
+    from data.config import DataConfig
 
     monkeypatch.setattr(
         app.training.preflight, "rehearse",
@@ -104,10 +105,12 @@ def test_a_failed_check_ends_with_its_name_and_exit_code_1(monkeypatch):
     monkeypatch.setattr("app.training.peaks.matmul_peak", lambda dtype: 1e11, raising=False)
     monkeypatch.setattr("app.training.precision.matmul_peak", lambda dtype: 1e11)
     printed = []
-    args = argparse.Namespace(size="tiny", precision="float32", preflight_length=32, preflight_steps=4,
-                              preflight_seconds=60, dataset="multi30k", source_lang="en", target_lang="de")
-    code = run(args, tf.distribute.get_strategy(), ModelConfig.from_size("tiny", vocab_size=300),
-               TrainConfig(train_steps=100, precision="float32"), 1024, out=printed.append)
+    rehearsed = RunPlan(
+        size="tiny", variant=None, model_dir="unused", model_config=ModelConfig.from_size("tiny", vocab_size=300),
+        data_config=DataConfig(batch_tokens=1024), train_config=TrainConfig(train_steps=100, precision="float32"),
+    )
+    plan = PreflightPlan(run=rehearsed, steps=4, max_seconds=60, length=32)
+    code = run(plan, tf.distribute.get_strategy(), out=printed.append)
     assert code == 1
     assert printed[-1] == "preflight failed: every replica holds the same weights"
     assert "estimate: 25 s for 100 steps (training steps only; validation and checkpoints add to it)" in printed
@@ -167,8 +170,9 @@ def test_a_bad_flag_is_refused_before_tensorflow_loads():
 
 def test_a_corpus_the_run_could_not_read_fails_the_preflight(tmp_path):
     from app.commands.preflight import _data_source
+    from data.config import DataConfig
 
-    missing = argparse.Namespace(dataset=f"files:{tmp_path}/a.en,{tmp_path}/a.de", source_lang="en", target_lang="de")
+    missing = DataConfig(dataset=f"files:{tmp_path}/a.en,{tmp_path}/a.de", source_lang="en", target_lang="de")
     assert _data_source(missing) == (None, f"file not found: {tmp_path}/a.en")
     for lang in ("en", "de"):
         (tmp_path / f"a.{lang}").write_text("one\ntwo\n", encoding="utf-8")

@@ -1,4 +1,4 @@
-"""`app.training.run_plan.plan_run`: parsed train.py flags -> the run's configurations,
+"""`app.commands.train_plan.plan_run`: parsed train.py flags -> the run's configurations,
 the flags themselves left as they were."""
 
 import copy
@@ -8,10 +8,11 @@ import os
 import pytest
 
 import train
+from app.commands.train_plan import plan_run
 from app.model.config import ModelConfig
 from app.training.config import TrainConfig
 from app.training.init_from import nearest_size, read_init_run
-from app.training.run_plan import RunPlan, plan_run
+from app.training.run_plan import RunPlan
 from app.training.schedule import resolve_warmup_steps
 from data.config import DataConfig
 
@@ -72,7 +73,7 @@ def test_init_from_takes_the_init_runs_model_vocabulary_size_and_label_smoothing
         "--init-from", model_dir, "--model-dir", new_dir, "--train-steps", "10", "--precision", "float32"
     )
     init = read_init_run(model_dir)
-    assert args.size == "tiny" and args.vocab_size is None  # as parsed
+    assert args.size is None and args.vocab_size is None  # as parsed: not given
     assert plan.init == init
     assert plan.size == nearest_size(init.model_config) == "tiny"
     assert plan.model_config == init.model_config

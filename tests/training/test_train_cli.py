@@ -52,14 +52,14 @@ def test_dry_run_with_a_bad_override_names_the_value_and_fails():
 
 def test_each_size_resolves_its_own_recipe_and_flags_override_it():
     import train
-    from app.training.command import train_config_from_args
+    from app.commands.train_plan import resolved_flags, train_config_from_args
 
-    tiny = train_config_from_args(train.parse_args([]))
+    tiny = train_config_from_args(resolved_flags(train.parse_args([])))
     assert (tiny.train_steps, tiny.learning_rate_scale, tiny.cooldown_fraction) == (16000, 1.0, 0.2)
     assert tiny.eval_every == 2000
     # Checkpoints close together at the end of a short run, for --average-last 10.
     assert (tiny.checkpoint_every, tiny.keep_checkpoints) == (250, 10)
-    base = train_config_from_args(train.parse_args(["--size", "base"]))
+    base = train_config_from_args(resolved_flags(train.parse_args(["--size", "base"])))
     assert (base.train_steps, base.learning_rate_scale, base.checkpoint_every, base.keep_checkpoints) == (
         100_000, 1.0, 1000, 5)
     assert base.cooldown_fraction == 0.0  # the paper's schedule to the end
@@ -77,7 +77,7 @@ def test_each_size_resolves_its_own_recipe_and_flags_override_it():
         "0",
     ]
     flags += ["--weight-decay", "0", "--eval-every", "0", "--bidirectional-fraction", "0.25"]
-    overridden = train_config_from_args(train.parse_args(flags))
+    overridden = train_config_from_args(resolved_flags(train.parse_args(flags)))
     assert (overridden.checkpoint_every, overridden.keep_checkpoints, overridden.learning_rate_scale) == (7, 3, 0.5)
     assert (overridden.cooldown_fraction, overridden.weight_decay, overridden.eval_every) == (0.0, 0.0, 0)
     assert (overridden.bidirectional_fraction, base.bidirectional_fraction) == (0.25, 0.0)
@@ -85,10 +85,10 @@ def test_each_size_resolves_its_own_recipe_and_flags_override_it():
 
 def test_each_size_names_the_checkpoints_export_averages_and_the_flag_overrides_it():
     import train
-    from app.training.command import train_config_from_args
+    from app.commands.train_plan import resolved_flags, train_config_from_args
 
     def average_last(*flags):
-        return train_config_from_args(train.parse_args(list(flags))).average_last
+        return train_config_from_args(resolved_flags(train.parse_args(list(flags)))).average_last
 
     assert (average_last("--size", "base"), average_last("--size", "big")) == (5, 20)  # the paper's
     # tiny: its last 10 checkpoints, the cooldown's; small: the best by validation BLEU.
@@ -106,10 +106,10 @@ def test_each_size_names_the_checkpoints_export_averages_and_the_flag_overrides_
 def test_the_default_length_comes_with_a_time_budget_and_a_length_asked_for_without():
 
     import train
-    from app.training.command import train_config_from_args
+    from app.commands.train_plan import resolved_flags, train_config_from_args
 
     def budget(*flags):
-        return train_config_from_args(train.parse_args(list(flags))).time_budget_minutes
+        return train_config_from_args(resolved_flags(train.parse_args(list(flags)))).time_budget_minutes
 
     assert budget() == 58.0  # tiny's 16,000 steps, ended early on a slow machine
     assert budget("--train-steps", "20000") is None
@@ -124,9 +124,10 @@ def test_the_default_length_comes_with_a_time_budget_and_a_length_asked_for_with
 def test_a_table3_row_varies_the_base_model_and_no_flag_may_contradict_it():
     import train
     from app.cli.flags import model_config_from_args
+    from app.commands.train_plan import resolved_flags
 
     def config(*flags):
-        return model_config_from_args(train.parse_args(list(flags)), vocab_size=100)
+        return model_config_from_args(resolved_flags(train.parse_args(list(flags))), vocab_size=100)
 
     assert config("--size", "base", "--variant", "E").positional == "learned"
     c4 = config("--size", "base", "--variant", "C4")
@@ -152,10 +153,10 @@ def test_label_smoothing_is_a_training_setting_that_table3_row_d_varies():
     import train
     from app.cli.flags import model_config_from_args
     from app.model.config import ModelConfig
-    from app.training.command import train_config_from_args
+    from app.commands.train_plan import resolved_flags, train_config_from_args
 
     def configs(*flags):
-        args = train.parse_args(list(flags))
+        args = resolved_flags(train.parse_args(list(flags)))
         return model_config_from_args(args, vocab_size=100), train_config_from_args(args).label_smoothing
 
     base = ModelConfig.from_size("base", vocab_size=100)
@@ -178,9 +179,10 @@ def test_label_smoothing_is_a_training_setting_that_table3_row_d_varies():
 def test_norm_placement_can_be_set_either_way_whatever_the_size_default():
     import train
     from app.cli.flags import model_config_from_args
+    from app.commands.train_plan import resolved_flags
 
     def norm_first(*flags):
-        return model_config_from_args(train.parse_args(list(flags)), vocab_size=8000).norm_first
+        return model_config_from_args(resolved_flags(train.parse_args(list(flags))), vocab_size=8000).norm_first
 
     assert norm_first() is True  # tiny: pre-norm
     assert norm_first("--no-norm-first") is False  # the paper's post-norm at tiny size
@@ -191,9 +193,10 @@ def test_norm_placement_can_be_set_either_way_whatever_the_size_default():
 def test_normalization_is_layer_norm_unless_scale_norm_is_asked_for(capsys):
     import train
     from app.cli.flags import model_config_from_args
+    from app.commands.train_plan import resolved_flags
 
     def normalization(*flags):
-        return model_config_from_args(train.parse_args(list(flags)), vocab_size=8000).normalization
+        return model_config_from_args(resolved_flags(train.parse_args(list(flags))), vocab_size=8000).normalization
 
     assert normalization() == "layer"
     assert normalization("--size", "base") == "layer"
@@ -206,9 +209,10 @@ def test_normalization_is_layer_norm_unless_scale_norm_is_asked_for(capsys):
 def test_attention_biases_follow_the_size_and_can_be_set_either_way():
     import train
     from app.cli.flags import model_config_from_args
+    from app.commands.train_plan import resolved_flags
 
     def attention_bias(*flags):
-        return model_config_from_args(train.parse_args(list(flags)), vocab_size=8000).attention_bias
+        return model_config_from_args(resolved_flags(train.parse_args(list(flags))), vocab_size=8000).attention_bias
 
     assert attention_bias() is True  # tiny: like the published Transformer-Tiny
     assert attention_bias("--no-attention-bias") is False
@@ -219,9 +223,10 @@ def test_attention_biases_follow_the_size_and_can_be_set_either_way():
 def test_the_three_dropouts_are_separate_flags_on_top_of_the_size():
     import train
     from app.cli.flags import model_config_from_args
+    from app.commands.train_plan import resolved_flags
 
     def dropouts(*flags):
-        config = model_config_from_args(train.parse_args(list(flags)), vocab_size=8000)
+        config = model_config_from_args(resolved_flags(train.parse_args(list(flags))), vocab_size=8000)
         return config.dropout, config.attention_dropout, config.inner_dropout
 
     assert dropouts() == (0.2, 0.0, 0.0)  # tiny: P_drop 0.2, nothing on the weights or the ReLU
@@ -363,16 +368,15 @@ def test_a_run_with_other_data_is_refused_before_its_data_is_read(tmp_path):
     # Reading and tokenizing a corpus takes minutes on WMT: a model directory holding a
     # run with another language pair is refused first (here the files do not even exist).
     import train
-    from app.cli.flags import model_config_from_args
+    from app.cli.flags import data_config_from_args, model_config_from_args
+    from app.commands.train_plan import resolved_flags, train_config_from_args
     from app.model_dir.settings import save_settings
-    from app.training.command import train_config_from_args
-    from app.cli.flags import data_config_from_args
 
     model_dir = tmp_path / "run"
     model_dir.mkdir()
     dataset = f"files:{tmp_path / 'missing.en'},{tmp_path / 'missing.xx'}"
-    earlier = train.parse_args(["--dataset", dataset, "--target-lang", "fr", "--vocab-size", "600"])
-    earlier.batch_tokens = 2048
+    earlier = resolved_flags(train.parse_args(["--dataset", dataset, "--target-lang", "fr", "--vocab-size", "600"]))
+    assert earlier.batch_tokens == 2048
     # The tokenizer held fewer pieces than asked: that size is what settings.json keeps.
     save_settings(str(model_dir), model_config_from_args(earlier, vocab_size=512), data_config_from_args(earlier),
                   train_config_from_args(earlier), log=lambda line: None)
