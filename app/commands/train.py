@@ -159,10 +159,7 @@ def _train(plan, strategy, data, started):
         f"precision {train_config.precision}{auto}"
     )
     try:
-        result = train(
-            plan.model_config, data, train_config, model_dir, strategy, evaluate_fn, started=started,
-            initialize=plan.init.initialize if plan.init else None,
-        )
+        result = train(plan, data, strategy, evaluate_fn, started=started)
     except (NonFiniteLoss, WorkersDisagree, CheckpointError) as error:
         return fail(error)
     except KeyboardInterrupt:
