@@ -11,7 +11,7 @@ A flag whose value the run may take from elsewhere parses as None when it is not
 (--size, the languages, --max-length, the vocabulary's, the model's and most training
 flags), so "given" is "not None": `plan_run` decides the rest (the --init-from run's
 value, the size's recipe's, or the default, `resolved_flags`) in a copy, and never
-changes the namespace. The defaults are written in the help texts, which say them.
+changes the namespace. Each default is written in its flag's help text, not in argparse.
 `plan_run` reads files (the --init-from run, a model directory's settings.json) but writes
 nothing, and with `--precision auto` it may time matrix products, so the CPU threads and
 the strategy are set before it runs (app/commands/train.py).
