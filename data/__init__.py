@@ -2,19 +2,20 @@
 
 The entry points; the modules below hold one idea each.
 
-    app.cli.flags        add_data_arguments, data_config_from_args
-    data.config       DataConfig
-    data.dataset      prepare_data, PreparedData, SplitCounts
-    data.summary      summarize, format_summary (for train.py --dry-run)
-    data.tokenizer    SubwordTokenizer, load_or_train
-    data.errors       DataError
-    data.corpora      streaming Multi30k, TFDS and files:... split by split
-    data.prepare      the one-time preparation: text -> token-id shards, in worker processes
-    data.shards       the shard format and its memory-mapped reader
-    data.vocabulary_cache  trained vocabularies, reused by dry runs and new model directories
-    data.lowercase    Python lowercasing equal to the graph's
-    data.buckets      BucketScheme: token-budget bucketing and its batch shapes
-    data.pipeline     shards (or ids in memory) -> tf.data batches
+    data.config             DataConfig
+    data.dataset            prepare_data, PreparedData, SplitCounts
+    data.summary            summarize, format_summary (for train.py --dry-run)
+    data.tokenizer          SubwordTokenizer, load_or_train
+    data.text_files         reading line-aligned parallel text files, plain or gzip
+    data.atomic_files       writing a file whole or not at all
+    data.errors             DataError
+    data.corpora            streaming Multi30k, TFDS and files:... split by split
+    data.prepare            the one-time preparation: text -> token-id shards, in worker processes
+    data.shards             the shard format and its memory-mapped reader
+    data.vocabulary_cache   trained vocabularies, reused by dry runs and new model directories
+    data.lowercase          Python lowercasing equal to the graph's
+    data.buckets            BucketScheme: token-budget bucketing and its batch shapes
+    data.pipeline           shards (or ids in memory) -> tf.data batches
 """
 
 import importlib
@@ -28,8 +29,6 @@ _EXPORTS = {
     "PreparedData": "data.dataset",
     "SplitCounts": "data.dataset",
     "SubwordTokenizer": "data.tokenizer",
-    "add_data_arguments": "app.cli.flags",
-    "data_config_from_args": "app.cli.flags",
     "format_summary": "data.summary",
     "load_or_train": "data.tokenizer",
     "prepare_data": "data.dataset",

@@ -7,6 +7,8 @@
     data.eval_batches("validation")                # same batching, fixed order
     data.text["validation"].source / .target       # raw strings for BLEU
 
+    counts = prepare_shards(config, model_dir)      # python -m app.prepare: the shards alone
+
 Everything that can be wrong with the input (files, languages, budget) raises
 `DataError` here, before training starts. Reading order:
   1. open the corpus as streams, split by split                    (data.corpora)
@@ -193,12 +195,66 @@ def prepare_data(
         )
     # Checked before the (possibly slow) reading and tokenizing.
     scheme = BucketScheme.for_budget(config.batch_tokens, config.max_length, num_replicas)
+    prepared = _prepare(config, model_dir, workers, log)
+    text = {}
+    for split, counts in prepared.counts.items():
+        if split == "train":
+            text[split] = TrainText(prepared.corpus, counts.read - counts.dropped_empty)
+        else:
+            text[split] = ParallelText(*read_text(prepared.data_dir, split))
+    return PreparedData(
+        config=config,
+        tokenizer=prepared.tokenizer,
+        text=text,
+        tokens=prepared.tokens,
+        counts=prepared.counts,
+        scheme=scheme,
+        validation_note=prepared.manifests["validation"].get("validation_note"),
+        data_dir=prepared.data_dir,
+        corpus=prepared.corpus,
+        workers=workers,
+    )
+
+
+def prepare_shards(
+    config: DataConfig, model_dir: str, workers: Optional[int] = None, log=print
+) -> Dict[str, SplitCounts]:
+    """What `python -m app.prepare` does: the vocabulary and every split's shards under
+    `model_dir`, exactly as `prepare_data` makes them, without planning batches (the
+    shards do not depend on the batch size: `config.batch_tokens` is not read). Returns
+    each split's `SplitCounts`.
+
+    Raises:
+        DataError: any bad input or setting, naming the bad file, line or value.
+    """
+    return _prepare(config, model_dir, workers, log).counts
+
+
+@dataclasses.dataclass(frozen=True)
+class _Prepared:
+    """The vocabulary and the prepared splits, before any batching."""
+
+    corpus: CorpusStream
+    tokenizer: SubwordTokenizer
+    data_dir: str
+    manifests: Dict[str, dict]
+    tokens: Dict[str, ShardedPairs]
+    counts: Dict[str, SplitCounts]
+
+
+def _prepare(config, model_dir, workers, log) -> _Prepared:
+    """Opens the corpus, loads or trains the vocabulary and prepares every split's shards
+    (where missing or stale); checks that train and validation keep a pair.
+
+    Raises:
+        DataError: any bad input or setting, or a split with no pair that fits.
+    """
     corpus = open_corpus(config.dataset, config.source_lang, config.target_lang)
     tokenizer = load_vocabulary(config, model_dir, corpus)
     data_dir = os.path.join(model_dir, DATA_SUBDIR)
     manifests = prepare_splits(config, tokenizer.model_proto, corpus, data_dir, workers, log=log)
 
-    tokens, counts, text = {}, {}, {}
+    tokens, counts = {}, {}
     for split, manifest in manifests.items():
         tokens[split] = ShardedPairs(data_dir, split)
         counts[split] = SplitCounts(
@@ -206,10 +262,6 @@ def prepare_data(
             dropped_empty=manifest["dropped_empty"],
             dropped_too_long=manifest["dropped_too_long"],
         )
-        if split == "train":
-            text[split] = TrainText(corpus, counts[split].read - counts[split].dropped_empty)
-        else:
-            text[split] = ParallelText(*read_text(data_dir, split))
     for split in ("train", "validation"):
         # Without validation pairs, the validation loss would read 0 and pick checkpoints.
         if split in tokens and len(tokens[split]) == 0:
@@ -218,18 +270,7 @@ def prepare_data(
                 f"({counts[split].dropped_too_long} too long, {counts[split].dropped_empty} empty, "
                 f"of {counts[split].read} read)"
             )
-    return PreparedData(
-        config=config,
-        tokenizer=tokenizer,
-        text=text,
-        tokens=tokens,
-        counts=counts,
-        scheme=scheme,
-        validation_note=manifests["validation"].get("validation_note"),
-        data_dir=data_dir,
-        corpus=corpus,
-        workers=workers,
-    )
+    return _Prepared(corpus, tokenizer, data_dir, manifests, tokens, counts)
 
 
 def load_vocabulary(config: DataConfig, model_dir: str, corpus: CorpusStream) -> SubwordTokenizer:

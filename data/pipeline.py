@@ -11,7 +11,7 @@ the plan gives it.
 memory-mapped shards of a prepared split (data/shards.py), so no epoch re-tokenizes and
 skipping k batches to resume mid-epoch costs nothing: the plan is indices, not data.
 
-`TokenizedPairs`, `tokenize_pairs`, `sample_pairs` and `make_batches` keep a split's ids
+`TokenizedPairs`, `tokenize_pairs` and `make_batches` keep a split's ids
 in memory, tokenized in-graph: the reference that the prepared shards are tested against
 (tests/data/test_shards.py), and what benchmarks use on small corpora.
 """
@@ -85,33 +85,6 @@ def tokenize_pairs(tokenizer: SubwordTokenizer, text: ParallelText) -> Tokenized
         source=_tokenize_all(tokenizer, text.source, add_start=False),
         target=_tokenize_all(tokenizer, text.target, add_start=True),
     )
-
-
-def sample_pairs(tokenizer: SubwordTokenizer, text: ParallelText, dropout: float, seed: int) -> TokenizedPairs:
-    """Like `tokenize_pairs`, with a BPE-dropout segmentation drawn for `seed` (training only)."""
-    return TokenizedPairs(
-        source=_sample_side(tokenizer, text.source, dropout, seed, side=0, add_start=False),
-        target=_sample_side(tokenizer, text.target, dropout, seed, side=1, add_start=True),
-    )
-
-
-def _sample_side(tokenizer, sentences, dropout, seed, side, add_start) -> tf.RaggedTensor:
-    """int32 [N, None]: sampled ids + [end], with [start] first if add_start.
-
-    In chunks, each with its own seed from (seed, side, chunk): the ids of a chunk pass
-    through Python lists, which a WMT-sized side (4.5M sentences) would not fit in memory
-    all at once.
-    """
-    from data.prepare import SAMPLE_CHUNK
-
-    prefix = [START_ID] if add_start else []
-    flat_parts, length_parts = [np.zeros([0], np.int32)], [np.zeros([0], np.int64)]
-    for start in range(0, len(sentences), SAMPLE_CHUNK):
-        chunk_seed = int(np.random.default_rng([seed, side, start]).integers(2**31))
-        id_lists = tokenizer.sample(sentences[start : start + SAMPLE_CHUNK], dropout, chunk_seed)
-        flat_parts.append(np.fromiter((i for ids in id_lists for i in (*prefix, *ids, END_ID)), dtype=np.int32))
-        length_parts.append(np.fromiter((len(prefix) + len(ids) + 1 for ids in id_lists), dtype=np.int64))
-    return tf.RaggedTensor.from_row_lengths(np.concatenate(flat_parts), np.concatenate(length_parts))
 
 
 def _tokenize_all(tokenizer, sentences, add_start) -> tf.RaggedTensor:

@@ -141,7 +141,9 @@ def prepare_splits(
                     f"prepare: {os.path.join(data_dir, split)} was made from other data or settings "
                     f"({_difference(manifest.get('fingerprint'), wanted)}); preparing it again"
                 )
-            manifests[split] = _write_split(split, corpus, config, segmenter, data_dir, wanted, log)
+            manifests[split] = _write_split(
+                split, corpus, config, segmenter=segmenter, data_dir=data_dir, wanted=wanted, log=log
+            )
     return manifests
 
 
@@ -160,7 +162,7 @@ def _difference(old, new) -> str:
     return "changed: " + ", ".join(changed)
 
 
-def _write_split(split, corpus, config, segmenter, data_dir, wanted, log):
+def _write_split(split, corpus, config, *, segmenter, data_dir, wanted, log):
     keep_text = split != "train"  # Validation and test keep their raw pairs for BLEU.
     sources, targets = [], []
     resume_key = None if keep_text else wanted  # Train is written resumably, shard by shard.

@@ -40,6 +40,7 @@ def train_tiny_run(directory, lowercase=False):
     from app.model_dir.settings import save_settings
     from app.training.config import TrainConfig
     from app.training.loop import train
+    from app.training.run_plan import RunPlan
     from data.config import DataConfig
     from data.dataset import prepare_data
 
@@ -54,5 +55,7 @@ def train_tiny_run(directory, lowercase=False):
     )
     train_config = TrainConfig(train_steps=4, eval_every=0, checkpoint_every=1, log_every=1, keep_checkpoints=3)
     save_settings(str(directory), model_config, data_config, train_config)
-    train(model_config, data, train_config, str(directory), tf.distribute.get_strategy(), log=lambda *_: None)
+    plan = RunPlan(size="tiny", variant=None, model_dir=str(directory), model_config=model_config,
+                   data_config=data_config, train_config=train_config)
+    train(plan, data, tf.distribute.get_strategy(), log=lambda *_: None)
     return str(directory)

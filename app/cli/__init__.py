@@ -1,1 +1,3 @@
-"""What the commands share: flag groups and types, progress display, TensorFlow's quiet import."""
+"""What the commands share: flag groups (`flags`) and argparse types (`flag_types`), progress
+display, TensorFlow's quiet import and CPU thread pools, the threads decoding gets, a warning
+for a GPU TensorFlow cannot see, and the `--output` file written whole."""

@@ -15,8 +15,8 @@ import os
 
 from app.decoding.config import DecodingConfig
 from app.model.config import (
-    NORMALIZATION_KINDS, POSITIONAL_KINDS, SHARING_MODES, SIZES, TABLE3_TRAINING_FIELDS, TABLE3_VARIANTS, ModelConfig,
-    split_table3_row,
+    DEFAULT_SIZE, NORMALIZATION_KINDS, POSITIONAL_KINDS, SHARING_MODES, SIZES, TABLE3_TRAINING_FIELDS, TABLE3_VARIANTS,
+    ModelConfig, split_table3_row,
 )
 from app.cli.flag_types import float_at_least, int_at_least, positive_int
 from data.config import DEFAULT_MAX_LENGTH, DEFAULT_VOCAB_SIZE, SUBWORD_MODELS, DataConfig
@@ -38,7 +38,8 @@ _OVERRIDES = {
 
 def add_model_arguments(parser: argparse.ArgumentParser):
     group = parser.add_argument_group("model")
-    group.add_argument("--size", default="tiny", choices=sorted(SIZES), help="named model size (default tiny)")
+    # None when not given (as every model flag): --init-from's run then sets it (app/commands/train_plan.py).
+    group.add_argument("--size", choices=sorted(SIZES), help=f"named model size (default {DEFAULT_SIZE})")
     group.add_argument(
         "--variant",
         choices=sorted(TABLE3_VARIANTS),
@@ -111,7 +112,7 @@ def model_config_from_args(args, vocab_size):
                 f"or set the knobs for {args.size} with their own flags"
             )
         # The row's training fields (label smoothing) are checked here too, and set by
-        # app.training.command.train_config_from_args.
+        # app.commands.train_plan.train_config_from_args.
         given = {**overrides, **{field: getattr(args, field, None) for field in TABLE3_TRAINING_FIELDS}}
         for field, value in row.items():
             if given.get(field) is not None and given[field] != value:
@@ -150,7 +151,12 @@ def batch_tokens(text):
 
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds --dataset, --source-lang, --target-lang, --vocab-size, --subword-model,
-    --batch-tokens, --max-length, --bpe-dropout and --lowercase."""
+    --batch-tokens, --max-length, --bpe-dropout and --lowercase.
+
+    The flags a fine-tuned run may take from its init run (the languages, the vocabulary's,
+    --max-length) parse as None when not given; `data_config_from_args` leaves those to
+    `DataConfig`'s defaults, which their help texts say.
+    """
     group = parser.add_argument_group("data")
     group.add_argument(
         "--dataset",
@@ -160,8 +166,8 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
         "'files:TRAIN_SRC,TRAIN_TGT[,VALID_SRC,VALID_TGT]' (UTF-8, one sentence per "
         "line, .gz accepted)",
     )
-    group.add_argument("--source-lang", default="en", help="source language code (default: en)")
-    group.add_argument("--target-lang", default="de", help="target language code (default: de)")
+    group.add_argument("--source-lang", help=f"source language code (default: {DataConfig.source_lang})")
+    group.add_argument("--target-lang", help=f"target language code (default: {DataConfig.target_lang})")
     group.add_argument(
         "--vocab-size",
         type=positive_int,
@@ -173,7 +179,6 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--subword-model",
         choices=SUBWORD_MODELS,
-        default="bpe",
         help="how the subword vocabulary is learned: byte-pair encoding (default) or "
         "sentencepiece's unigram language model",
     )
@@ -188,7 +193,6 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--max-length",
         type=positive_int,
-        default=DEFAULT_MAX_LENGTH,
         help="longest source or target sequence in ids, start/end included; longer "
         f"pairs are dropped and counted (default: {DEFAULT_MAX_LENGTH})",
     )
@@ -202,6 +206,7 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--lowercase",
         action="store_true",
+        default=None,
         help="lowercase all text before it is segmented, in training and in the exported "
         "model, which then reads and writes lowercase (the published Multi30k baselines' "
         "preprocessing; default: keep case)",
@@ -209,18 +214,20 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def data_config_from_args(args: argparse.Namespace) -> DataConfig:
-    """The `DataConfig` for parsed flags; raises `DataError` on impossible values."""
-    return DataConfig(
+    """The `DataConfig` for parsed flags, a flag that is None (not given) taking
+    `DataConfig`'s default; raises `DataError` on impossible values."""
+    values = dict(
         dataset=args.dataset,
         source_lang=args.source_lang,
         target_lang=args.target_lang,
-        vocab_size=DEFAULT_VOCAB_SIZE if args.vocab_size is None else args.vocab_size,
+        vocab_size=args.vocab_size,
         subword_model=args.subword_model,
         batch_tokens=args.batch_tokens,
         max_length=args.max_length,
         bpe_dropout=args.bpe_dropout,
         lowercase=args.lowercase,
     )
+    return DataConfig(**{field: value for field, value in values.items() if value is not None})
 
 
 def add_model_source_arguments(parser: argparse.ArgumentParser):

@@ -19,20 +19,41 @@ random ids. No corpus is read and no model directory is touched.
 """
 
 import argparse
+import dataclasses
 import sys
+from typing import TYPE_CHECKING
 
 from app.cli.flag_types import positive_int
 
+if TYPE_CHECKING:  # imported where the plan is made: it imports TensorFlow
+    from app.training.run_plan import RunPlan
+
+
+@dataclasses.dataclass(frozen=True)
+class PreflightPlan:
+    """A rehearsal: of which run, and for how long."""
+
+    # The run rehearsed, planned as train.py plans it (its data_config names the corpus
+    # checked; its batch_tokens, the synthetic batches' size).
+    run: "RunPlan"
+    # Updates timed after the first call (--preflight-steps).
+    steps: int
+    # Timing stops after this many seconds, even before `steps` (--preflight-seconds).
+    max_seconds: int
+    # Tokens in every synthetic sentence, each side (--preflight-length).
+    length: int
+
 
 def parse_args(argv=None):
-    from app.cli.flags import add_model_arguments
-    from app.training.command import add_training_arguments
-    from app.cli.flags import add_data_arguments
+    from app.cli.flags import add_data_arguments, add_model_arguments
+    from app.commands.train_plan import add_training_arguments
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_arguments(parser)
     add_data_arguments(parser)
     add_training_arguments(parser)
+    # What train.py's plan reads of the flags this command leaves out: a run from scratch that trains.
+    parser.set_defaults(init_from=None, init_checkpoint=None, dry_run=False)
     group = parser.add_argument_group("preflight")
     group.add_argument(
         "--preflight-steps", type=positive_int, default=20,
@@ -60,37 +81,38 @@ def main(argv=None):
     try:
         set_cpu_threads(args.intra_op_threads, args.inter_op_threads)
         strategy = make_strategy(args.strategy, args.cpu_replicas)
-        configs = _configs(args)
+        plan = plan_preflight(args)  # after the strategy: --precision auto may time matrix products
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    return run(args, strategy, *configs)
+    return run(plan, strategy)
 
 
-def _configs(args):
-    """`(model_config, train_config, batch_tokens)` as train.py would make them, without
-    reading a corpus: the vocabulary is --vocab-size, the run's own (its settings.json, if
-    --model-dir holds one), or the size's."""
-    from app.cli.flags import model_config_from_args
-    from app.training.command import default_model_dir, resolved_vocab_size, train_config_from_args
-    from app.training.recipes import recipe_for
-    from app.cli.flags import data_config_from_args
+def plan_preflight(args):
+    """The `PreflightPlan` of parsed flags `args` (left as they are): the run as train.py
+    plans it (`app.commands.train_plan.plan_run`), without reading a corpus. The vocabulary
+    is --vocab-size, the run's own (its settings.json, if --model-dir holds one), or the
+    size's.
 
-    model_dir = args.model_dir or default_model_dir(args)
-    vocab_size = resolved_vocab_size(args, model_dir)
-    batch_tokens = args.batch_tokens or recipe_for(args.size).batch_tokens
-    # The data flags' own checks (a batch too small for --max-length, and the like).
-    data_config_from_args(argparse.Namespace(**{**vars(args), "vocab_size": vocab_size, "batch_tokens": batch_tokens}))
-    return model_config_from_args(args, vocab_size=vocab_size), train_config_from_args(args), batch_tokens
+    Raises:
+        ValueError: what train.py would refuse of these flags, named.
+    """
+    from app.commands.train_plan import plan_run
+
+    return PreflightPlan(
+        run=plan_run(args), steps=args.preflight_steps, max_seconds=args.preflight_seconds,
+        length=args.preflight_length,
+    )
 
 
-def run(args, strategy, model_config, train_config, batch_tokens, out=print):
-    """Rehearses, prints the report, returns the exit code."""
+def run(plan, strategy, out=print):
+    """Rehearses the run of `plan` (a `PreflightPlan`) under `strategy`, prints the report,
+    returns the exit code."""
     import tensorflow as tf
 
     from app.cli.gpu_warning import nvidia_gpu_present, unseen_gpu_warning
     from app.training.peaks import device_peak
-    from app.training.precision import AUTO, choose_auto_precision
+    from app.training.precision import choose_auto_precision
     from app.training.preflight import checks, format_duration, gpu_names, rehearse
 
     out(f"TensorFlow {tf.version.VERSION}; devices: {_describe_devices(tf)}")
@@ -103,16 +125,19 @@ def run(args, strategy, model_config, train_config, batch_tokens, out=print):
     replicas = strategy.num_replicas_in_sync
     out(f"strategy: {type(strategy).__name__} over {replicas} replica(s)"
         + (f": {', '.join(gpus)}" if gpus else " on the CPU"))
-    auto = f" (auto: {choose_auto_precision().reason})" if args.precision == AUTO else ""
+    model_config, train_config, data_config = plan.run.model_config, plan.run.train_config, plan.run.data_config
+    batch_tokens = data_config.batch_tokens
+    auto = f" (auto: {choose_auto_precision().reason})" if plan.run.auto_precision else ""
     out(f"precision: {train_config.precision}{auto}; XLA: {'on (--jit)' if train_config.jit else 'off'}")
-    out(f"model: {args.size}, layers {model_config.num_layers}, d_model {model_config.d_model}, "
+    out(f"model: {plan.run.size}, layers {model_config.num_layers}, d_model {model_config.d_model}, "
         f"d_ff {model_config.d_ff}, heads {model_config.num_heads}, vocabulary {model_config.vocab_size}")
-    data_source, data_problem = _data_source(args)
-    out(f"data: {args.dataset} {args.source_lang}->{args.target_lang}: {data_problem or data_source}")
+    data_source, data_problem = _data_source(data_config)
+    out(f"data: {data_config.dataset} {data_config.source_lang}->{data_config.target_lang}: "
+        f"{data_problem or data_source}")
 
     rehearsal = rehearse(
-        model_config, train_config, strategy, batch_tokens, length=args.preflight_length,
-        steps=args.preflight_steps, max_seconds=args.preflight_seconds,
+        model_config, train_config, strategy, batch_tokens, length=plan.length, steps=plan.steps,
+        max_seconds=plan.max_seconds,
     )
     out(f"batches: {batch_tokens} tokens a side over {replicas} replica(s), accumulating {train_config.accumulate}: "
         f"{rehearsal.tokens_per_replica_per_step} target tokens per replica per step "
@@ -147,19 +172,19 @@ def run(args, strategy, model_config, train_config, batch_tokens, out=print):
         out(f"preflight failed: {'; '.join(failed)}")
         return 1
     where = ", ".join(gpus) if gpus else "the CPU"
-    out(f"preflight passed: {args.size} on {replicas} replica(s) ({where}), "
+    out(f"preflight passed: {plan.run.size} on {replicas} replica(s) ({where}), "
         + (f"about {format_duration(steps * rehearsal.seconds_per_step)} of training" if steps else "ready to train"))
     return 0
 
 
-def _data_source(args):
-    """`(where the corpus comes from, None)`, or `(None, why it cannot be read)`: files
-    checked to exist, a TFDS builder prepared or its hosts answering; nothing read."""
+def _data_source(data_config):
+    """`(where the corpus of `data_config` comes from, None)`, or `(None, why it cannot be
+    read)`: files checked to exist, a TFDS builder prepared or its hosts answering; nothing read."""
     from data.corpora import describe_source
     from data.errors import DataError
 
     try:
-        return describe_source(args.dataset, args.source_lang, args.target_lang), None
+        return describe_source(data_config.dataset, data_config.source_lang, data_config.target_lang), None
     except DataError as error:
         return None, str(error)
 

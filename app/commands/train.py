@@ -15,13 +15,13 @@ import time
 STARTED = time.monotonic()
 
 import argparse  # noqa: E402
+import os  # noqa: E402
 import sys  # noqa: E402
 
 
 def parse_args(argv=None):
-    from app.cli.flags import add_model_arguments
-    from app.training.command import add_init_arguments, add_training_arguments, flags_given
-    from app.cli.flags import add_data_arguments
+    from app.cli.flags import add_data_arguments, add_model_arguments
+    from app.commands.train_plan import add_init_arguments, add_training_arguments
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     # None of these imports TensorFlow: --help and a bad value answer at once.
@@ -32,9 +32,7 @@ def parse_args(argv=None):
     parser.add_argument(
         "--dry-run", action="store_true", help="print the model and data summary, then exit (default: train)"
     )
-    args = parser.parse_args(argv)
-    args.flags_given = flags_given(parser, argv)  # --init-from tells a flag given from its default
-    return args
+    return parser.parse_args(argv)
 
 
 def main(argv=None, started=None):
@@ -45,16 +43,136 @@ def main(argv=None, started=None):
 
     import_tensorflow()
     warn_if_gpu_unseen()
-    from app.training.command import fail, run, start_devices
+    from app.commands.train_plan import plan_run
 
     try:
         strategy = start_devices(args)  # before TensorFlow runs an op: the plan may time some
-        from app.training.run_plan import plan_run
-
         plan = plan_run(args)
     except ValueError as error:
         return fail(error)
     return run(plan, strategy, started=STARTED if started is None else started)
+
+
+def start_devices(args):
+    """Sets TensorFlow's CPU thread pools and makes the tf.distribute strategy the flags ask
+    for: both before TensorFlow runs an op or touches a device. Returns the strategy.
+
+    Raises:
+        ValueError: a strategy or thread setting that cannot be had, named.
+    """
+    from app.cli.threads import describe_cpu_threads, set_cpu_threads
+    from app.training.strategy import make_strategy
+
+    set_cpu_threads(args.intra_op_threads, args.inter_op_threads)
+    strategy = make_strategy(args.strategy, args.cpu_replicas)
+    if args.intra_op_threads or args.inter_op_threads:
+        print(describe_cpu_threads())
+    return strategy
+
+
+def run(plan, strategy, started=None):
+    """Runs `python train.py` as `plan` (`app.training.run_plan.RunPlan`) says, under
+    `strategy`; returns the process exit code.
+
+    `started`: `time.monotonic()` when the command began, where a time budget counts
+    from (default: now); the data preparation counts too.
+    """
+    started = time.monotonic() if started is None else started
+    if plan.dry_run:
+        return _dry_run(plan, strategy)
+    from app.model_dir.lock import ModelDirInUse
+    from app.training.start import lock_model_dir, prepare_model_dir
+    from data.errors import DataError
+
+    # A first start whose data fails leaves no empty model directory behind.
+    created_model_dir = not os.path.exists(plan.model_dir)
+    try:
+        # Held while this name holds it: until run() returns, or the process ends.
+        _model_dir_lock = lock_model_dir(plan, strategy)  # noqa: F841
+        plan, data = prepare_model_dir(plan, strategy, created_model_dir)
+    except (DataError, ValueError, OSError, ModelDirInUse) as error:
+        return fail(error)
+    for line in _summary_lines(data):
+        print(line)
+    return _train(plan, strategy, data, started)
+
+
+def _dry_run(plan, strategy):
+    """--dry-run: prints the model, the data summary and the epochs trained both ways,
+    and writes nothing to a new model directory; returns the exit code."""
+    from app.model.transformer import build_transformer
+    from app.training.start import dry_run_data
+    from data.errors import DataError
+    from data.summary import format_summary
+
+    init, train_config = plan.init, plan.train_config
+    print(f"model size: {plan.size}" + (f", Table 3 variant {plan.variant}" if plan.variant else ""))
+    if init:
+        print(f"fine-tuning from {init.model_dir}, its model and vocabulary; weights: {init.weights}; "
+              f"learning-rate scale {train_config.learning_rate_scale:.4g}")
+    for field, value in plan.model_config.to_dict().items():
+        print(f"  {field}: {value}")
+    print(f"label smoothing: {train_config.label_smoothing:g}")
+    print(f"parameters: {build_transformer(plan.model_config).count_params()}")
+    print(f"replicas: {strategy.num_replicas_in_sync}")
+    try:
+        data, summary = dry_run_data(plan, strategy)
+    except DataError as error:
+        return fail(error)
+    for line in format_summary(summary):
+        print(line)
+    if train_config.bidirectional_fraction:
+        from app.training.run_length import plan_bidirectional_epochs, run_length
+
+        try:
+            plan_bidirectional_epochs(train_config, data, run_length(train_config, data), print)
+        except ValueError as error:
+            return fail(error)
+    return 0
+
+
+def _summary_lines(data):
+    from data.summary import format_summary, summarize
+
+    return format_summary(summarize(data))
+
+
+def _train(plan, strategy, data, started):
+    """Trains the prepared run to its end; returns the exit code."""
+    from app.model_dir.checkpoints import CheckpointError
+    from app.training.loop import NonFiniteLoss, train
+    from app.training.precision import choose_auto_precision
+    from app.training.strategy import WorkersDisagree
+    from app.training.validation import make_bleu_evaluator
+
+    train_config, model_dir = plan.train_config, plan.model_dir
+    evaluate_fn = None
+    if plan.bleu:
+        validation = data.text["validation"]
+        evaluate_fn = make_bleu_evaluator(
+            data.tokenizer, list(validation.source), list(validation.target), train_config.eval_sentences
+        )
+    # The auto choice was made, and its timing cached, when the plan was made.
+    auto = f" (auto: {choose_auto_precision().reason})" if plan.auto_precision else ""
+    print(
+        f"training {plan.size} in {model_dir} on {strategy.num_replicas_in_sync} replica(s), "
+        f"precision {train_config.precision}{auto}"
+    )
+    try:
+        result = train(plan, data, strategy, evaluate_fn, started=started)
+    except (NonFiniteLoss, WorkersDisagree, CheckpointError) as error:
+        return fail(error)
+    except KeyboardInterrupt:
+        return 130
+    print(f"done: step {result['step']}, model in {model_dir}")
+    print(f"next: python export.py --model-dir {model_dir}")
+    return 0
+
+
+def fail(error):
+    """Prints `error` as the command's error line; returns the exit code 1."""
+    print(f"error: {error}", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

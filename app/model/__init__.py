@@ -1,1 +1,2 @@
-"""The model: its configuration (`config`) and its assembly from `layers/` (`transformer`)."""
+"""The model: its configuration (`config`), its assembly from `layers/` (`transformer`) and
+the FLOPs of a step (`flops`)."""

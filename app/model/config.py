@@ -165,6 +165,9 @@ SIZES = {
     "big": dict(num_layers=6, d_model=1024, d_ff=4096, num_heads=16, dropout=0.3),
 }
 
+# The size train.py trains, and app.prepare prepares a vocabulary for, when given none.
+DEFAULT_SIZE = "tiny"
+
 # The rows of the paper's Table 3, as overrides of the base size: of the model's fields,
 # but for those in TABLE3_TRAINING_FIELDS (`split_table3_row`).
 TABLE3_VARIANTS = {

@@ -10,6 +10,7 @@
     memory_cache = transformer.init_memory_cache(memory, memory_mask)    # once per sentence
     self_cache = transformer.empty_self_cache(batch_size * beams)
     logits, self_cache = transformer.decode_step(token_ids, step, self_cache, memory_cache)  # [N, V]
+    # decode_step is the reference; searches step app/decoding/incremental.py's decoder.
 
 Dimension names: B batch, S source length, T target length, L positions decoded so far,
 N = B x K hypotheses (K beams per sentence, sentence-major), D d_model, V vocabulary size.
@@ -99,9 +100,14 @@ def _make_layers(config):
 class Transformer:
     """The model's computations, on the layers of a model built by `build_transformer`.
 
-    `build_transformer` wires its functional graph with `encode` and `decode`; decoding
-    calls `encode`, `init_memory_cache`, `empty_self_cache` and `decode_step` eagerly or inside a `tf.function`, on
-    the very same layers (a loaded model works too), so the two paths cannot drift apart.
+    `build_transformer` wires its functional graph with `encode` and `decode`. Decoding
+    (app/decoding/model_search.py) calls `encode` and `output_kernel`, then steps
+    app/decoding/incremental.py's `IncrementalDecoder`, which reads these layers' weights
+    and computes `decode_step`'s function in fewer ops. `decode_step`, with
+    `init_memory_cache` and `empty_self_cache`, is its reference: tests hold the two equal
+    (tests/decoding/test_incremental.py) and hold `decode_step` equal to `decode`. All of
+    them run eagerly or inside a `tf.function` on the very same layers (a loaded model
+    works too), so the paths cannot drift apart.
     """
 
     def __init__(self, model: keras.Model, config: ModelConfig = None):
@@ -253,7 +259,7 @@ class Transformer:
 
     def output_kernel(self):
         """The pre-softmax projection laid out for `states @ kernel`: `[D, V]` in the
-        compute dtype, a copy made once, for `decode_step`.
+        compute dtype, a copy made once, for `decode_step` and the incremental decoder.
 
         A decoding loop computes it before its first step: the shared embedding's `[V, D]`
         multiplied transposed (`MatMul` with `transpose_b`) ran several times slower on

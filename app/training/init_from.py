@@ -16,8 +16,9 @@ directory, whose settings.json records where it came from (`InitRun.record`). Ru
 the same command again resumes the new run from its own newest checkpoint: the init
 weights are loaded only while it has none.
 
-Everything here is checked before the corpus is read: a flag that contradicts the init
-run's model or vocabulary is refused, naming the flag and both values.
+Everything is checked before the corpus is read: a flag that contradicts the init run's
+model or vocabulary is refused, naming the flag and both values (the flags are read in
+app/commands/train_plan.py, `flags_from_init`; this module holds the run, not its flags).
 """
 
 import dataclasses
@@ -28,25 +29,12 @@ from typing import Optional, Tuple
 
 import tensorflow as tf
 
-from app.model.config import SIZES, ModelConfig, split_table3_row
+from app.model.config import SIZES, ModelConfig
 from app.model_dir import checkpoints
 from app.model_dir.settings import load_init_from, load_settings
 from data.atomic_files import write_atomically
 from data.config import DataConfig
 from data.tokenizer import MODEL_FILENAME
-
-# The model flags (argparse destinations) that name one ModelConfig field each.
-MODEL_FLAGS = {
-    "num_layers": "num_layers", "d_model": "d_model", "d_ff": "d_ff", "num_heads": "num_heads",
-    "key_dim": "key_dim", "value_dim": "value_dim", "dropout": "dropout", "attention_dropout": "attention_dropout",
-    "inner_dropout": "inner_dropout", "positional": "positional",
-    "share_embeddings": "share_embeddings", "normalization": "normalization", "norm_first": "norm_first",
-    "attention_bias": "attention_bias", "max_positions": "max_length",
-}
-# What a --size names, as the README's table of sizes shows it: the model's shape.
-SIZE_FIELDS = ("num_layers", "d_model", "d_ff", "num_heads")
-# Data flags that take the init run's value where not given.
-INHERITED_DATA_FLAGS = ("source_lang", "target_lang", "max_length")
 
 
 class InitFromError(ValueError):
@@ -180,58 +168,6 @@ def chosen_checkpoints(model_dir, train_settings, checkpoint=None):
     return [path]
 
 
-def flags_from_init(args, init, given):
-    """The train.py flag values that a run fine-tuned from `init` takes from it, as a dict
-    of argparse destinations; `args`, the parsed flags, are left as they are.
-
-    The vocabulary flags are the init run's, and the languages, --max-length and --size
-    its where not given (`given`: the argparse destinations of the flags on the command
-    line). The model is `init.model_config` itself.
-
-    Raises:
-        InitFromError: a flag given that contradicts the init run's model or vocabulary,
-            naming the flag, its value and the init run's.
-    """
-    model, data = init.model_config, init.data_config
-
-    def contradiction(flag, value, theirs):
-        given_text = flag if value is None else f"{flag} {value}"
-        return InitFromError(
-            f"{given_text} contradicts --init-from {init.model_dir}, whose {theirs}: a fine-tuned run keeps "
-            f"its init run's model and vocabulary; leave {flag} out"
-        )
-
-    for dest, field in MODEL_FLAGS.items():
-        value, theirs = getattr(args, dest, None), getattr(model, field)
-        if dest in given and value is not None and value != theirs:
-            flag = "--" + dest.replace("_", "-")
-            if isinstance(value, bool):  # --norm-first / --no-norm-first
-                raise contradiction(flag if value else flag.replace("--", "--no-", 1), None, f"{field} is {theirs}")
-            raise contradiction(flag, value, f"{field} is {theirs}")
-    if "variant" in given and args.variant:
-        # The row's training fields (label smoothing) are the new run's own to set.
-        differing = {k: v for k, v in split_table3_row(args.variant)[0].items() if getattr(model, k) != v}
-        if differing:
-            theirs = ", ".join(f"{k} is {getattr(model, k)} (the row's {v})" for k, v in differing.items())
-            raise contradiction("--variant", args.variant, theirs)
-    values = {}
-    if "size" in given:
-        sized = ModelConfig.from_size(args.size, vocab_size=model.vocab_size)
-        if any(getattr(sized, field) != getattr(model, field) for field in SIZE_FIELDS):
-            raise contradiction("--size", args.size, f"model has {_shape(model)} ({args.size}: {_shape(sized)})")
-    else:
-        values["size"] = nearest_size(model)
-    if "vocab_size" in given and args.vocab_size not in (data.vocab_size, model.vocab_size):
-        raise contradiction("--vocab-size", args.vocab_size, f"vocabulary has {model.vocab_size} subwords")
-    if "subword_model" in given and args.subword_model != data.subword_model:
-        raise contradiction("--subword-model", args.subword_model, f"vocabulary is {data.subword_model}")
-    if "lowercase" in given and args.lowercase != data.lowercase:
-        raise contradiction("--lowercase", None, "vocabulary keeps case")
-    values.update(vocab_size=data.vocab_size, subword_model=data.subword_model, lowercase=data.lowercase)
-    values.update({dest: getattr(data, dest) for dest in INHERITED_DATA_FLAGS if dest not in given})
-    return values
-
-
 def nearest_size(model_config):
     """The named size whose model differs from `model_config` in the fewest fields (the
     first such in SIZES): the size whose recipe a fine-tuned run trains with by default."""
@@ -284,6 +220,3 @@ def settings_record(model_dir, init):
         return load_init_from(model_dir) or init.record()
     return init.record()
 
-
-def _shape(model_config):
-    return ", ".join(f"{field} {getattr(model_config, field)}" for field in SIZE_FIELDS)

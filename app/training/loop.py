@@ -4,7 +4,8 @@
     python train.py --size base                      # every visible GPU, the paper's model
     python train.py --cpu-replicas 8                 # 8 mirrored CPU replicas
 
-`train()` orchestrates objects that each do one thing: the distributed step
+`train(plan, data, strategy)` trains the run an `app.training.run_plan.RunPlan` describes.
+It orchestrates objects that each do one thing: the distributed step
 (`app.training.step`), the records (`app.training.metrics_log`), evaluation and early
 stopping (`app.training.validation`), the time budget (`app.training.time_budget`),
 interrupts (`app.training.interrupts`) and the checkpoints (`app.model_dir.checkpoints`).
@@ -13,9 +14,11 @@ non-padding target tokens of the whole global batch (every replica, every accumu
 micro-batch), so that 1 replica and 8 give the same update.
 """
 
+import dataclasses
 import math
 import time
 import zlib
+from typing import Callable, Optional
 
 import keras
 import tensorflow as tf
@@ -23,49 +26,51 @@ import tensorflow as tf
 from app.cli.progress import make_progress
 from app.model.transformer import Transformer, build_transformer
 from app.model_dir import checkpoints
-from app.training.config import TrainConfig
 from app.training.interrupts import InterruptFlag, stop_check
 from app.training.metrics_log import MetricsLog, TrainingWindow, drop_records_after
 from app.training.optimizer import make_optimizer
 from app.training.precision import PRECISIONS
 from app.training.run_length import plan_bidirectional_epochs, resumed_plan, run_length
+from app.training.run_plan import RunPlan
 from app.training.step import distribute, make_eval_step, make_train_steps
 from app.training.strategy import check_same_on_all_workers, is_chief, max_over_workers
 from app.training.time_budget import RunBudget
 from app.training.validation import Validator
+from data.dataset import PreparedData
 
 
 class NonFiniteLoss(RuntimeError):
     pass
 
 
-def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate_fn=None, log=print,
-          started=None, clock=time.monotonic, initialize=None):
-    """Trains until `config.train_steps` optimizer updates or `config.epochs` epochs.
+def train(plan: RunPlan, data, strategy, evaluate_fn=None, *, log=print, started=None, clock=time.monotonic):
+    """Trains the run `plan` until `plan.train_config.train_steps` optimizer updates or its
+    `epochs` epochs.
 
-    Resumes from the newest checkpoint in `model_dir` (weights, optimizer, step and the
-    position in the data), so running the same command again continues where it stopped
-    and ends at the same total step count; under `config.time_budget_minutes`, at the
-    step count that fits in the time left (`app.training.time_budget`).
+    Resumes from the newest checkpoint in `plan.model_dir` (weights, optimizer, step and
+    the position in the data), so running the same command again continues where it
+    stopped and ends at the same total step count; under the train config's
+    `time_budget_minutes`, at the step count that fits in the time left
+    (`app.training.time_budget`). While the model directory has no checkpoint to resume
+    from, a fine-tuned run (`plan.init`) starts from its init run's weights.
 
     Args:
-        model_config: the model's configuration (its vocab_size matches the tokenizer).
+        plan: an `app.training.run_plan.RunPlan`, its model's vocab_size the tokenizer's
+            (`app.training.start.prepare_model_dir` returns it so). Its model directory
+            gets the checkpoints, metrics and TensorBoard logs.
         data: a `data.dataset.PreparedData`.
-        config: a `TrainConfig`.
-        model_dir: where settings, checkpoints, metrics and TensorBoard logs go.
         strategy: a `tf.distribute.Strategy`.
         evaluate_fn: `evaluate_fn(transformer) -> dict` with at least "bleu"; None skips BLEU.
+        log: where the run's lines go.
         started: `clock()` when the command began, so that a time budget counts the data
             preparation too (default: now).
         clock: seconds, monotonic; tests pass a fake one.
-        initialize: `initialize(model) -> str`, called while `model_dir` has no checkpoint
-            to resume from: sets the weights a fine-tuned run starts from
-            (`app.training.init_from.InitRun.initialize`) and says so in the line it returns.
 
     Returns:
         A dict: final step, last loss, best BLEU and the checkpoint paths.
     """
     started = clock() if started is None else started
+    config = plan.train_config
     keras.config.set_dtype_policy(config.precision)
     keras.utils.set_random_seed(config.seed)
 
@@ -73,17 +78,19 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
     max_steps = run_length(config, data)
     bidirectional_epochs = plan_bidirectional_epochs(config, data, max_steps, log)
     progress = checkpoints.Progress(max_steps, config.resolved_cooldown(max_steps))
-    model, optimizer, tracker, restored = _model_where_the_run_stands(
-        model_config, config, model_dir, strategy, progress, max_steps, log, initialize
-    )
+    model, optimizer, tracker, restored = _model_where_the_run_stands(plan, strategy, progress, max_steps, log)
     seconds_before = float(progress.seconds) if restored else 0.0
     total_steps, cooldown = resumed_plan(config, progress, max_steps)
     progress.set_plan(total_steps, cooldown)
     _check_workers_agree(strategy, config, data, int(progress.step), total_steps)
 
+    context = _RunContext(
+        plan=plan, data=data, strategy=strategy, evaluate_fn=evaluate_fn, log=log, clock=clock, started=started,
+        seconds_before=seconds_before,
+    )
     loop = _Loop(
-        model, model_config, optimizer, tracker, progress, data, config, model_dir, strategy, evaluate_fn, log,
-        clock, started, seconds_before, total_steps, max_steps, bidirectional_epochs,
+        context, model, optimizer, tracker, progress, total_steps=total_steps, max_steps=max_steps,
+        bidirectional_epochs=bidirectional_epochs,
     )
     loop.run()
     final_checkpoint = loop.save(loop.step)
@@ -98,11 +105,12 @@ def train(model_config, data, config: TrainConfig, model_dir, strategy, evaluate
     }
 
 
-def _model_where_the_run_stands(model_config, config, model_dir, strategy, progress, max_steps, log, initialize):
+def _model_where_the_run_stands(plan, strategy, progress, max_steps, log):
     """Builds the model and its optimizer under `strategy`, and restores the newest
-    checkpoint into them and `progress` (or, without one, calls `initialize`); the chief
-    drops the metrics records of steps after it. Returns `(model, optimizer, tracker,
-    the restored checkpoint's path or None)`."""
+    checkpoint into them and `progress` (or, without one, starts a fine-tuned run from its
+    init run's weights); the chief drops the metrics records of steps after it. Returns
+    `(model, optimizer, tracker, the restored checkpoint's path or None)`."""
+    model_config, config, model_dir = plan.model_config, plan.train_config, plan.model_dir
     with strategy.scope():
         model = build_transformer(model_config)
         optimizer = make_optimizer(model_config, config, max_steps, progress)
@@ -112,11 +120,25 @@ def _model_where_the_run_stands(model_config, config, model_dir, strategy, progr
         model_dir, model, optimizer, progress, keep=config.keep_checkpoints, chief=chief
     )
     restored = _restore(tracker, progress, log)
-    if not restored and initialize is not None:
-        log(initialize(model))
+    if not restored and plan.init is not None:
+        log(plan.init.initialize(model))
     if chief:
         drop_records_after(model_dir, int(progress.step))
     return model, optimizer, tracker, restored
+
+
+@dataclasses.dataclass(frozen=True)
+class _RunContext:
+    """What one start of a run trains with, and where its time counts from."""
+
+    plan: RunPlan
+    data: PreparedData
+    strategy: tf.distribute.Strategy
+    evaluate_fn: Optional[Callable]  # evaluate_fn(transformer) -> dict, or None
+    log: Callable
+    clock: Callable  # seconds, monotonic
+    started: float  # clock() when the command began
+    seconds_before: float  # trained by the starts before this one
 
 
 class _Loop:
@@ -128,11 +150,14 @@ class _Loop:
     `config.steps_per_loop`, and the host reads their losses once per call.
     """
 
-    def __init__(self, model, model_config, optimizer, tracker, progress, data, config, model_dir, strategy,
-                 evaluate_fn, log, clock, started, seconds_before, total_steps, max_steps, bidirectional_epochs):
+    def __init__(self, context, model, optimizer, tracker, progress, *, total_steps, max_steps, bidirectional_epochs):
+        """`context`: a `_RunContext`; `progress`: the checkpointed `Progress`; `total_steps`:
+        the planned end (the time budget and early stopping move it); `max_steps`: the
+        full length; `bidirectional_epochs`: the first epochs that train both ways."""
+        config, strategy, data = context.plan.train_config, context.strategy, context.data
         chief = is_chief(strategy)
-        self.config, self.progress, self.tracker, self.log = config, progress, tracker, log
-        self.clock, self.started, self.seconds_before = clock, started, seconds_before
+        self.config, self.progress, self.tracker, self.log = config, progress, tracker, context.log
+        self.clock, self.started, self.seconds_before = context.clock, context.started, context.seconds_before
         # Every split's batches share one spec: (int32 [None, None], int32 [None, None]), per replica.
         batch_spec = distribute(strategy, data.eval_batches("validation")).element_spec
         self.train_steps = make_train_steps(
@@ -140,21 +165,23 @@ class _Loop:
             progress=progress,
         )
         eval_step = make_eval_step(model, strategy, config.label_smoothing, batch_spec)
-        self.metrics = MetricsLog(model_dir, chief, tracker.latest)
+        self.metrics = MetricsLog(context.plan.model_dir, chief, tracker.latest)
         self.validator = Validator(
-            eval_step, lambda: distribute(strategy, data.eval_batches("validation")), Transformer(model, model_config),
-            evaluate_fn, self.metrics.record, tracker, config.eval_every, config.patience,
+            eval_step, lambda: distribute(strategy, data.eval_batches("validation")),
+            Transformer(model, context.plan.model_config), context.evaluate_fn,
+            record=self.metrics.record, tracker=tracker, eval_every=config.eval_every, patience=config.patience,
         )
-        self.progbar = make_progress(total_steps, config.log_every, log) if chief else None
+        self.progbar = make_progress(total_steps, config.log_every, context.log) if chief else None
         self.step, self.total_steps = int(progress.step), total_steps
         self.last_loss = None
         self.window = TrainingWindow()
         self.last_checkpoint_time, self.minutes_between = time.time(), config.checkpoint_minutes or math.inf
         self.interrupted = InterruptFlag()
-        self.stop_requested = stop_check(strategy, self.interrupted, self.step, clock)
+        self.stop_requested = stop_check(strategy, self.interrupted, self.step, context.clock)
         self.budget = RunBudget(
             config.time_budget_minutes, max_steps, config.cooldown_fraction, config.eval_every, progress,
-            max_over_workers(strategy) if config.time_budget_minutes else None, clock, started, seconds_before,
+            reduce=max_over_workers(strategy) if config.time_budget_minutes else None,
+            clock=context.clock, started=context.started, seconds_before=context.seconds_before,
         )
         self.batches = _TrainingBatches(strategy, data, config, progress, bidirectional_epochs)
 

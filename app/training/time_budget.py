@@ -256,7 +256,7 @@ class RunBudget:
         cooldown = int(self._progress.cooldown_steps)
         new = plan_run_length(
             step, planned, cooldown, self._max_steps, self._cooldown_fraction, self._eval_every,
-            per_step, per_evaluation, remaining,
+            seconds_per_step=per_step, seconds_per_evaluation=per_evaluation, remaining_seconds=remaining,
         )
         if new != planned:
             self._progress.set_plan(

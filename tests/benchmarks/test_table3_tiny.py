@@ -7,7 +7,7 @@ import pytest
 from app.model.config import ModelConfig
 from app.model.transformer import build_transformer
 import train
-from app.training.command import train_config_from_args
+from app.commands.train_plan import resolved_flags, train_config_from_args
 from benchmarks import table3_tiny
 
 # The model a fake run's settings.json describes: small, so counting its parameters is quick.
@@ -36,7 +36,7 @@ def test_every_row_trains_the_default_recipe_with_only_its_own_change(tmp_path):
     assert train.parse_args(base[2:]).dropout == 0.3
     assert train.parse_args(base[2:]).attention_bias is True
     # The rows were measured with the paper's Adam, before tiny's default decayed weights.
-    assert train_config_from_args(train.parse_args(base[2:])).weight_decay == 0.0
+    assert train_config_from_args(resolved_flags(train.parse_args(base[2:]))).weight_decay == 0.0
 
 
 def test_other_seeds_train_the_same_command_in_their_own_directory(tmp_path):

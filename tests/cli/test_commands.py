@@ -146,6 +146,7 @@ def test_the_server_help_shows_tf_servings_names_only():
 
 
 def test_the_training_flags_strategies_are_the_strategy_modules():
-    from app.training import command, strategy
+    from app.commands import train_plan
+    from app.training import strategy
 
-    assert command.STRATEGIES == strategy.STRATEGIES
+    assert train_plan.STRATEGIES == strategy.STRATEGIES

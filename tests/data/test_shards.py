@@ -259,46 +259,6 @@ def test_split_lengths_use_compact_dtypes(corpus, tmp_path):
     assert dataclasses.asdict(data.counts["train"]) == {"read": 1500, "dropped_empty": 0, "dropped_too_long": 123}
 
 
-def test_the_prepare_command_prepares_what_train_py_then_reads(tmp_path, capsys):
-    from app.commands import prepare
-
-    spec = "files:" + ",".join(write_multi30k_slice(tmp_path, train=200, validation=20))
-    model_dir = str(tmp_path / "run")
-    argv = ["--dataset", spec, "--vocab-size", "400", "--max-length", "48", "--model-dir", model_dir, "--workers", "1"]
-    assert prepare.main(argv) == 0
-    out = capsys.readouterr().out
-    assert out.splitlines()[-1] == (
-        f"next: python train.py --model-dir {model_dir} --dataset {spec} --vocab-size 400 --max-length 48"
-    )
-    assert sorted(os.listdir(os.path.join(model_dir, "data"))) == ["train", "validation"]
-    lines = []
-    config = DataConfig(dataset=spec, vocab_size=400, max_length=48, batch_tokens=2048)
-    prepare_data(config, model_dir, log=lines.append)
-    assert lines == []  # train.py's preparation finds it done.
-    with pytest.raises(SystemExit) as exited:  # refused by argparse, before TensorFlow loads
-        prepare.main(argv[:-2] + ["--workers", "0"])
-    assert exited.value.code == 2
-    assert capsys.readouterr().err.splitlines()[-1].endswith("error: argument --workers: must be at least 1, got 0")
-
-
-def test_the_prepare_command_takes_the_sizes_vocabulary_so_train_py_of_that_size_accepts_it(tmp_path, monkeypatch):
-    """Without --vocab-size, the vocabulary is the one train.py --size would ask for."""
-    import data.dataset
-    from app.commands import prepare
-
-    sizes = []
-
-    def record(config, model_dir, **kwargs):
-        sizes.append(config.vocab_size)
-        raise DataError("stopped before reading")
-
-    monkeypatch.setattr(data.dataset, "prepare_data", record)
-    for size, target in (("tiny", "de"), ("base", "de"), ("base", "fr"), ("big", "de")):
-        assert prepare.main(["--size", size, "--target-lang", target, "--model-dir", str(tmp_path / size)]) == 1
-    assert prepare.main(["--size", "base", "--vocab-size", "500", "--model-dir", str(tmp_path / "x")]) == 1
-    assert sizes == [8000, 37000, 32000, 37000, 500]
-
-
 def test_a_worker_that_dies_is_an_error_naming_it_not_a_wait_for_ever(tmp_path):
     from tests.data.dying_worker import die
 

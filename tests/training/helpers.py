@@ -10,6 +10,7 @@ from tensorflow.core.util import event_pb2
 from app.model.config import ModelConfig
 from app.training.config import TrainConfig
 from app.training.loop import train
+from app.training.run_plan import RunPlan
 
 
 def small_model_config(data):
@@ -23,8 +24,9 @@ def run_training(data, model_dir, evaluate_fn=None, **overrides):
     fields = dict(train_steps=6, warmup_steps=2, eval_every=0, checkpoint_every=3, log_every=1, seed=3)
     fields.update(overrides)
     return train(
-        small_model_config(data), data, TrainConfig(**fields), str(model_dir),
-        tf.distribute.get_strategy(), evaluate_fn, log=lambda *_: None,
+        RunPlan(size="tiny", variant=None, model_dir=str(model_dir), model_config=small_model_config(data),
+                data_config=data.config, train_config=TrainConfig(**fields)),
+        data, tf.distribute.get_strategy(), evaluate_fn, log=lambda *_: None,
     )
 
 

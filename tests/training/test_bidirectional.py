@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from app.training.config import TrainConfig
 from app.training.loop import train
+from app.training.run_plan import RunPlan
 from app.training.run_length import plan_bidirectional_epochs
 from data.dataset import PreparedData
 from data.pipeline import TokenizedPairs
@@ -71,8 +72,9 @@ def _epochs_trained(small_data, tmp_path, monkeypatch, **fields):
     lines = []
     config = TrainConfig(warmup_steps=2, eval_every=0, checkpoint_every=1000, log_every=1000, seed=3, **fields)
     train(
-        small_model_config(small_data), small_data, config, str(tmp_path), tf.distribute.get_strategy(),
-        log=lines.append,
+        RunPlan(size="tiny", variant=None, model_dir=str(tmp_path), model_config=small_model_config(small_data),
+                data_config=small_data.config, train_config=config),
+        small_data, tf.distribute.get_strategy(), log=lines.append,
     )
     return lines, asked
 

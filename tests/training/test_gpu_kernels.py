@@ -24,7 +24,7 @@ from app.cli.flags import model_config_from_args
 from app.decoding.model_search import greedy_ids
 from app.model_dir import checkpoints
 from app.model.transformer import Transformer, build_transformer
-from app.training.command import train_config_from_args
+from app.commands.train_plan import train_config_from_args
 from app.training.optimizer import make_optimizer
 from app.training.precision import PRECISIONS
 from app.training.step import distribute, make_eval_step, make_train_steps

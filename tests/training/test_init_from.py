@@ -160,7 +160,9 @@ def test_nearest_size_names_the_size_a_model_was_built_from():
 
 
 def test_flags_given_leaves_out_defaults():
-    given = train.parse_args(["--size", "tiny", "--no-norm-first", "--lowercase"]).flags_given
+    from app.commands.train_plan import given_flags
+
+    given = given_flags(train.parse_args(["--size", "tiny", "--no-norm-first", "--lowercase"]))
     assert {"size", "norm_first", "lowercase"} <= given
     assert not {"subword_model", "vocab_size", "max_length", "d_model"} & given
 
@@ -269,7 +271,7 @@ def test_every_model_flag_is_checked_against_the_init_run():
     import argparse
 
     from app.cli.flags import add_model_arguments
-    from app.training.init_from import MODEL_FLAGS
+    from app.commands.train_plan import MODEL_FLAGS
 
     group = add_model_arguments(argparse.ArgumentParser())
     # --size and --variant name several fields at once, checked on their own.

@@ -13,6 +13,7 @@ from app.model_dir import checkpoints
 from app.training import metrics_log
 from app.training.config import TrainConfig
 from app.training.loop import NonFiniteLoss, train
+from app.training.run_plan import RunPlan
 from tests.training.helpers import checkpoint_weights, run_training, small_model_config
 
 
@@ -29,8 +30,9 @@ def test_off_a_terminal_progress_is_plain_lines_between_the_messages(small_data,
     lines = []
     config = TrainConfig(train_steps=6, warmup_steps=2, eval_every=4, log_every=3)
     train(
-        small_model_config(small_data), small_data, config, str(tmp_path), tf.distribute.get_strategy(),
-        lambda t: {"bleu": 1.0}, log=lines.append,
+        RunPlan(size="tiny", variant=None, model_dir=str(tmp_path), model_config=small_model_config(small_data),
+                data_config=small_data.config, train_config=config),
+        small_data, tf.distribute.get_strategy(), lambda t: {"bleu": 1.0}, log=lines.append,
     )
     progress = [line for line in lines if line.startswith("step ") and "/" in line.split()[1]]
     assert [line.split(" - ")[0] for line in progress] == ["step 3/6", "step 6/6"]

@@ -198,23 +198,24 @@ def test_an_unreadable_cpuinfo_gives_no_flags_and_so_float32(tmp_path):
 
 def test_train_resolves_auto_by_default_and_keeps_an_explicit_flag(monkeypatch):
     import train
-    from app.training.command import train_config_from_args
+    from app.commands.train_plan import resolved_flags, train_config_from_args
 
     monkeypatch.setattr(precision, "gpu_compute_capabilities", lambda: [])
     monkeypatch.setattr(precision, "read_cpu_flags", lambda: set(XEON_WITH_AMX))
     monkeypatch.setattr(precision, "measured_bfloat16_speedup", timed_at(4.2))
-    assert train_config_from_args(train.parse_args([])).precision == "mixed_bfloat16"
-    assert train_config_from_args(train.parse_args(["--precision", "float32"])).precision == "float32"
+    assert train_config_from_args(resolved_flags(train.parse_args([]))).precision == "mixed_bfloat16"
+    assert train_config_from_args(resolved_flags(train.parse_args(["--precision", "float32"]))).precision == "float32"
     monkeypatch.setattr(precision, "read_cpu_flags", lambda: set(XEON_WITHOUT_AMX))
     monkeypatch.setattr(precision, "measured_bfloat16_speedup", timed_at(0.55))
-    assert train_config_from_args(train.parse_args([])).precision == "float32"
-    assert train_config_from_args(train.parse_args(["--precision", "mixed_bfloat16"])).precision == "mixed_bfloat16"
+    assert train_config_from_args(resolved_flags(train.parse_args([]))).precision == "float32"
+    given = train.parse_args(["--precision", "mixed_bfloat16"])
+    assert train_config_from_args(resolved_flags(given)).precision == "mixed_bfloat16"
     monkeypatch.setattr(precision, "read_cpu_flags", lambda: set(LAPTOP_AVX2))
-    assert train_config_from_args(train.parse_args([])).precision == "float32"
+    assert train_config_from_args(resolved_flags(train.parse_args([]))).precision == "float32"
     # On GPUs, whatever the CPU.
     monkeypatch.setattr(precision, "gpu_compute_capabilities", lambda: [H100] * 8)
-    assert train_config_from_args(train.parse_args(["--size", "base"])).precision == "mixed_bfloat16"
-    assert train_config_from_args(train.parse_args(["--precision", "float32"])).precision == "float32"
+    assert train_config_from_args(resolved_flags(train.parse_args(["--size", "base"]))).precision == "mixed_bfloat16"
+    assert train_config_from_args(resolved_flags(train.parse_args(["--precision", "float32"]))).precision == "float32"
     monkeypatch.setattr(precision, "gpu_compute_capabilities", lambda: [V100] * 8)
     monkeypatch.setattr(precision, "read_cpu_flags", lambda: set(XEON_WITH_AMX))
-    assert train_config_from_args(train.parse_args(["--size", "base"])).precision == "float32"
+    assert train_config_from_args(resolved_flags(train.parse_args(["--size", "base"]))).precision == "float32"

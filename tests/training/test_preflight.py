@@ -1,59 +1,12 @@
-"""python -m app.preflight: a rehearsal of the run on synthetic batches, and its verdict."""
+"""The rehearsal `python -m app.preflight` runs (its command: tests/commands/test_preflight.py):
+what it measures, its checks, and the devices' peaks."""
 
-import argparse
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from app.training.peaks import compute_dtype, device_peak, known_gpu_peak
 from app.training.preflight import Check, Rehearsal, checks, format_duration, rows_per_replica
-
-ROOT = Path(__file__).resolve().parents[2]
-SMALL = ["--num-layers", "1", "--d-model", "32", "--d-ff", "64", "--num-heads", "2", "--vocab-size", "300"]
-
-
-def test_a_rehearsal_over_two_cpu_replicas_reports_and_passes_and_writes_nothing(tmp_path):
-    model_dir = tmp_path / "run"
-    result = subprocess.run(
-        [sys.executable, "-m", "app.preflight", "--size", "tiny", *SMALL, "--cpu-replicas", "2",
-         "--batch-tokens", "1024", "--steps-per-loop", "2", "--precision", "float32", "--dropout", "0.3",
-         "--preflight-steps", "4", "--preflight-length", "16", "--model-dir", str(model_dir)],
-        cwd=tmp_path, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT)},
-        capture_output=True, text=True, timeout=300,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    lines = result.stdout.splitlines()
-
-    def line(start):
-        found = [text for text in lines if text.startswith(start)]
-        assert found, f"no line starting {start!r} in:\n{result.stdout}"
-        return found[0]
-
-    assert line("TensorFlow ").endswith("devices: 1 CPU")
-    assert line("strategy: ") == "strategy: MirroredStrategy over 2 replica(s) on the CPU"
-    assert line("precision: ") == "precision: float32; XLA: off"
-    assert line("data: ") == "data: multi30k en->de: multi30k en->de, bundled"
-    # 1,024 tokens over 2 replicas: 32 sentences of 16 each.
-    assert line("batches: ") == (
-        "batches: 1024 tokens a side over 2 replica(s), accumulating 1: 512 target tokens per replica per step "
-        "(32 sentences of 16)"
-    )
-    assert line("first call: ").endswith("s") and "tracing and compiling about" in line("first call: ")
-    assert "over 4 updates (2 per call)" in line("steady: ") and "target tokens/s" in line("steady: ")
-    assert "(measured: the CPU's float32 matrix products)" in line("model FLOPs: ")
-    assert line("peak memory: ").endswith("GiB (the process's resident memory)")
-    # tiny's 16,000 steps under its 58-minute budget.
-    assert "for 16,000 steps (training steps only" in line("estimate: ")
-    assert "--time-budget 58 min ends the run sooner if it must" in line("estimate: ")
-    assert line("  [ok] every replica holds the same weights") == (
-        "  [ok] every replica holds the same weights: all 2 replicas equal after 6 updates"
-    )
-    assert lines[-1].startswith("preflight passed: tiny on 2 replica(s) (the CPU), about ")
-    assert sorted(os.listdir(tmp_path)) == []  # no model directory, nothing else
 
 
 def _rehearsal(**overrides):
@@ -87,30 +40,6 @@ def test_each_check_fails_on_its_own_fault():
     unread = checks(_rehearsal(), data_problem="file not found: train.en")
     assert [check.passed for check in unread] == [False, True, True, True]
     assert unread[0] == Check("the corpus can be read", False, "file not found: train.en")
-
-
-def test_a_failed_check_ends_with_its_name_and_exit_code_1(monkeypatch):
-    import tensorflow as tf
-
-    import app.training.preflight
-    from app.commands.preflight import run
-    from app.training.config import TrainConfig
-    from app.model.config import ModelConfig
-
-    monkeypatch.setattr(
-        app.training.preflight, "rehearse",
-        lambda *args, **kwargs: _rehearsal(replica_differences={"decoder/kernel": 6e-8}),
-    )
-    monkeypatch.setattr("app.training.peaks.matmul_peak", lambda dtype: 1e11, raising=False)
-    monkeypatch.setattr("app.training.precision.matmul_peak", lambda dtype: 1e11)
-    printed = []
-    args = argparse.Namespace(size="tiny", precision="float32", preflight_length=32, preflight_steps=4,
-                              preflight_seconds=60, dataset="multi30k", source_lang="en", target_lang="de")
-    code = run(args, tf.distribute.get_strategy(), ModelConfig.from_size("tiny", vocab_size=300),
-               TrainConfig(train_steps=100, precision="float32"), 1024, out=printed.append)
-    assert code == 1
-    assert printed[-1] == "preflight failed: every replica holds the same weights"
-    assert "estimate: 25 s for 100 steps (training steps only; validation and checkpoints add to it)" in printed
 
 
 @pytest.mark.parametrize("name, precision, tflops", [
@@ -155,21 +84,3 @@ def test_the_peak_is_the_tables_sum_for_known_gpus_and_measured_otherwise():
 
 def test_durations_read_as_hours_minutes_or_seconds():
     assert [format_duration(s) for s in (42, 450, 42_300, 3600)] == ["42 s", "7 min 30 s", "11 h 45 min", "1 h 00 min"]
-
-
-def test_a_bad_flag_is_refused_before_tensorflow_loads():
-    result = subprocess.run(
-        [sys.executable, "-m", "app.preflight", "--preflight-steps", "0"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
-    )
-    assert result.returncode == 2 and "--preflight-steps" in result.stderr
-
-
-def test_a_corpus_the_run_could_not_read_fails_the_preflight(tmp_path):
-    from app.commands.preflight import _data_source
-
-    missing = argparse.Namespace(dataset=f"files:{tmp_path}/a.en,{tmp_path}/a.de", source_lang="en", target_lang="de")
-    assert _data_source(missing) == (None, f"file not found: {tmp_path}/a.en")
-    for lang in ("en", "de"):
-        (tmp_path / f"a.{lang}").write_text("one\ntwo\n", encoding="utf-8")
-    assert _data_source(missing) == ("2 text files, 0.00 GB", None)

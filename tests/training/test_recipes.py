@@ -41,7 +41,7 @@ def test_every_field_of_a_recipe_reaches_train_py_or_its_model():
 @pytest.mark.parametrize("size", list(RECIPES))
 def test_train_py_without_flags_trains_the_sizes_recipe(size):
     import train
-    from app.training.command import train_config_from_args
+    from app.commands.train_plan import train_config_from_args
 
     recipe = RECIPES[size]
     config = train_config_from_args(train.parse_args(["--size", size]))
@@ -108,45 +108,45 @@ def test_the_recipes_and_the_special_tokens_import_without_tensorflow():
 )
 def test_each_size_and_language_pair_has_its_vocabulary_size(size, source_lang, target_lang, want):
     import train
-    from app.training.command import resolved_vocab_size
+    from app.commands.train_plan import resolved_flags, resolved_vocab_size
     from app.cli.flags import data_config_from_args
 
     assert recipe_for(size).vocab_size_for(source_lang, target_lang) == want
     args = train.parse_args(["--size", size, "--source-lang", source_lang, "--target-lang", target_lang])
     assert args.vocab_size is None
-    args.vocab_size = resolved_vocab_size(args, "no-such-model-dir")
+    args.vocab_size = resolved_vocab_size(resolved_flags(args), "no-such-model-dir")
     assert args.vocab_size == want
-    # What settings.json records and --dry-run prints (app.training.command.run).
+    # What settings.json records and --dry-run prints (app.commands.train.run).
     assert data_config_from_args(args).vocab_size == want
 
 
 @pytest.mark.parametrize("size", list(RECIPES))
 def test_an_explicit_vocab_size_wins_over_the_recipe_and_the_run(size, tmp_path):
     import train
-    from app.training.command import resolved_vocab_size
+    from app.commands.train_plan import resolved_flags, resolved_vocab_size
 
     write_run_settings(tmp_path, vocab_size=8000)
     for model_dir in ("no-such-model-dir", str(tmp_path)):
         args = train.parse_args(["--size", size, "--target-lang", "fr", "--vocab-size", "16000"])
-        assert resolved_vocab_size(args, model_dir) == 16000
+        assert resolved_vocab_size(resolved_flags(args), model_dir) == 16000
 
 
 def test_a_run_resumes_with_its_own_vocabulary_size_not_todays_default(tmp_path):
     import train
-    from app.training.command import resolved_vocab_size
+    from app.commands.train_plan import resolved_flags, resolved_vocab_size
 
     write_run_settings(tmp_path, vocab_size=8000)  # a base run begun when 8,000 was every size's default
-    assert resolved_vocab_size(train.parse_args(["--size", "base"]), str(tmp_path)) == 8000
-    assert resolved_vocab_size(train.parse_args(["--size", "base"]), str(tmp_path / "another")) == 37000
+    assert resolved_vocab_size(resolved_flags(train.parse_args(["--size", "base"])), str(tmp_path)) == 8000
+    assert resolved_vocab_size(resolved_flags(train.parse_args(["--size", "base"])), str(tmp_path / "another")) == 37000
 
 
 def test_an_unreadable_settings_file_is_named_when_the_vocabulary_is_resolved(tmp_path):
     import train
-    from app.training.command import resolved_vocab_size
+    from app.commands.train_plan import resolved_flags, resolved_vocab_size
 
     (tmp_path / "settings.json").write_text("{not json")
     with pytest.raises(ValueError, match="settings.json is not valid JSON"):
-        resolved_vocab_size(train.parse_args(["--size", "base"]), str(tmp_path))
+        resolved_vocab_size(resolved_flags(train.parse_args(["--size", "base"])), str(tmp_path))
 
 
 def write_run_settings(model_dir, vocab_size):

@@ -24,6 +24,7 @@ from app.training.time_budget import (
 )
 from app.training.config import TrainConfig
 from app.training.loop import train
+from app.training.run_plan import RunPlan
 from app.training.run_length import resumed_plan
 from tests.training.helpers import checkpoint_weights, run_training, small_model_config
 
@@ -310,8 +311,9 @@ def budgeted_run(data, model_dir, evaluate_fn=None, seconds_per_batch=0.5, **ove
     fields.update(overrides)
     batches = BatchesThatTakeTime(data, clock, seconds_per_batch)
     result = train(
-        small_model_config(data), batches, TrainConfig(**fields), str(model_dir),
-        tf.distribute.get_strategy(), evaluate, log=lambda *_: None, started=0.0, clock=clock,
+        RunPlan(size="tiny", variant=None, model_dir=str(model_dir), model_config=small_model_config(data),
+                data_config=data.config, train_config=TrainConfig(**fields)),
+        batches, tf.distribute.get_strategy(), evaluate, log=lambda *_: None, started=0.0, clock=clock,
     )
     return result
 

@@ -12,6 +12,7 @@ from app.model.transformer import build_transformer
 from app.model_dir import checkpoints
 from app.training.config import TrainConfig
 from app.training.loop import train
+from app.training.run_plan import RunPlan
 from app.training.validation import Validator
 from tests.training.helpers import checkpoint_weights, run_training, small_model_config
 
@@ -20,9 +21,10 @@ def test_validation_loss_and_perplexity_equal_a_hand_computation_on_the_final_we
     # label smoothing 0.2: the smoothed loss and the perplexity's plain NLL then differ.
     config = small_model_config(small_data)
     train(
-        config, small_data,
-        TrainConfig(train_steps=3, warmup_steps=2, eval_every=0, log_every=1, seed=3, label_smoothing=0.2),
-        str(tmp_path), tf.distribute.get_strategy(), log=lambda *_: None,
+        RunPlan(size="tiny", variant=None, model_dir=str(tmp_path), model_config=config, data_config=small_data.config,
+                train_config=TrainConfig(train_steps=3, warmup_steps=2, eval_every=0, log_every=1, seed=3,
+                                         label_smoothing=0.2)),
+        small_data, tf.distribute.get_strategy(), log=lambda *_: None,
     )
     final = [r for r in map(json.loads, open(tmp_path / "metrics.jsonl")) if "valid_loss" in r][-1]
 
