@@ -19,10 +19,16 @@ import typing
 
 class Rule(typing.NamedTuple):
     """One condition on a setting's values: `holds(values)` is true (element-wise) where
-    they meet it, and `f"{name} {phrase}"` says what it asks."""
+    they meet it, and `f"{name} {phrase}"` says what it asks.
+
+    `graph_assertion`, where set, names the `tf.debugging` function (`assert_positive`,
+    `assert_non_negative`) that checks a request's tensor in the graph instead of a plain
+    `Assert`: the error text a serving client gets stays the one exports have always given.
+    """
 
     phrase: str
     holds: typing.Callable
+    graph_assertion: typing.Optional[str] = None
 
 
 def _is_positive_int(value):
@@ -40,10 +46,13 @@ RULES = {
     "parallel_searches": (Rule("must be a positive int", _is_positive_int),),
     # A negative exponent would rank short hypotheses above long ones; +inf would score
     # every hypothesis -0.0.
-    "alpha": (Rule("must be finite", _finite), Rule("must not be negative", lambda values: values >= 0)),
-    "max_extra_length": (Rule("must be positive", lambda values: values > 0),),
+    "alpha": (
+        Rule("must be finite", _finite),
+        Rule("must not be negative", lambda values: values >= 0, "assert_non_negative"),
+    ),
+    "max_extra_length": (Rule("must be positive", lambda values: values > 0, "assert_positive"),),
     # Sampling (app/decoding/sampling.py).
-    "top_k": (Rule("must be >= 0 (0: the whole vocabulary)", lambda values: values >= 0),),
+    "top_k": (Rule("must be >= 0 (0: the whole vocabulary)", lambda values: values >= 0, "assert_non_negative"),),
     "top_p": (Rule("must be in (0, 1]", lambda values: (values > 0) & (values <= 1)),),
     "temperature": (Rule("must be a finite number > 0", lambda values: _finite(values) & (values > 0)),),
 }

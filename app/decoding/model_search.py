@@ -116,11 +116,16 @@ def checked_request(batch_size, **settings):
     for name, values in settings.items():
         for rule in RULES.get(name, ()):
             with tf.control_dependencies(checks[-1:]):
-                checks.append(
-                    tf.debugging.Assert(tf.reduce_all(rule.holds(values)), [f"{name} {rule.phrase}, got", values])
-                )
+                checks.append(_assertion(name, rule, values))
     with tf.control_dependencies(checks[-1:]):
         return tuple(tf.identity(values) for values in settings.values())
+
+
+def _assertion(name, rule, values):
+    """The graph's check that `values` meet `rule`, in the words exports have always used."""
+    if rule.graph_assertion:
+        return getattr(tf.debugging, rule.graph_assertion)(values, message=f"{name} {rule.phrase}")
+    return tf.debugging.Assert(tf.reduce_all(rule.holds(values)), [f"{name} {rule.phrase}, got", values])
 
 
 def search_model(
