@@ -106,6 +106,19 @@ def test_each_alias_only_runs_its_command():
         assert set(imported_modules(path)) == {f"app.commands.{command}", f"app.commands.{command}.main"}, path
 
 
+def test_no_call_passes_more_than_six_arguments_by_position():
+    """Past six, a reader counts commas to know which value is which: name them, or pass
+    the configuration that holds them (docs/layout.md)."""
+    crowded = [
+        f"{path.relative_to(ROOT)}:{node.lineno} {ast.unparse(node.func)}(...) passes {len(node.args)} by position"
+        for place in ("app", "data", "layers")
+        for path in python_files(place)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call) and len(node.args) > 6
+    ]
+    assert crowded == []
+
+
 def test_every_function_fits_on_a_screen():
     """No function in app/, data/ or layers/ longer than 100 lines, from its `def` to its
     last line, nested functions counted in their parent's: split by meaning instead."""

@@ -193,7 +193,8 @@ def main(argv=None):
         for start in range(0, len(lines), plan.batch_size):
             batch = lines[start : start + plan.batch_size]
             for hypotheses in translate(
-                plan.url, plan.model_name, batch, plan.nbest, plan.alpha, plan.max_extra_length, plan.version
+                plan.url, plan.model_name, batch, nbest=plan.nbest, alpha=plan.alpha,
+                max_extra_length=plan.max_extra_length, version=plan.version,
             ):
                 for text, score in hypotheses:
                     print(f"{score:.4f}\t{text}" if plan.scores else text)

@@ -411,7 +411,10 @@ def main(argv=None):
     progress.close()
     if plan.output and write_output(plan.output, "".join(h + "\n" for h in hypotheses)):
         return 1
-    result = results(plan, description, sources, hypotheses, references, target_lang, weights, seconds)
+    result = results(
+        plan, description, sources, hypotheses, references=references, target_lang=target_lang, weights=weights,
+        seconds=seconds,
+    )
     result.update(
         # Whether the model was trained with --lowercase; None: not known (an export
         # older than export_info.json, scored on --source/--reference files).
@@ -427,7 +430,7 @@ def main(argv=None):
     return 0
 
 
-def results(plan, description, sources, hypotheses, references, target_lang, weights, seconds):
+def results(plan, description, sources, hypotheses, *, references, target_lang, weights, seconds):
     """What `--json` prints, but for lowercase_model and truncated_sources: the data, the
     weights, the decoding, the scores and the speed."""
     return {

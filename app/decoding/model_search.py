@@ -129,7 +129,7 @@ def _assertion(name, rule, values):
 
 
 def search_model(
-    transformer: Transformer, source_ids, strategy, settings, max_extra_length, output_kernel=None,
+    transformer: Transformer, source_ids, strategy, settings, max_extra_length, *, output_kernel=None,
     parallel_searches=1,
 ):
     """Runs `strategy` over the model for a batch of sources: `search.search`'s results,
@@ -229,7 +229,8 @@ def translate_ids(
     check("parallel_searches", parallel_searches)
     alpha = tf.cast(checked_alpha(alpha, transformer.config.max_length), tf.float32)
     return search_model(
-        transformer, source_ids, strategy, BeamSettings(alpha), max_extra_length, output_kernel, parallel_searches
+        transformer, source_ids, strategy, BeamSettings(alpha), max_extra_length, output_kernel=output_kernel,
+        parallel_searches=parallel_searches,
     )
 
 
@@ -242,7 +243,10 @@ def greedy_ids(transformer: Transformer, source_ids, max_extra_length=DecodingCo
         `(ids int32 [B, L], scores float32 [B])`: each row its tokens, the end token,
         then 0; the sum of the tokens' log-probs, end token included.
     """
-    return search_model(transformer, source_ids, GreedySearch(), (), max_extra_length, output_kernel, parallel_searches)
+    return search_model(
+        transformer, source_ids, GreedySearch(), (), max_extra_length, output_kernel=output_kernel,
+        parallel_searches=parallel_searches,
+    )
 
 
 def sample_ids(
@@ -282,7 +286,9 @@ def sample_ids(
         seed=tf.cast(seeds, tf.int64), top_k=tf.cast(top_k, tf.int32), top_p=tf.cast(top_p, tf.float32),
         temperature=tf.cast(temperature, tf.float32),
     )
-    return search_model(transformer, source_ids, SamplingSearch(), settings, max_extra_length, output_kernel)
+    return search_model(
+        transformer, source_ids, SamplingSearch(), settings, max_extra_length, output_kernel=output_kernel
+    )
 
 
 def search_sizes(batch_size, searches):

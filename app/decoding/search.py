@@ -153,7 +153,7 @@ def gather_beams(nested, beam_indices):
 class _Loop:
     """The body of the `tf.while_loop` and the bookkeeping around it, for one strategy."""
 
-    def __init__(self, strategy, symbols_to_logits_fn, vocab_size, max_output_length, with_sentence_cache,
+    def __init__(self, strategy, symbols_to_logits_fn, vocab_size, max_output_length, *, with_sentence_cache,
                  end_id, pad_id, start_id):
         self.strategy = strategy
         self.symbols_to_logits_fn = symbols_to_logits_fn
@@ -295,8 +295,10 @@ def search(
     )
     max_output_length = longest_output(settings.max_lengths)  # L
     sentence_cache = {} if sentence_cache is None else sentence_cache
-    loop = _Loop(strategy, symbols_to_logits_fn, vocab_size, max_output_length, bool(tf.nest.flatten(sentence_cache)),
-                 end_id, pad_id, start_id)
+    loop = _Loop(
+        strategy, symbols_to_logits_fn, vocab_size, max_output_length,
+        with_sentence_cache=bool(tf.nest.flatten(sentence_cache)), end_id=end_id, pad_id=pad_id, start_id=start_id,
+    )
 
     buffer_length = max_output_length + 1
     initial_state = SearchState(

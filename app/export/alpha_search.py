@@ -174,6 +174,7 @@ def search_alpha(
     sources,
     references,
     target_lang,
+    *,
     lowercase,
     grid=None,
     max_sentences=None,
@@ -278,7 +279,8 @@ def choose_on_validation(translator, model_dir, log=print, grid=None, max_senten
     beam_size = translator.decoding.beam_size
     log(f"choosing alpha on {SPLIT}: {len(grid)} values x {sentences:,} sentences, beam {beam_size}")
     search = search_alpha(
-        translator, sources, references, data_config.target_lang, data_config.lowercase, grid, max_sentences, log
+        translator, sources, references, data_config.target_lang, lowercase=data_config.lowercase, grid=grid,
+        max_sentences=max_sentences, log=log,
     )
     log(search.summary())
     return search.record()

@@ -224,8 +224,8 @@ class Batcher:
         else:  # a key of its own: never merged, taken by the next free worker
             key = ("alone", next(self._unique))
         task = _Task(
-            key, version, signature_name, inputs, rows, asyncio.get_running_loop().create_future(), time.monotonic(),
-            still_wanted, splittable,
+            key, version, signature_name, inputs, rows, future=asyncio.get_running_loop().create_future(),
+            arrival=time.monotonic(), still_wanted=still_wanted, splittable=splittable,
         )
         self._queues.setdefault(key, []).append(task)
         self._changed.set()
