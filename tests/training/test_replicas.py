@@ -9,24 +9,36 @@ from pathlib import Path
 
 import pytest
 
+from tests.built_once import built_once
 from tests.replica_equivalence import OPTIMIZERS
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.fixture(scope="module")
+def equivalence_reports(tmp_path_factory):
+    """`{optimizer: report}` of tests/replica_equivalence.py: one process for the three, once
+    per test run (TensorFlow's start and the tracing it shares are paid once)."""
+
+    def run(directory):
+        result = subprocess.run(
+            [sys.executable, "-m", "tests.replica_equivalence", *OPTIMIZERS],
+            cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+            capture_output=True, text=True, timeout=500,
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        return [json.loads(line) for line in result.stdout.strip().splitlines()[-len(OPTIMIZERS) :]]
+
+    return {report["optimizer"]: report for report in built_once(tmp_path_factory, "replica-equivalence", run)}
+
+
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)
-def test_eight_replicas_update_the_weights_like_one(optimizer):
+def test_eight_replicas_update_the_weights_like_one(equivalence_reports, optimizer):
     # Both runs make the same updates in float32 with their sums in another order (8 partial
     # sums of 2 rows, all-reduced, against one of 16 rows): they differ by rounding alone,
     # bounded here on any x86-64 CPU. u = 2^-24 is float32's unit roundoff; a sum of n terms,
     # in any order, is off by at most (n - 1) u times the sum of its terms' magnitudes.
-    result = subprocess.run(
-        [sys.executable, "-m", "tests.replica_equivalence", optimizer],
-        cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
-        capture_output=True, text=True, timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
+    report = equivalence_reports[optimizer]
     assert report["replicas"] == 8
     # The loss sums 59 positive token losses, each rounded within a few u: the sum within
     # (n - 1) u = 3.5e-6 of itself in either run, so the two under 1e-5 apart (measured: at
