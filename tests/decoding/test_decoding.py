@@ -108,29 +108,40 @@ def test_batching_does_not_change_results(transformer):
         np.testing.assert_allclose(alone_scores[0], scores[sentence], rtol=1e-5, atol=1e-5)
 
 
+# Batches of 0 to 4 sentences, so some searches get none (5 searches), and one sentence
+# with another alpha and output limit than the rest: each search gets its own share of
+# the per-sentence settings and memory.
+PARALLEL_SOURCES = np.concatenate([SOURCE_IDS, SOURCE_IDS[1:2]])  # [4, 7]
+PARALLEL_ALPHA = [0.6, 1.4, 0.0, 0.6]
+PARALLEL_EXTRA = [EXTRA, 3, EXTRA, 5]
+
+
+def traced_searches(transformer, count):
+    """`count` parallel beam searches over PARALLEL_SOURCES' settings, traced once for
+    every batch size as an export runs them."""
+    alpha, extra = tf.constant(PARALLEL_ALPHA), tf.constant(PARALLEL_EXTRA)
+    return tf.function(
+        lambda source_ids: translate_ids(
+            transformer, source_ids, beam_size=3, alpha=alpha[: tf.shape(source_ids)[0]],
+            max_extra_length=extra[: tf.shape(source_ids)[0]], parallel_searches=count,
+        ),
+        input_signature=[tf.TensorSpec([None, None], tf.int32)],
+    )
+
+
+@pytest.fixture(scope="module")
+def one_search(transformer):
+    """What one search finds for the first 0 to 4 sentences of PARALLEL_SOURCES: the
+    reference of every count of parallel searches, traced once for all of them."""
+    search = traced_searches(transformer[0], 1)
+    return [search(PARALLEL_SOURCES[:batch_size]) for batch_size in range(5)]
+
+
 @pytest.mark.parametrize("parallel_searches", [2, 3, 5])
-def test_parallel_searches_give_the_same_results_as_one(transformer, parallel_searches):
-    # Batches of 0 to 4 sentences, so some searches get none (5 searches), and one
-    # sentence with another alpha and output limit than the rest: each search gets its own
-    # share of the per-sentence settings and memory. Traced, as an export runs it.
-    transformer, _ = transformer
-    sources = np.concatenate([SOURCE_IDS, SOURCE_IDS[1:2]])  # [4, 7]
-    alpha = tf.constant([0.6, 1.4, 0.0, 0.6])
-    extra = tf.constant([EXTRA, 3, EXTRA, 5])
-
-    def search(count):
-        return tf.function(
-            lambda source_ids: translate_ids(
-                transformer, source_ids, beam_size=3, alpha=alpha[: tf.shape(source_ids)[0]],
-                max_extra_length=extra[: tf.shape(source_ids)[0]], parallel_searches=count,
-            ),
-            input_signature=[tf.TensorSpec([None, None], tf.int32)],
-        )
-
-    one, several = search(1), search(parallel_searches)
-    for batch_size in range(5):
-        ids, scores = several(sources[:batch_size])
-        expected_ids, expected_scores = one(sources[:batch_size])
+def test_parallel_searches_give_the_same_results_as_one(transformer, one_search, parallel_searches):
+    several = traced_searches(transformer[0], parallel_searches)
+    for batch_size, (expected_ids, expected_scores) in enumerate(one_search):
+        ids, scores = several(PARALLEL_SOURCES[:batch_size])
         assert ids.shape == expected_ids.shape and scores.shape == expected_scores.shape
         np.testing.assert_array_equal(ids, expected_ids)
         np.testing.assert_allclose(scores, expected_scores, rtol=1e-6, atol=1e-6)
@@ -176,9 +187,11 @@ def test_runs_under_tf_function_and_from_a_saved_model(transformer, tmp_path):
     def translate_with_options(source_ids, alpha, max_extra_length):
         return translate_ids(transformer, source_ids, 2, alpha, max_extra_length)
 
-    # The serving path: the traced function saved to a SavedModel and loaded back.
+    # The serving path: the traced function saved to a SavedModel and loaded back, with the
+    # weights it reads tracked as the export tracks them (a Keras model tracked instead
+    # would have its own call traced and saved too, 3 s more).
     module = tf.Module()
-    module.model, module.translate = model, translate
+    module.model_variables, module.translate = [weight.value for weight in model.weights], translate
     tf.saved_model.save(module, str(tmp_path))
     loaded = tf.saved_model.load(str(tmp_path))
 

@@ -17,8 +17,9 @@ from tests.model.test_model import VARIANTS, tiny_config
 SOURCE_IDS = np.array([[5, 6, 7, 8, 9, 2], [9, 10, 2, 0, 0, 0], [11, 12, 13, 2, 0, 0]], "int32")
 
 
-@pytest.fixture(params=sorted(VARIANTS))
+@pytest.fixture(scope="module", params=sorted(VARIANTS))
 def transformer(request):
+    """Built once per variant for this file's tests, none of which changes its weights."""
     keras.utils.set_random_seed(7)
     config = tiny_config(**VARIANTS[request.param])
     model = build_transformer(config)

@@ -30,8 +30,12 @@ VARIANTS = {
 }
 
 
-@pytest.fixture(params=sorted(VARIANTS))
+@pytest.fixture(scope="module", params=sorted(VARIANTS))
 def model_and_config(request):
+    """Built once per variant for this file's tests, none of which changes its weights;
+    seeded as tests/conftest.py seeds each test, so its weights are those it had when
+    each test built its own."""
+    keras.utils.set_random_seed(1234)
     config = tiny_config(**VARIANTS[request.param])
     return build_transformer(config), config
 

@@ -31,9 +31,12 @@ ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 300
 # Dropout on: worker w's replica draws the masks of replica w of one process (the global
 # replica index), and a resumed run the masks it would have drawn (checkpointed state).
+# The precision given, as a cluster must (`--precision auto` times bfloat16 products in
+# each process, about 5 s of CPU, and could answer differently on a busy machine).
 TINY = [
     "--num-layers", "1", "--d-model", "32", "--d-ff", "64", "--num-heads", "2", "--dropout", "0.1",
     "--vocab-size", "300", "--batch-tokens", "512", "--eval-every", "0", "--no-bleu", "--seed", "1",
+    "--precision", "float32",
     # A budget the run fits in: its pace is agreed on by the workers at every record,
     # a collective that must not change what they train.
     "--time-budget", "60", "--log-every", "1",

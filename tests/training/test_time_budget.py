@@ -318,8 +318,24 @@ def budgeted_run(data, model_dir, evaluate_fn=None, seconds_per_batch=0.5, **ove
     return result
 
 
-def test_a_budget_ends_the_run_in_time_with_its_cooldown_whole(small_data, tmp_path):
-    result = budgeted_run(small_data, tmp_path)
+@pytest.fixture(scope="module")
+def uninterrupted(small_data, tmp_path_factory):
+    """`uninterrupted(cooldown_fraction) -> (result, model_dir)` of `budgeted_run`, run once
+    per fraction for this file's tests, which only read it."""
+    runs = {}
+
+    def run(cooldown_fraction):
+        if cooldown_fraction not in runs:
+            model_dir = tmp_path_factory.mktemp("uninterrupted")
+            result = budgeted_run(small_data, model_dir, cooldown_fraction=cooldown_fraction)
+            runs[cooldown_fraction] = result, model_dir
+        return runs[cooldown_fraction]
+
+    return run
+
+
+def test_a_budget_ends_the_run_in_time_with_its_cooldown_whole(small_data, uninterrupted):
+    result, model_dir = uninterrupted(0.2)
     # By hand: at step 10 the pace is known (0.5 s) and 25 s are left, for 50 more steps:
     # end 60. The evaluation at 20 takes 3 s; at step 25, 14.5 s left: 15 s of steps to
     # 40, the evaluation there and the final one, 2 more steps: end 42, cooldown 8. From
@@ -327,7 +343,7 @@ def test_a_budget_ends_the_run_in_time_with_its_cooldown_whole(small_data, tmp_p
     # evaluations spend 21 + 9 s, the whole budget.
     assert result["step"] == 42
     assert result["seconds"] == 30.0
-    records = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+    records = [json.loads(line) for line in open(model_dir / "metrics.jsonl")]
     assert [(r["step"], r["planned_steps"]) for r in records if "planned_steps" in r] == [(10, 60), (25, 42)]
     rates = [(r["step"], r["learning_rate"]) for r in records if "learning_rate" in r]
     # The schedule followed the plan: the 42nd update, the last, was made at an eighth
@@ -341,14 +357,14 @@ def test_a_budget_ends_the_run_in_time_with_its_cooldown_whole(small_data, tmp_p
     assert all(later <= earlier for (_, earlier), (_, later) in zip(rates, rates[1:]))
 
 
-def test_a_cooldown_under_way_is_re_sloped_to_end_in_time(small_data, tmp_path):
+def test_a_cooldown_under_way_is_re_sloped_to_end_in_time(small_data, tmp_path, uninterrupted):
     # A cooldown over half the run: at step 25 the end that fits (42) would have begun
     # it, so the plan holds the earliest end that has not (48, cooldown 24). At step 30
     # the cooldown has begun (updates past 25 annealed) and 12 s are left: 6 s of steps
     # to 42 with the evaluations at 40 and the end. The end moves to 42, and the cooldown
     # is re-sloped: update 30's factor, 19 / 24, becomes 13 / ceil(13 * 24 / 19) = 13 / 17,
     # falling from there to 1 / 17 at step 42. Kept at 48, the run would have spent 33 s.
-    steady = budgeted_run(small_data, tmp_path / "steady", cooldown_fraction=0.5)
+    steady, steady_dir = uninterrupted(0.5)
     assert (steady["step"], steady["seconds"]) == (42, 30.0)
     # The machine slows to 1 s a batch after the 30th. At step 35 the pace over steps 5
     # to 35 is 17.5 / 30 s and 7 s are left: the end moves to 40, and update 35's factor,
@@ -359,9 +375,11 @@ def test_a_cooldown_under_way_is_re_sloped_to_end_in_time(small_data, tmp_path):
     assert (slowed["step"], slowed["seconds"]) == (40, 31.0)  # the pace is measured late
     d_model = small_model_config(small_data).d_model
     without_cooldown = WarmupInverseSqrt(d_model, 2, 1.0)
-    for name, run, plans, last_cooldown in (("steady", steady, [(10, 60), (25, 48), (30, 42)], 17),
-                                            ("slowed", slowed, [(10, 60), (25, 48), (30, 42), (35, 40)], 13)):
-        records = [json.loads(line) for line in open(tmp_path / name / "metrics.jsonl")]
+    for model_dir, run, plans, last_cooldown in (
+        (steady_dir, steady, [(10, 60), (25, 48), (30, 42)], 17),
+        (tmp_path / "slowed", slowed, [(10, 60), (25, 48), (30, 42), (35, 40)], 13),
+    ):
+        records = [json.loads(line) for line in open(model_dir / "metrics.jsonl")]
         assert [(r["step"], r["planned_steps"]) for r in records if "planned_steps" in r] == plans
         rates = [(r["step"], r["learning_rate"]) for r in records if "learning_rate" in r]
         # The last update at 1 / cooldown of the decayed rate, and after the warmup the
@@ -372,10 +390,12 @@ def test_a_cooldown_under_way_is_re_sloped_to_end_in_time(small_data, tmp_path):
 
 
 @pytest.mark.parametrize("cooldown_fraction", [0.2, 0.5])
-def test_a_budgeted_run_resumed_after_a_crash_ends_where_it_would_have(small_data, tmp_path, cooldown_fraction):
+def test_a_budgeted_run_resumed_after_a_crash_ends_where_it_would_have(
+    small_data, tmp_path, uninterrupted, cooldown_fraction
+):
     # With a cooldown over half the run, the end and the cooldown resumed are those the
     # run re-sloped at step 30 (42 and 17, not 21), as the test above works out.
-    straight = budgeted_run(small_data, tmp_path / "straight", cooldown_fraction=cooldown_fraction)
+    straight, _ = uninterrupted(cooldown_fraction)
     evaluations = iter([{}, RuntimeError("simulated crash")])
 
     def crash_at_step_40(transformer):
