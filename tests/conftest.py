@@ -1,7 +1,10 @@
 """Shared test setup: quiet TensorFlow, the TensorFlow backend for Keras, fixed seeds, and
-one small exported translator for the export and serving tests."""
+one small exported translator for the export and serving tests, built once per run."""
 
+import fcntl
 import os
+import pickle
+import shutil
 import tempfile
 
 # Set before TensorFlow or Keras is imported anywhere in the test session.
@@ -61,26 +64,60 @@ SENTENCES = [
 ]
 
 
+def built_once(tmp_path_factory, name, build):
+    """What `build(directory)` returns, built once per test run and shared by its processes.
+
+    pytest-xdist's workers (`-n 2`) each hold a session of their own, so a session-scoped
+    fixture was built once per worker. They share the parent of their temporary roots
+    (pytest-xdist's documented pattern): the first worker to ask builds into `name/` there
+    while holding `name.lock`, and writes `build`'s picklable result beside it; the others
+    wait on the lock and read that result. Tests that change what was built copy it first.
+    """
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    directory, result = root / name, root / f"{name}.pickle"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if result.exists():
+            return pickle.loads(result.read_bytes())
+        shutil.rmtree(directory, ignore_errors=True)  # a build that failed half-way
+        directory.mkdir()
+        value = build(directory)
+        result.write_bytes(pickle.dumps(value))
+        return value
+
+
 @pytest.fixture(scope="session")
 def model_dir(tmp_path_factory):
-    """A real (four-step) training run of a small model, with settings and vocabulary."""
+    """A real (four-step) training run of a small model, with settings and vocabulary.
+
+    Shared by every test of the run: a test that writes into it copies it first.
+    """
     from tests.tiny_run import train_tiny_run
 
-    return train_tiny_run(tmp_path_factory.mktemp("run"))
+    return built_once(tmp_path_factory, "run", train_tiny_run)
 
 
 @pytest.fixture(scope="session")
 def exported(model_dir, tmp_path_factory):
     """`(translator, base, path of version 1, its in-memory outputs for SENTENCES)`.
 
-    test_export.py adds version 2 to `base`; tests that serve a base of their own copy `path`.
+    The export is shared by every test of the run and none writes into `base`: tests that
+    serve a base of their own copy `path`. The translator is this process's own, with the
+    exported weights (the best checkpoint).
     """
     import tensorflow as tf
 
     from app.export.saved_model import export, load_translator
 
-    base = str(tmp_path_factory.mktemp("exports") / "translator")
     translator, _ = load_translator(model_dir)
-    path = export(translator, base)
-    expected = translator.serve(tf.constant(SENTENCES))
-    return translator, base, path, {k: v.numpy() for k, v in expected.items()}
+
+    def export_and_translate(directory):
+        base = str(directory / "translator")
+        path = export(translator, base)
+        expected = translator.serve(tf.constant(SENTENCES))
+        return base, path, {k: v.numpy() for k, v in expected.items()}
+
+    base, path, expected = built_once(tmp_path_factory, "exports", export_and_translate)
+    return translator, base, path, expected
