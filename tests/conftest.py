@@ -2,10 +2,12 @@
 one small exported translator for the export and serving tests, built once per run."""
 
 import fcntl
+import hashlib
 import os
 import pickle
 import shutil
 import tempfile
+from pathlib import Path
 
 # Set before TensorFlow or Keras is imported anywhere in the test session.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -121,3 +123,42 @@ def exported(model_dir, tmp_path_factory):
 
     base, path, expected = built_once(tmp_path_factory, "exports", export_and_translate)
     return translator, base, path, expected
+
+
+# SavedModels loaded once per test process.
+
+_LOADED = {}
+
+
+def _export_key(path, args, kwargs):
+    """A digest of what `tf.saved_model.load(path, *args, **kwargs)` reads: every file under
+    `path` but export_info.json, the project's own file beside the SavedModel (tests rewrite it
+    between command runs), and the arguments."""
+    digest = hashlib.sha256(repr((args, sorted(kwargs.items()))).encode())
+    for file in sorted(Path(path).rglob("*")):
+        if file.is_file() and file.name != "export_info.json":
+            digest.update(str(file.relative_to(path)).encode() + b"\0" + file.read_bytes())
+    return digest.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def load_each_export_once():
+    """`tf.saved_model.load`, for the tests of a module that use this, remembers what it loaded
+    by content, for the rest of the process: each command run of these tests would otherwise
+    load the same export again (about 6 s of CPU, the slowest part of a short run), and so
+    would each module. A loaded SavedModel is read, never changed, by the code under test."""
+    import tensorflow as tf
+
+    load = tf.saved_model.load
+
+    def load_once(path, *args, **kwargs):
+        key = _export_key(path, args, kwargs) if os.path.isdir(path) else None
+        if key is None:
+            return load(path, *args, **kwargs)  # its own error
+        if key not in _LOADED:
+            _LOADED[key] = load(path, *args, **kwargs)
+        return _LOADED[key]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tf.saved_model, "load", load_once)
+        yield

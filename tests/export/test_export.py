@@ -22,6 +22,9 @@ from tests.stand_in import StandInTranslator
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# Each export is loaded once per test process (conftest.py), however many tests load it.
+pytestmark = pytest.mark.usefixtures("load_each_export_once")
+
 
 def test_export_writes_version_1_with_the_serving_signatures(exported):
     _, base, path, expected = exported

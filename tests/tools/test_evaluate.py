@@ -21,6 +21,9 @@ from app.evaluation.metrics import moses_lowercase_bleu, paper_bleu, score, spli
 from data.config import DataConfig
 from data.errors import DataError
 
+# Each export is loaded once per test process (conftest.py), however many tests load it.
+pytestmark = pytest.mark.usefixtures("load_each_export_once")
+
 
 def test_scores_are_sacrebleus_with_lowercased_bleu_beside_them():
     references = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee."]
