@@ -125,6 +125,17 @@ def exported(model_dir, tmp_path_factory):
     return translator, base, path, expected
 
 
+@pytest.fixture(scope="session")
+def stand_in_export(tmp_path_factory):
+    """The path of version 1 of the stand-in translator (tests/stand_in.py): for tests of what
+    loads, serves and ends versions rather than of what they translate. A process loads and
+    warms it up in a fraction of a second, the tiny model's in about 10 s."""
+    from app.export.saved_model import export
+    from tests.stand_in import StandInTranslator
+
+    return export(StandInTranslator(), str(tmp_path_factory.mktemp("stand_in") / "translator"))
+
+
 # SavedModels loaded once per test process.
 
 _LOADED = {}
