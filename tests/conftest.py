@@ -1,8 +1,10 @@
 """Shared test setup: quiet TensorFlow, the TensorFlow backend for Keras, fixed seeds, and
-one small exported translator for the export and serving tests."""
+one small exported translator for the export and serving tests, built once per run."""
 
+import hashlib
 import os
 import tempfile
+from pathlib import Path
 
 # Set before TensorFlow or Keras is imported anywhere in the test session.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -19,6 +21,8 @@ import_tensorflow()
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
+
+from tests.built_once import built_once  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -63,24 +67,84 @@ SENTENCES = [
 
 @pytest.fixture(scope="session")
 def model_dir(tmp_path_factory):
-    """A real (four-step) training run of a small model, with settings and vocabulary."""
+    """A real (four-step) training run of a small model, with settings and vocabulary.
+
+    Shared by every test of the run: a test that writes into it copies it first.
+    """
     from tests.tiny_run import train_tiny_run
 
-    return train_tiny_run(tmp_path_factory.mktemp("run"))
+    return built_once(tmp_path_factory, "run", train_tiny_run)
 
 
 @pytest.fixture(scope="session")
 def exported(model_dir, tmp_path_factory):
     """`(translator, base, path of version 1, its in-memory outputs for SENTENCES)`.
 
-    test_export.py adds version 2 to `base`; tests that serve a base of their own copy `path`.
+    The export is shared by every test of the run and none writes into `base`: tests that
+    serve a base of their own copy `path`. The translator is this process's own, with the
+    exported weights (the best checkpoint).
     """
     import tensorflow as tf
 
     from app.export.saved_model import export, load_translator
 
-    base = str(tmp_path_factory.mktemp("exports") / "translator")
     translator, _ = load_translator(model_dir)
-    path = export(translator, base)
-    expected = translator.serve(tf.constant(SENTENCES))
-    return translator, base, path, {k: v.numpy() for k, v in expected.items()}
+
+    def export_and_translate(directory):
+        base = str(directory / "translator")
+        path = export(translator, base)
+        expected = translator.serve(tf.constant(SENTENCES))
+        return base, path, {k: v.numpy() for k, v in expected.items()}
+
+    base, path, expected = built_once(tmp_path_factory, "exports", export_and_translate)
+    return translator, base, path, expected
+
+
+@pytest.fixture(scope="session")
+def stand_in_export(tmp_path_factory):
+    """The path of version 1 of the stand-in translator (tests/stand_in.py): for tests of what
+    loads, serves and ends versions rather than of what they translate. A process loads and
+    warms it up in a fraction of a second, the tiny model's in about 10 s."""
+    from app.export.saved_model import export
+    from tests.stand_in import StandInTranslator
+
+    return export(StandInTranslator(), str(tmp_path_factory.mktemp("stand_in") / "translator"))
+
+
+# SavedModels loaded once per test process.
+
+_LOADED = {}
+
+
+def _export_key(path, args, kwargs):
+    """A digest of what `tf.saved_model.load(path, *args, **kwargs)` reads: every file under
+    `path` but export_info.json, the project's own file beside the SavedModel (tests rewrite it
+    between command runs), and the arguments."""
+    digest = hashlib.sha256(repr((args, sorted(kwargs.items()))).encode())
+    for file in sorted(Path(path).rglob("*")):
+        if file.is_file() and file.name != "export_info.json":
+            digest.update(str(file.relative_to(path)).encode() + b"\0" + file.read_bytes())
+    return digest.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def load_each_export_once():
+    """`tf.saved_model.load`, for the tests of a module that use this, remembers what it loaded
+    by content, for the rest of the process: each command run of these tests would otherwise
+    load the same export again (about 6 s of CPU, the slowest part of a short run), and so
+    would each module. A loaded SavedModel is read, never changed, by the code under test."""
+    import tensorflow as tf
+
+    load = tf.saved_model.load
+
+    def load_once(path, *args, **kwargs):
+        key = _export_key(path, args, kwargs) if os.path.isdir(path) else None
+        if key is None:
+            return load(path, *args, **kwargs)  # its own error
+        if key not in _LOADED:
+            _LOADED[key] = load(path, *args, **kwargs)
+        return _LOADED[key]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tf.saved_model, "load", load_once)
+        yield

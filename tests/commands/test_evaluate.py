@@ -23,6 +23,9 @@ from app.evaluation.metrics import score
 from data.config import DataConfig
 from data.errors import DataError
 
+# Each export is loaded once per test process (conftest.py), however many tests load it.
+pytestmark = pytest.mark.usefixtures("load_each_export_once")
+
 
 def planned(argv):
     """The `EvaluationPlan` of app.evaluate's flags `argv`, after checking that it left the

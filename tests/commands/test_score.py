@@ -16,6 +16,9 @@ from app.decoding.model_search import translate_ids
 from app.commands.score import format_line, main, read_pairs
 from tests.conftest import SENTENCES
 
+# Each export is loaded once per test process (conftest.py), however many tests load it.
+pytestmark = pytest.mark.usefixtures("load_each_export_once")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # One target per sentence of SENTENCES: ordinary, empty, whitespace-only, a copy, a short one,
 # and one longer than the tiny model's 48 positions (its source, 80 words, is too).

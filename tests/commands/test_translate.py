@@ -107,8 +107,7 @@ def test_nbest_rows_parse_and_rank_1_is_the_best(exported, input_file, one_best,
 
 def test_stdin_to_stdout_with_only_translations_on_stdout(exported, one_best, monkeypatch, capsys):
     _, base, _, _ = exported
-    # The export base: its newest version, which the session's other tests may have added.
-    # The version test_export.py adds is the same model, so it translates alike.
+    # The export base: its newest version (the shared export's only one).
     text = "".join(line + "\n" for line in LINES)
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode("utf-8"))))
     assert main(["--saved-model", base, "--batch-size", "4"]) == 0

@@ -1,7 +1,7 @@
 """export.py: versioned, atomic SavedModels that translate raw strings like in-memory decoding.
 
-The `model_dir` and `exported` fixtures (session-scoped, shared with the serving tests) are
-in conftest.py.
+The `model_dir` and `exported` fixtures (built once per run, shared with the serving tests)
+are in conftest.py.
 """
 
 import json
@@ -18,8 +18,12 @@ import tensorflow as tf
 
 from app.export.saved_model import ExportError, export, load_translator, next_version, unsupported_serving_ops
 from tests.conftest import SENTENCES
+from tests.stand_in import StandInTranslator
 
 ROOT = Path(__file__).resolve().parents[2]
+
+# Each export is loaded once per test process (conftest.py), however many tests load it.
+pytestmark = pytest.mark.usefixtures("load_each_export_once")
 
 
 def test_export_writes_version_1_with_the_serving_signatures(exported):
@@ -157,24 +161,34 @@ def test_source_lengths_count_subwords_before_truncation_in_memory_and_in_the_sa
     assert loaded["lengths"].numpy().tolist() == want and int(loaded["limit"]) == 48
 
 
-def test_a_second_export_gets_the_next_version_and_none_is_overwritten(exported, model_dir):
-    _, base, _, _ = exported
-    translator, _ = load_translator(model_dir, checkpoint="latest")
-    assert export(translator, base) == os.path.join(base, "2")
-    assert next_version(base) == 3
+# The numbering and the writing of versions do not depend on the graph: the stand-in
+# translator (tests/stand_in.py) exports in a fraction of a second, the tiny model in 20 s.
+
+
+def test_a_second_export_gets_the_next_version_and_none_is_overwritten(exported, tmp_path):
+    _, _, path, _ = exported
+    base = tmp_path / "translator"
+    shutil.copytree(path, base / "1")
+    first = (base / "1" / "saved_model.pb").read_bytes()
+    assert export(StandInTranslator(), str(base)) == os.path.join(base, "2")
+    assert next_version(str(base)) == 3
     with pytest.raises(ExportError, match=r"translator/1 exists; versions are never overwritten"):
-        export(translator, base, version=1)
+        export(StandInTranslator(), str(base), version=1)
+    assert (base / "1" / "saved_model.pb").read_bytes() == first
+    assert sorted(os.listdir(base)) == ["1", "2"]
 
 
-def test_an_interrupted_export_leaves_no_version_behind(model_dir, tmp_path, monkeypatch):
-    translator, _ = load_translator(model_dir)
+def test_an_interrupted_export_leaves_no_version_behind(tmp_path, monkeypatch):
+    written = []
 
-    def crash(*args, **kwargs):
+    def crash(export_dir, *args, **kwargs):
+        written.extend(os.listdir(export_dir))
         raise KeyboardInterrupt  # as if the user pressed Ctrl-C while it was writing
 
     monkeypatch.setattr("app.export.saved_model.unsupported_serving_ops", crash)
     with pytest.raises(KeyboardInterrupt):
-        export(translator, str(tmp_path / "translator"))
+        export(StandInTranslator(), str(tmp_path / "translator"))
+    assert "saved_model.pb" in written  # interrupted with a whole SavedModel written
     assert os.listdir(tmp_path / "translator") == []
 
 

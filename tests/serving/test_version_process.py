@@ -1,9 +1,11 @@
-"""Each version in a process of its own (app/serving/version_process.py), on the tiny
-export: the same answers as in-process, and its memory gone with it once unloaded."""
+"""Each version in a process of its own (app/serving/version_process.py): on the tiny export,
+the same answers as in-process; on the stand-in's (tests/stand_in.py), which a process loads
+in a fraction of a second, processes that start, fail and end with their versions."""
 
 import gc
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -18,7 +20,7 @@ from app.serving.models import ModelManager
 from app.serving.rest_api import ServingError
 from app.serving.version_process import CpuThreads, RemoteError, VersionProcess
 from tests.conftest import SENTENCES
-from tests.serving.test_serve import Server, serving_base
+from tests.serving.test_serve import Server
 from tests.serving.test_serve_models import poll
 from tests.tiny_run import ROOT
 
@@ -84,11 +86,10 @@ def test_a_version_that_fails_to_load_leaves_no_process(tmp_path):
     assert set(_children()) <= before
 
 
-def test_a_dead_version_process_fails_its_calls_and_is_loaded_again(exported, tmp_path):
-    _, _, path, _ = exported
+def test_a_dead_version_process_fails_its_calls_and_is_loaded_again(stand_in_export, tmp_path):
     base = tmp_path / "translator"
     base.mkdir()
-    os.symlink(path, base / "1")
+    os.symlink(stand_in_export, base / "1")
     manager = ModelManager("translator", str(base), loader=VersionProcess, load_retry_interval_seconds=0)
     poll(manager)
     first = manager.get()
@@ -107,15 +108,14 @@ def test_a_dead_version_process_fails_its_calls_and_is_loaded_again(exported, tm
     assert gone(again.pid)
 
 
-def test_a_newer_version_ends_the_older_ones_process(exported, tmp_path):
-    _, _, path, _ = exported
+def test_a_newer_version_ends_the_older_ones_process(stand_in_export, tmp_path):
     base = tmp_path / "translator"
     base.mkdir()
-    os.symlink(path, base / "1")
+    os.symlink(stand_in_export, base / "1")
     manager = ModelManager("translator", str(base), loader=VersionProcess)
     poll(manager)
     first_pid = manager.get().pid
-    os.symlink(path, base / "2")
+    os.symlink(stand_in_export, base / "2")
     poll(manager)
     assert manager.get().version == 2
     gc.collect()
@@ -137,9 +137,14 @@ def _children():
     return children
 
 
-def test_the_server_process_holds_no_tensorflow(exported, tmp_path_factory, tmp_path):
-    base = serving_base(tmp_path_factory, exported)
-    server = Server(base, log_path=tmp_path / "serve.log")
+def stand_in_base(stand_in_export, directory):
+    """A base path in `directory` holding a copy of the stand-in's version 1."""
+    shutil.copytree(stand_in_export, directory / "translator" / "1")
+    return str(directory / "translator")
+
+
+def test_the_server_process_holds_no_tensorflow(stand_in_export, tmp_path):
+    server = Server(stand_in_base(stand_in_export, tmp_path), log_path=tmp_path / "serve.log")
     try:
         with open(f"/proc/{server.process.pid}/maps") as f:
             maps = f.read()
@@ -151,9 +156,8 @@ def test_the_server_process_holds_no_tensorflow(exported, tmp_path_factory, tmp_
     assert server.process.returncode == 0
 
 
-def test_sigterm_answers_the_request_in_flight_then_exits_0(exported, tmp_path_factory, tmp_path):
-    base = serving_base(tmp_path_factory, exported)
-    server = Server(base, log_path=tmp_path / "serve.log")
+def test_sigterm_answers_the_request_in_flight_then_exits_0(stand_in_export, tmp_path):
+    server = Server(stand_in_base(stand_in_export, tmp_path), log_path=tmp_path / "serve.log")
     body = json.dumps({"instances": SENTENCES[:3]}).encode()
     head = (
         f"POST /v1/models/translator:predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
