@@ -108,17 +108,28 @@ def model_name(text):
     return text
 
 
+class _SameAs(argparse.Action):
+    """The action of a hidden alias: it does what the flag's own action does (`argparse.Action`
+    is the documented base for custom actions, so no private argparse class is named)."""
+
+    def __init__(self, option_strings, dest, flag, **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.flag = flag
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        self.flag(parser, namespace, values, option_string)
+
+
 def add_hidden_alias(parser, action, alias):
     """Adds `alias` (e.g. "--name"), another spelling of the flag `action` that
-    `parser.add_argument` returned: it sets the same value, and --help does not list it.
+    `parser.add_argument` returned: it takes the same arguments and sets the same value, and
+    --help does not list it.
 
     For the names a flag had before it was renamed, so that no script breaks, and for the
-    dashed spellings of the server's TF Serving names. Store and store_true/false flags.
+    dashed spellings of the server's TF Serving names.
     """
-    hidden = dict(dest=action.dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    if isinstance(action, argparse._StoreAction):
-        extra = dict(nargs=action.nargs, const=action.const, type=action.type, choices=action.choices)
-        return parser.add_argument(alias, metavar=action.metavar, **extra, **hidden)
-    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
-        return parser.add_argument(alias, action=type(action), **hidden)
-    raise TypeError(f"no alias for {'/'.join(action.option_strings)}: a {type(action).__name__}")
+    return parser.add_argument(
+        alias, action=_SameAs, flag=action, dest=action.dest, nargs=action.nargs, const=action.const,
+        type=action.type, choices=action.choices, metavar=action.metavar,
+        default=argparse.SUPPRESS, help=argparse.SUPPRESS,
+    )
