@@ -113,7 +113,7 @@ def run(plan, strategy, out=print):
     from app.cli.gpu_warning import nvidia_gpu_present, unseen_gpu_warning
     from app.training.peaks import device_peak
     from app.training.precision import choose_auto_precision
-    from app.training.preflight import checks, format_duration, gpu_names, rehearse
+    from app.training.rehearsal import checks, format_duration, gpu_names, rehearse
 
     out(f"TensorFlow {tf.version.VERSION}; devices: {_describe_devices(tf)}")
     warning = unseen_gpu_warning(

@@ -1,6 +1,6 @@
 """`python -m app.preflight`: its flags planned as train.py plans them, its report and
 verdict, and a rehearsal run as a user runs it. The rehearsal itself (what it measures, its
-checks): tests/training/test_preflight.py."""
+checks): tests/training/test_rehearsal.py."""
 
 import copy
 import dataclasses
@@ -85,14 +85,14 @@ def test_a_rehearsal_over_two_cpu_replicas_reports_and_passes_and_writes_nothing
 def test_a_failed_check_ends_with_its_name_and_exit_code_1(monkeypatch):
     import tensorflow as tf
 
-    import app.training.preflight
+    import app.training.rehearsal
     from app.commands.preflight import PreflightPlan, run
     from app.training.config import TrainConfig
     from app.model.config import ModelConfig
     from app.training.run_plan import RunPlan
 
     monkeypatch.setattr(
-        app.training.preflight, "rehearse",
+        app.training.rehearsal, "rehearse",
         lambda *args, **kwargs: _rehearsal(replica_differences={"decoder/kernel": 6e-8}),
     )
     monkeypatch.setattr("app.training.peaks.matmul_peak", lambda dtype: 1e11, raising=False)

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from app.training.peaks import compute_dtype, device_peak, known_gpu_peak
-from app.training.preflight import Check, Rehearsal, checks, format_duration, rows_per_replica
+from app.training.rehearsal import Check, Rehearsal, checks, format_duration, rows_per_replica
 
 
 def _rehearsal(**overrides):
