@@ -13,7 +13,10 @@ import os
 import re
 
 SAVED_MODEL_FILE = "saved_model.pb"
+# A version's name: ASCII digits ("\d" would take other scripts' digits too).
 _VERSION_NAME = re.compile(r"[0-9]+")
+# TF Serving's versions are int64: a longer number names no version it would serve.
+MAX_VERSION = 2**63 - 1
 
 
 class ExportNotFound(FileNotFoundError):
@@ -21,14 +24,17 @@ class ExportNotFound(FileNotFoundError):
 
 
 def versions(base):
-    """`{version: directory}` of the numeric subdirectories of `base`, oldest first."""
+    """`{version: directory}` of the numeric subdirectories of `base`, oldest first: the
+    versions of an export base, for the commands and the server alike. Where two names read
+    as one version ("7" and "007"), the plain one; hidden temporary and other directories
+    are not versions; a missing or unreadable base has none."""
     try:
         names = os.listdir(base)
     except OSError:
         return {}
     found = {}
     for name in sorted(names, key=lambda name: (len(name), name), reverse=True):  # "7" wins over "007"
-        if _VERSION_NAME.fullmatch(name) and os.path.isdir(os.path.join(base, name)):
+        if _VERSION_NAME.fullmatch(name) and int(name) <= MAX_VERSION and os.path.isdir(os.path.join(base, name)):
             found[int(name)] = os.path.join(base, name)
     return dict(sorted(found.items()))
 

@@ -21,6 +21,7 @@ import time
 import numpy as np
 
 from app.cli.flags import DEFAULT_EXPORT_BASE
+from app.export.locate import versions
 from app.serving.rest_api import ServingError, TensorSpec, signature_def_json
 
 log = logging.getLogger("app.serve")
@@ -154,12 +155,6 @@ def saved_model_signatures(path):
     }
 
 
-# A version directory's name: ASCII digits ("\d" would take other scripts' digits too),
-# read as TF Serving reads it, an int64; a larger number is not a version.
-VERSION_NAME = re.compile(r"[0-9]+")
-MAX_VERSION = 2**63 - 1
-
-
 def no_export_yet(base_path):
     """What to do where `base_path` holds no version: "no model exported under PATH yet: run
     python export.py" (with its --model-base-path where that is not the default)."""
@@ -171,17 +166,8 @@ def no_export_yet(base_path):
 
 def version_directories(base_path):
     """`{version: directory name}` under `base_path`, the name as it is on disk ("007" for
-    version 7; where two names read as one version, the plain one). Temporary and other
-    directories are ignored; a missing or unreadable base path has none."""
-    try:
-        names = sorted(os.listdir(base_path), key=lambda name: (len(name), name), reverse=True)
-    except OSError:
-        return {}
-    directories = {}
-    for name in names:  # longest first, so that "7" overwrites "007"
-        if VERSION_NAME.fullmatch(name) and int(name) <= MAX_VERSION and os.path.isdir(os.path.join(base_path, name)):
-            directories[int(name)] = name
-    return dict(sorted(directories.items()))
+    version 7), by the rule every reader of an export base follows (`app.export.locate`)."""
+    return {version: os.path.basename(directory) for version, directory in versions(base_path).items()}
 
 
 def list_versions(base_path):

@@ -29,6 +29,15 @@ def test_a_base_gives_its_newest_complete_version(tmp_path):
     assert saved_model_version(str(tmp_path)) == newest
 
 
+def test_a_base_reads_versions_as_the_server_does(tmp_path):
+    # One rule for the commands and the server (app.serving.models.version_directories):
+    # "7" over "007", and no number past int64, which TF Serving cannot serve.
+    _version(tmp_path, "007")
+    plain = _version(tmp_path, "7")
+    _version(tmp_path, str(2**63))
+    assert saved_model_version(str(tmp_path)) == plain
+
+
 @pytest.mark.parametrize("make", ["missing", "empty", "file"])
 def test_no_export_is_named_with_what_to_do(tmp_path, make):
     path = tmp_path / "translator"
