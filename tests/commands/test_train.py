@@ -78,10 +78,26 @@ def test_dry_run_with_a_bad_override_names_the_value_and_fails(train_here):
     assert "d_model=128 is not divisible by num_heads=3" in result.stderr
 
 
-def test_thread_flags_size_tensorflows_pools_before_it_starts():
-    result = run_train("--intra-op-threads", "1", "--inter-op-threads", "2", "--dry-run")
-    assert result.returncode == 0, result.stderr
-    assert "CPU threads: 1 per op, 2 ops at once" in result.stdout.splitlines()
+@pytest.fixture(scope="module")
+def runs_on_two_replicas_then_one(tmp_path_factory):
+    """`(first, resumed)`: `python train.py` for 2 steps on 2 CPU replicas, then resumed for a
+    third on 1, both with `--intra-op-threads 1 --inter-op-threads 2`. Each sets process-wide
+    state (the replicas, TensorFlow's thread pools), so each is a fresh process; the two tests
+    that read them share them, as each start costs about 4 s of CPU before it trains."""
+    from tests.training.test_multi_worker import TINY, write_corpus
+
+    directory = tmp_path_factory.mktemp("replicas")
+    flags = ["--dataset", write_corpus(directory), *TINY, "--model-dir", str(directory / "run"),
+             "--intra-op-threads", "1", "--inter-op-threads", "2"]
+    first = run_train(*flags, "--train-steps", "2", "--cpu-replicas", "2")
+    assert first.returncode == 0, first.stderr[-3000:]
+    return first, run_train(*flags, "--train-steps", "3", "--cpu-replicas", "1")
+
+
+def test_thread_flags_size_tensorflows_pools_before_it_starts(runs_on_two_replicas_then_one):
+    for result in runs_on_two_replicas_then_one:
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "CPU threads: 1 per op, 2 ops at once" in result.stdout.splitlines()
 
 
 def test_a_negative_thread_count_names_the_flag_and_fails(train_here):
@@ -190,13 +206,8 @@ def test_a_model_directory_that_cannot_be_made_is_named_without_a_traceback(tmp_
     )
 
 
-def test_resuming_on_another_replica_count_says_how_the_epoch_goes_on(tmp_path):
-    from tests.training.test_multi_worker import TINY, write_corpus
-
-    flags = ["--dataset", write_corpus(tmp_path), *TINY, "--model-dir", str(tmp_path / "run")]
-    first = run_train(*flags, "--train-steps", "2", "--cpu-replicas", "2")
-    assert first.returncode == 0, first.stderr[-3000:]
-    resumed = run_train(*flags, "--train-steps", "3", "--cpu-replicas", "1")
+def test_resuming_on_another_replica_count_says_how_the_epoch_goes_on(runs_on_two_replicas_then_one):
+    _, resumed = runs_on_two_replicas_then_one
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert (
         "resuming with changed training settings: replicas: 2 -> 1, train_steps: 2 -> 3\n"

@@ -159,17 +159,21 @@ def write_run_settings(model_dir, vocab_size):
     save_settings(str(model_dir), model, data, TrainConfig(train_steps=100), log=lambda *_: None)
 
 
-def test_a_dry_run_shows_the_resolved_vocabulary_size(tmp_path):
+def test_a_dry_run_shows_the_resolved_vocabulary_size(tmp_path, monkeypatch, capsys):
     """`python train.py --size base --target-lang fr --dry-run` asks for the paper's en-fr
-    vocabulary (a small corpus gives fewer pieces: the model then has the tokenizer's)."""
+    vocabulary (a small corpus gives fewer pieces: the model then has the tokenizer's).
+
+    The command's `main` runs in this process, from the repository root, as
+    tests/commands/test_train.py runs its dry runs: a fresh process is not what is tested, and
+    would cost about 4 s of CPU to start TensorFlow."""
+    from app.commands.train import main
     from tests.tiny_run import write_multi30k_slice
 
     files = write_multi30k_slice(tmp_path, train=300, validation=20, target_lang="fr")
     flags = ["--size", "base", "--num-layers", "1", "--d-model", "32", "--d-ff", "64", "--num-heads", "2"]
-    result = subprocess.run(
-        [sys.executable, "train.py", *flags, "--dataset", "files:" + ",".join(files), "--target-lang", "fr",
-         "--model-dir", str(tmp_path / "run"), "--dry-run"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "  vocab_size: 32000" in result.stdout.splitlines()
+    monkeypatch.chdir(ROOT)
+    code = main([*flags, "--dataset", "files:" + ",".join(files), "--target-lang", "fr",
+                 "--model-dir", str(tmp_path / "run"), "--dry-run"])
+    out, err = capsys.readouterr()
+    assert code == 0, err[-3000:]
+    assert "  vocab_size: 32000" in out.splitlines()

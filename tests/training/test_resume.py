@@ -3,6 +3,7 @@ half-written checkpoint is named or passed over."""
 
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -47,10 +48,23 @@ def test_resuming_after_a_crash_matches_an_uninterrupted_run(small_data, tmp_pat
     assert ("loss", 4) in actual and len(set(actual)) == len(actual)
 
 
-def test_a_damaged_checkpoint_or_best_record_is_named_when_training_resumes(small_data, tmp_path):
+@pytest.fixture(scope="module")
+def three_steps(small_data, tmp_path_factory):
+    """`copy(model_dir)`: writes into `model_dir` a copy of one 3-step run (a checkpoint at
+    step 3), trained once for this file's tests that damage or resume it, each its own copy."""
+    run = tmp_path_factory.mktemp("three_steps")
+    run_training(small_data, run, train_steps=3, checkpoint_every=3)
+
+    def copy(model_dir):
+        shutil.copytree(run, model_dir, dirs_exist_ok=True)
+
+    return copy
+
+
+def test_a_damaged_checkpoint_or_best_record_is_named_when_training_resumes(small_data, tmp_path, three_steps):
     from app.model_dir.checkpoints import CheckpointError
 
-    run_training(small_data, tmp_path, train_steps=3)
+    three_steps(tmp_path)
     best = tmp_path / "best" / "best.json"
     best.write_text('{"step": 3, "sco')
     with pytest.raises(CheckpointError, match=f"^{best} is not valid JSON .*; restore it, or delete it"):
@@ -66,8 +80,8 @@ def test_a_damaged_checkpoint_or_best_record_is_named_when_training_resumes(smal
         run_training(small_data, tmp_path, train_steps=6)
 
 
-def test_a_checkpoint_cut_off_while_saving_is_never_the_one_resumed(small_data, tmp_path):
-    run_training(small_data, tmp_path, train_steps=3, checkpoint_every=3)
+def test_a_checkpoint_cut_off_while_saving_is_never_the_one_resumed(small_data, tmp_path, three_steps):
+    three_steps(tmp_path)
     # What a crash in the middle of saving step 6 leaves: data files, no index entry.
     directory = tmp_path / "checkpoints"
     (directory / "ckpt-6.index").write_bytes(b"\x00half-written")
