@@ -314,8 +314,16 @@ def test_an_export_without_alpha_decodes_by_default_with_the_one_chosen_on_valid
     model_dir, tmp_path, small_grid, capsys, monkeypatch
 ):
     import export
+    from app.export.saved_model import Translator
     from app.model_dir import checkpoints
 
+    # The two signatures read below are the only ones written: what is tested is the alpha
+    # their graphs hold, and the other four took about 15 s of CPU to trace and save
+    # (tests/export/test_export.py checks that an export writes all six).
+    monkeypatch.setattr(Translator, "signatures", lambda self: {
+        "serving_default": self.serve.get_concrete_function(),
+        "translate_with_options": self.serve_with_options.get_concrete_function(),
+    })
     loads = []
     for name in ("average_checkpoints", "restore_weights"):
         monkeypatch.setattr(checkpoints, name, lambda *args, load=getattr(checkpoints, name): loads.append(load(*args)))

@@ -93,14 +93,18 @@ def test_the_beams_of_a_sentence_share_its_memory_cache_and_decode_as_it_alone(m
     alone = [
         [transformer.empty_self_cache(1) for _ in range(beams)] for _ in range(len(SOURCE_IDS))
     ]
+    # Each sentence's memory cache on its own, made once: the same at every step.
+    own = [
+        transformer.init_memory_cache(memory[sentence : sentence + 1], memory_mask[sentence : sentence + 1])
+        for sentence in range(len(SOURCE_IDS))
+    ]
     for step in range(tokens.shape[2]):
         logits, cache = transformer.decode_step(tokens[:, :, step].reshape(-1), step, cache, memory_cache)
         logits = np.asarray(logits).reshape(len(SOURCE_IDS), beams, -1)
         for sentence in range(len(SOURCE_IDS)):
-            own = transformer.init_memory_cache(memory[sentence : sentence + 1], memory_mask[sentence : sentence + 1])
             for beam in range(beams):
                 expected, alone[sentence][beam] = transformer.decode_step(
-                    tokens[sentence, beam, step : step + 1], step, alone[sentence][beam], own
+                    tokens[sentence, beam, step : step + 1], step, alone[sentence][beam], own[sentence]
                 )
                 np.testing.assert_allclose(logits[sentence, beam], np.asarray(expected)[0], atol=1e-5)
 
