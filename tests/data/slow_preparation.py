@@ -17,7 +17,12 @@ from data.dataset import prepare_data
 CHUNK, SHARD = 100, 300
 
 
-def main(prefix, model_dir, seconds_per_chunk=0.0):
+def main(prefix, model_dir, seconds_per_chunk=0.0, log=None):
+    """Prepares as the module says; `log` takes each line (default: print them).
+
+    Sets data.prepare's chunk and shard sizes and its encoder for good: a caller that is not
+    a process of its own restores them (tests/data/test_prepare_resume.py)."""
+    log = log or (lambda line: print(line, flush=True))
     data.prepare._CHUNK, data.prepare.SHARD_PAIRS = CHUNK, SHARD
     encode, tokenized = data.prepare._encode_chunk, []
 
@@ -28,8 +33,8 @@ def main(prefix, model_dir, seconds_per_chunk=0.0):
 
     data.prepare._encode_chunk = slow_encode
     config = DataConfig(dataset=f"files:{prefix}.en,{prefix}.de", vocab_size=300, batch_tokens=1024, max_length=64)
-    prepare_data(config, model_dir, workers=1, log=lambda line: print(line, flush=True))
-    print(f"tokenized {sum(tokenized)} pairs", flush=True)
+    prepare_data(config, model_dir, workers=1, log=log)
+    log(f"tokenized {sum(tokenized)} pairs")
 
 
 if __name__ == "__main__":
