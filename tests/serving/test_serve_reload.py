@@ -8,7 +8,7 @@ import numpy as np
 
 from app.export.saved_model import export, load_translator
 from tests.conftest import SENTENCES
-from tests.serving.test_serve import Server, serving_base
+from tests.serving.server_process import Server, serving_base
 
 STATUS_AFTER = [
     {"version": "2", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}},
