@@ -5,7 +5,6 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
 
 from tests.conftest import SENTENCES
 
@@ -57,17 +56,9 @@ def test_the_savedmodel_example_prints_each_signatures_answer(exported, tmp_path
     assert np.all(np.isfinite(scores))
 
 
-@pytest.fixture(scope="module")
-def server(exported, tmp_path_factory):
-    from tests.serving.test_serve import Server, serving_base
-
-    server = Server(serving_base(tmp_path_factory, exported), log_path=tmp_path_factory.mktemp("logs") / "serve.log")
-    yield server
-    server.stop()
-
-
-def test_the_rest_example_prints_the_servers_answers(exported, server, tmp_path):
-    lines = _run("rest_api_client.py", server.url, *SHOWN, cwd=tmp_path)
+def test_the_rest_example_prints_the_servers_answers(exported, tiny_server, tmp_path):
+    # The run's shared server (conftest.py): the example only sends it requests.
+    lines = _run("rest_api_client.py", tiny_server.url, *SHOWN, cwd=tmp_path)
     translations = [text.decode("utf-8") for text in _expected(exported, "translations")]
     scores = _expected(exported, "scores")
     assert _block(lines, "serving_default (row format)") == [

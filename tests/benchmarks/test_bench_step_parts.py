@@ -1,16 +1,12 @@
 """The step-parts benchmark runs end to end at toy sizes and prints both sides of each pair."""
 
-import os
-import subprocess
-import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+def test_bench_step_parts_prints_each_pair(capsys):
+    # In this process, which has TensorFlow already: a process of its own would import it again.
+    from benchmarks import bench_step_parts
 
-
-def test_bench_step_parts_prints_each_pair():
-    command = [sys.executable, os.path.join(ROOT, "benchmarks", "bench_step_parts.py"),
-               "--tokens", "64", "--vocab", "50", "--d-model", "16", "--iterations", "1", "--repeats", "1"]
-    output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    bench_step_parts.main(["--tokens", "64", "--vocab", "50", "--d-model", "16", "--iterations", "1", "--repeats", "1"])
+    output = capsys.readouterr().out
     lines = output.splitlines()
     assert lines[0] == "64 tokens, vocabulary 50, d_model 16, d_ff 256; median of 1 x 1 calls"
     names = [line.split("  ")[1].strip() for line in lines[1:]]

@@ -42,7 +42,8 @@ def answering():
     def start(status=200, body=b"", delay=0.0):
         handler = type("Handler", (_Handler,), {"status": status, "body": body, "delay": delay})
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        # A short poll: shutdown() waits for serve_forever's next look (0.5 s by default).
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         servers.append(server)
         return f"http://127.0.0.1:{server.server_address[1]}"
 
@@ -140,7 +141,7 @@ class _RecordingHandler(_Handler):
 
 def test_stdin_lines_lose_their_line_endings_and_bad_bytes_are_named():
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RecordingHandler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
         command = [sys.executable, "-m", "app.client", "--url", url, "--version", "0"]

@@ -189,7 +189,7 @@ def test_export_command_writes_the_next_version(model_dir, tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def ct2_server(ct2_export, tmp_path_factory):
-    from tests.serving.test_serve import Server
+    from tests.serving.server_process import Server
 
     base = tmp_path_factory.mktemp("ct2-serving") / "translator"
     shutil.copytree(ct2_export[0], base / "1")

@@ -4,7 +4,7 @@ import os
 
 from app.serving.models import ModelManager, no_export_yet
 from app.serving.rest_api import ServingError
-from tests.serving.test_serve import Server
+from tests.serving.server_process import Server
 from tests.serving.test_serve_models import FakeVersion, make, poll
 
 

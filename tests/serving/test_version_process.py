@@ -20,7 +20,7 @@ from app.serving.models import ModelManager
 from app.serving.rest_api import ServingError
 from app.serving.version_process import CpuThreads, RemoteError, VersionProcess
 from tests.conftest import SENTENCES
-from tests.serving.test_serve import Server
+from tests.serving.server_process import Server
 from tests.serving.test_serve_models import poll
 from tests.tiny_run import ROOT
 
