@@ -15,7 +15,7 @@ import train
 from app.commands.preflight import PreflightPlan, parse_args, plan_preflight
 from app.commands.train_plan import plan_run
 from data.config import DataConfig
-from tests.training.test_preflight import _rehearsal
+from tests.training.test_rehearsal import _rehearsal
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["--num-layers", "1", "--d-model", "32", "--d-ff", "64", "--num-heads", "2", "--vocab-size", "300"]
