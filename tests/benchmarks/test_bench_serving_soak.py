@@ -4,9 +4,12 @@ no request failed, and memory that stays where the first load put it."""
 import re
 import time
 
+import pytest
+
 from benchmarks import bench_serving_soak
 
 
+@pytest.mark.slow
 def test_reloads_and_failed_loads_fail_no_request_and_keep_memory_flat(exported, capsys, monkeypatch):
     _, _, path, _ = exported
     post = bench_serving_soak.post

@@ -37,6 +37,7 @@ def test_the_defaults_are_the_issues_comparison():
     assert args.engines == list(ENGINES)
 
 
+@pytest.mark.slow
 def test_a_tiny_run_times_every_engine_in_its_own_process_and_scores_it(model_dir, capsys):
     # Four engines in four processes, two of them loading TensorFlow: under a minute. The
     # script's own part (the exports, the table) runs here: its workers are the processes

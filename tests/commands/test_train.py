@@ -94,6 +94,7 @@ def runs_on_two_replicas_then_one(tmp_path_factory):
     return first, run_train(*flags, "--train-steps", "3", "--cpu-replicas", "1")
 
 
+@pytest.mark.slow
 def test_thread_flags_size_tensorflows_pools_before_it_starts(runs_on_two_replicas_then_one):
     for result in runs_on_two_replicas_then_one:
         assert result.returncode == 0, result.stderr[-3000:]
@@ -206,6 +207,7 @@ def test_a_model_directory_that_cannot_be_made_is_named_without_a_traceback(tmp_
     )
 
 
+@pytest.mark.slow
 def test_resuming_on_another_replica_count_says_how_the_epoch_goes_on(runs_on_two_replicas_then_one):
     _, resumed = runs_on_two_replicas_then_one
     assert resumed.returncode == 0, resumed.stderr[-3000:]

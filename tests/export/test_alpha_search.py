@@ -310,6 +310,7 @@ def small_grid(monkeypatch):
     monkeypatch.setattr(alpha_search, "MAX_SENTENCES", 8)
 
 
+@pytest.mark.slow
 def test_an_export_without_alpha_decodes_by_default_with_the_one_chosen_on_validation(
     model_dir, tmp_path, small_grid, capsys, monkeypatch
 ):

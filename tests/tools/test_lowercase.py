@@ -119,6 +119,7 @@ def test_validation_bleu_of_a_lowercase_run_is_lowercased_bleu(lowercase_tokeniz
     assert "case:mixed" in cased_score["bleu_signature"]
 
 
+@pytest.mark.slow
 def test_an_export_of_a_lowercase_run_reads_any_case(tmp_path, monkeypatch):
     """The SavedModel lowercases in its graph: cased and lowercased input translate alike."""
     from app.export.saved_model import Translator, export, export_metadata, load_trained

@@ -74,6 +74,7 @@ def assert_kept_as_in(model_dir, uninterrupted_dir):
             np.testing.assert_allclose(value, expected[name], atol=1e-6, err_msg=name)
 
 
+@pytest.mark.slow
 def test_checkpoints_saved_on_interrupts_give_way_to_the_next_and_push_out_none(small_data, tmp_path):
     # Each interrupt saves a checkpoint off the cadence of 2, so that the run resumes where
     # it stopped. It used to stay, and to count among the 3 kept: the newest 3 then held

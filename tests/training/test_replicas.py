@@ -32,6 +32,7 @@ def equivalence_reports(tmp_path_factory):
     return {report["optimizer"]: report for report in built_once(tmp_path_factory, "replica-equivalence", run)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)
 def test_eight_replicas_update_the_weights_like_one(equivalence_reports, optimizer):
     # Both runs make the same updates in float32 with their sums in another order (8 partial

@@ -119,6 +119,7 @@ def _assert_same_checkpoints(actual_dir, expected_dir):
     assert files[0] == files[1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout_name", LAYOUTS)
 def test_a_run_killed_at_random_moments_ends_as_one_never_killed(tmp_path, layout_name):
     layout = LAYOUTS[layout_name]
