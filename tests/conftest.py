@@ -25,17 +25,6 @@ import pytest  # noqa: E402
 from tests.built_once import built_once  # noqa: E402
 
 
-def pytest_collection_modifyitems(items):
-    """Runs the files that hold a `slow` test first, each file's tests in their order.
-
-    pytest-xdist hands tests to its two workers in this order: a run that ends with a
-    minutes-long test leaves one core idle while it finishes, one that starts with those
-    fills the end with short tests. Files move whole, so a module's fixtures are still set
-    up once. The order is the same in every worker, as xdist requires."""
-    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow_files)  # stable: the rest keep their order
-
-
 @pytest.fixture(autouse=True)
 def _seed_everything():
     """Every test starts from the same random state, so failures reproduce."""
