@@ -12,9 +12,10 @@ to a multiple of 1/65,536 (0.1 becomes 0.100006).
 Under `tf.distribute`, Keras's seed generator is one state that every replica reads
 alike (it advances once per call, for all of them), so Keras's dropout draws the same
 mask on every replica whose slice has the same shape: 8 GPUs would drop the same
-positions of 8 different sentences. This layer folds the global replica index into the
-seed (`replica_seed`): replica 0 draws exactly what one replica draws, replica r > 0 a
-stream of its own, and a run with a given seed and replica count draws the same masks
+positions of 8 different sentences. This layer gives every replica a stream of its own
+(`replica_stream`): replica 0 draws exactly what one replica draws, replica r > 0 the
+counter block r of the same Philox key, so every replica draws a different mask at every
+call of every layer, and a run with a given seed and replica count draws the same masks
 every time.
 
 Everything else is Keras's `Dropout`: its arguments, its seed generator (so the
@@ -39,26 +40,36 @@ def applied_rate(rate):
     return drop_threshold(rate) / DECISION_LEVELS
 
 
-def replica_seed(seed):
-    """The stateless seed (int32 [2]) of this replica: `seed` itself on replica 0 (and
-    outside any strategy), `seed` folded with the global replica index r on replica r > 0.
+def replica_stream(seed):
+    """`(key, counter, alg)` of this replica's random stream for the stateless `seed` (int32
+    [2]), for TensorFlow's V2 stateless ops: on replica 0 (and outside any strategy) those
+    `tf.random.stateless_uniform(..., seed)` draws from, on replica r > 0 the same key with
+    the high word of the 128-bit Philox counter XORed with r.
+
+    The key and counter are a bijective scramble of all 64 bits of the seed, so every
+    (layer, call, replica) has a stream of its own: a replica's streams cannot meet
+    another's, nor repeat between calls. (Folding r into the seed with
+    `stateless_fold_in` hashed the two seed words to one 32-bit word, so a replica other
+    than 0 drew an earlier call's seed again: 7 times in a layer's first 200,000 calls.)
+    Replica 0 keeps the generator's own stream so that one replica, under any strategy,
+    trains exactly as without one.
 
     The index is `replica_id_in_sync_group`, which counts the replicas of every worker
     of a MultiWorkerMirroredStrategy, so no two replicas of a cluster share a stream.
-    Replica 0 keeps the generator's own stream so that one replica, under any strategy,
-    trains exactly as without one.
     """
     import tensorflow as tf
 
+    key, counter = tf.raw_ops.StatelessRandomGetKeyCounter(seed=seed)  # uint64 [1], uint64 [2]
+    alg = tf.random.Algorithm.AUTO_SELECT.value  # what tf.random.stateless_uniform uses
     context = tf.distribute.get_replica_context()
     if context is None:  # cross-replica context: no replica of its own
-        return seed
+        return key, counter, alg
     replica = context.replica_id_in_sync_group
     known = tf.get_static_value(replica)
-    if known is not None:  # MirroredStrategy and the default strategy: a constant
-        return seed if int(known) == 0 else tf.random.experimental.stateless_fold_in(seed, int(known))
-    replica = tf.cast(replica, tf.int32)
-    return tf.where(tf.equal(replica, 0), seed, tf.random.experimental.stateless_fold_in(seed, replica))
+    if known is not None and int(known) == 0:  # MirroredStrategy and the default strategy: a constant
+        return key, counter, alg
+    block = tf.stack([tf.constant(0, tf.uint64), tf.cast(replica, tf.uint64)])  # XOR 0 on replica 0
+    return key, tf.bitwise.bitwise_xor(counter, block), alg
 
 
 def _uniform_uint16(shape, seed_generator):
@@ -73,10 +84,11 @@ def _uniform_uint16(shape, seed_generator):
         import tensorflow as tf
 
         # Stateless ops take an int32 seed; the generator's state is int64 on TF.
-        seed = replica_seed(tf.cast(tf.math.floormod(seed_generator.next(), 2**31 - 1), tf.int32))
+        seed = tf.cast(tf.math.floormod(seed_generator.next(), 2**31 - 1), tf.int32)
+        key, counter, alg = replica_stream(seed)
         size = tf.reduce_prod(shape)
-        words = tf.random.stateless_uniform(
-            [(size + 1) // 2], seed=seed, minval=None, maxval=None, dtype=tf.uint32
+        words = tf.raw_ops.StatelessRandomUniformFullIntV2(
+            shape=[(size + 1) // 2], key=key, counter=counter, alg=alg, dtype=tf.uint32
         )  # [ceil(n / 2)]
         halves = tf.reshape(tf.bitcast(words, tf.uint16), [-1])  # [2 ceil(n / 2)]
         return tf.reshape(halves[:size], shape)
@@ -91,7 +103,7 @@ def _uniform_uint16(shape, seed_generator):
 @keras.saving.register_keras_serializable(package="transformer")
 class Dropout(keras.layers.Dropout):
     """`keras.layers.Dropout` with 16-bit decisions (half the random numbers), drawn
-    per replica (`replica_seed`).
+    per replica (`replica_stream`).
 
     Args are `keras.layers.Dropout`'s: `rate`, `noise_shape`, `seed`. The rate applied
     is `applied_rate(rate)`, the nearest multiple of 2^-16, and kept elements are scaled

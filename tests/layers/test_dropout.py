@@ -93,6 +93,53 @@ def test_masks_differ_between_calls_and_repeat_for_a_seed():
     np.testing.assert_array_equal(Dropout(0.5, seed=7)(x, training=True).numpy(), first)
 
 
+class _OnReplica:
+    """What `tf.distribute.get_replica_context()` returns on replica `index` of a strategy."""
+
+    def __init__(self, index):
+        self.replica_id_in_sync_group = index
+
+
+def _words(seed, replica, monkeypatch, known=True):
+    """The 64 random words layers.Dropout draws for `seed` (int32 [2]) on `replica`, whose
+    index is a constant when traced (MirroredStrategy's) or, with `known=False`, a tensor
+    only known when the graph runs."""
+
+    def draw(index):
+        monkeypatch.setattr(tf.distribute, "get_replica_context", lambda: _OnReplica(index))
+        key, counter, alg = dropout_module.replica_stream(tf.constant(seed, tf.int32))
+        return tf.raw_ops.StatelessRandomUniformFullIntV2(
+            shape=[64], key=key, counter=counter, alg=alg, dtype=tf.uint32
+        )
+
+    if known:
+        return draw(tf.constant(replica)).numpy()
+    return tf.function(draw, input_signature=[tf.TensorSpec([], tf.int32)])(tf.constant(replica)).numpy()
+
+
+@pytest.mark.parametrize("known", [True, False], ids=["index known when traced", "index a tensor"])
+def test_replica_0_draws_the_seeds_own_stream_and_every_other_replica_one_of_its_own(monkeypatch, known):
+    seed = [1234567, 41]
+    # Replica 0 draws what one replica drew before replicas had streams of their own.
+    one_replica = tf.random.stateless_uniform([64], seed=seed, minval=None, maxval=None, dtype=tf.uint32).numpy()
+    np.testing.assert_array_equal(_words(seed, 0, monkeypatch, known), one_replica)
+    draws = [_words(seed, replica, monkeypatch, known) for replica in range(8)]
+    # 64 independent 32-bit words agree in a place with probability 64 / 2^32 per pair.
+    assert all(not np.any(draws[a] == draws[b]) for a in range(8) for b in range(a + 1, 8))
+
+
+def test_a_replica_never_draws_an_earlier_calls_stream_again(monkeypatch):
+    # Calls 25,544 and 174,653 of a layer whose generator is seeded 1234567 (its seed at
+    # call c is [1234567, c]). The earlier rule gave replica r the seed
+    # stateless_fold_in(seed, r) = [the first int32 of the seed's stream, r]: 32 bits for
+    # the 62 of the seed, so these two calls' seeds on replica 1 were the same, and so were
+    # its masks (7 such pairs in the layer's first 200,000 calls).
+    first, second = [1234567, 25544], [1234567, 174653]
+    folded = [tf.random.experimental.stateless_fold_in(seed, 1).numpy() for seed in (first, second)]
+    np.testing.assert_array_equal(folded[0], folded[1])
+    assert not np.any(_words(first, 1, monkeypatch) == _words(second, 1, monkeypatch))
+
+
 def test_gradient_is_the_mask_times_the_scale():
     x = tf.random.normal([40, 33])
     weights = tf.random.normal([40, 33])
