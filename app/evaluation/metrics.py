@@ -4,14 +4,16 @@
     chrF             character n-gram F-score
     BLEU lowercased  the same BLEU, lowercased
     Moses lc BLEU    lowercased BLEU of Moses-tokenized text: published Multi30k figures
-    paper BLEU       cased BLEU of Moses-tokenized text, German compounds split at their
+    paper BLEU       cased BLEU of Moses-tokenized text, the hypotheses' Unicode
+                     punctuation replaced first and German compounds split at their
                      hyphens: the figure of the paper's Table 2 (tensor2tensor's
                      get_ende_bleu.sh), not comparable with sacreBLEU's
 
 The last two re-create, from detokenized output, measurements that were made on
 tokenized text: sacremoses is the Python port of Moses' tokenizer.perl (run without -a,
-so hyphens stay inside words), and BLEU over space-separated tokens without smoothing
-is multi-bleu.perl's.
+so hyphens stay inside words) and of its replace-unicode-punctuation.perl, and BLEU over
+space-separated tokens without smoothing is multi-bleu.perl's. docs/serving.md ("The
+paper's BLEU") says which version of get_ende_bleu.sh the paper BLEU follows.
 """
 
 import re
@@ -60,38 +62,57 @@ def score(hypotheses, references, target_lang=None):
 
 
 def moses_lowercase_bleu(hypotheses, references, target_lang=None):
-    """`(BLEU, signature)` of lowercased, Moses-tokenized hypotheses and references.
+    """`(BLEU, signature)` of lowercased, Moses-tokenized hypotheses and references,
+    unsmoothed (a corpus without a matching 4-gram scores 0).
 
     The published Multi30k figures (Transformer-Tiny's 41.02 among them) are
     multi-bleu.perl on text that was lowercased and tokenized by Moses' tokenizer.perl
-    before training; this re-creates that measurement from detokenized output.
+    before training; this re-creates that measurement from detokenized output, and
+    multi-bleu.perl does not smooth.
     """
     lang = target_lang or "en"
     tokenize = _moses_tokenizer(lang)
     return _tokenized_bleu(
         [tokenize(line.lower()) for line in hypotheses], [tokenize(line.lower()) for line in references],
-        smooth_method="exp", case="lc", tok=f"moses-{lang}",
+        smooth_method="none", case="lc", tok=f"moses-{lang}",
     )
 
 
 def paper_bleu(hypotheses, references, target_lang=None):
     """`(BLEU, signature)` as the paper measured its WMT 2014 figures (Table 2: base
-    27.3 en-de and 38.1 en-fr, big 28.4 and 41.8): cased BLEU of Moses-tokenized text,
-    with German compounds split at their hyphens (`split_compounds`), as
-    multi-bleu.perl scores it (no smoothing: a corpus without a matching 4-gram scores 0).
+    27.3 en-de and 38.1 en-fr, big 28.4 and 41.8): cased BLEU of the lines of
+    `paper_bleu_tokens`, as multi-bleu.perl scores them (no smoothing: a corpus without
+    a matching 4-gram scores 0).
 
     It runs higher than sacreBLEU's figure on the same output: split compounds add easy
     matches ("##AT##-##AT##" and both halves), and tokenized references are not what
-    other systems' detokenized output is compared against. Compare it with the paper,
-    and sacreBLEU with everything else.
+    other systems' detokenized output is compared against. It can also run lower: a
+    hypothesis whose curly quotes are those of the reference loses them to straight
+    quotes, which the reference keeps. Compare it with the paper, and sacreBLEU with
+    everything else.
     """
     lang = target_lang or "en"
-    tokenize = _moses_tokenizer(lang)
-    split = lang in SPLITS_COMPOUNDS
-    prepare = (lambda line: split_compounds(tokenize(line))) if split else tokenize
-    return _tokenized_bleu(
-        [prepare(line) for line in hypotheses], [prepare(line) for line in references],
-        smooth_method="none", case="mixed", tok=f"moses-{lang}" + ("+compound-split" if split else ""),
+    tokenized_hypotheses, tokenized_references = paper_bleu_tokens(hypotheses, references, lang)
+    tok = f"moses-{lang}+hyp-unicode-punct" + ("+compound-split" if lang in SPLITS_COMPOUNDS else "")
+    return _tokenized_bleu(tokenized_hypotheses, tokenized_references, smooth_method="none", case="mixed", tok=tok)
+
+
+def paper_bleu_tokens(hypotheses, references, target_lang):
+    """`(hypotheses, references)` as tensor2tensor's get_ende_bleu.sh hands them to
+    multi-bleu.perl, unescaped, each a list of space-separated token lines.
+
+    The hypotheses go through replace-unicode-punctuation.perl ("„Ja“ …" -> "„Ja\" ...":
+    it straightens the closing and English quotes and the apostrophe, not "„" or "‚"),
+    then tokenizer.perl; the references, which the script reads already tokenized, only
+    through tokenizer.perl. For German, hyphens inside words become tokens of their own
+    on both sides (`split_compounds`).
+    """
+    tokenize = _moses_tokenizer(target_lang)
+    replace_punctuation = _unicode_punctuation_replacer()
+    split = split_compounds if target_lang in SPLITS_COMPOUNDS else (lambda line: line)
+    return (
+        [split(tokenize(replace_punctuation(line))) for line in hypotheses],
+        [split(tokenize(line)) for line in references],
     )
 
 
@@ -108,6 +129,15 @@ def _moses_tokenizer(lang):
 
     tokenizer = sacremoses.MosesTokenizer(lang=lang)
     return lambda line: tokenizer.tokenize(line, escape=False, return_str=True)
+
+
+def _unicode_punctuation_replacer():
+    """`replace(line) -> str`: Moses' replace-unicode-punctuation.perl, as sacremoses
+    ports it (it differs from the script only on Chinese and Japanese punctuation:
+    docs/serving.md)."""
+    import sacremoses
+
+    return sacremoses.MosesPunctNormalizer().replace_unicode_punct
 
 
 def _tokenized_bleu(hypotheses, references, smooth_method, case, tok):
