@@ -6,15 +6,14 @@
     python -m app.evaluate --saved-model saved_models/translator/1 --split test_2016_flickr
     python -m app.evaluate --model-dir DIR --source test.en --reference test.de
 
-    python -m app.evaluate --saved-model saved_models/translator --dataset tfds:wmt14_translate/de-en \
-        --source-lang en --target-lang de --split test                # newstest2014
+    python -m app.evaluate --saved-model saved_models/translator --test-set wmt14/full  # newstest2014
 
 Metrics (app/evaluation/metrics.py): sacreBLEU's default BLEU (cased, 13a tokenization of
 detokenized text), chrF, lowercased BLEU, lowercased BLEU of Moses-tokenized text (the
 figure most Multi30k papers report, measured their way), and the paper's BLEU: cased BLEU
-of Moses-tokenized text with German compounds split, the measurement behind the paper's
-27.3 / 28.4 / 38.1 / 41.8 on newstest2014. Each is printed with its signature, together
-with the decoding settings and speed.
+of Moses-tokenized text with German compounds split (tensor2tensor's get_ende_bleu.sh),
+the measurement behind the paper's 27.3 / 28.4 / 38.1 / 41.8 on newstest2014. Each is
+printed with its signature, together with the decoding settings and speed.
 """
 
 import argparse
@@ -65,6 +64,13 @@ def parse_args(argv=None):
         "--source", help="a source file to translate instead of a split (with --reference; default: a --split)"
     )
     parser.add_argument("--reference", help="the reference translations of --source (default: a --split's)")
+    parser.add_argument(
+        "--test-set",
+        metavar="NAME",
+        help="a test set of sacreBLEU's registry in the model's language pair, fetched into sacreBLEU's cache "
+        "(wmt14/full: newstest2014 as the paper scored it; `sacrebleu --list` names them); "
+        "not with --split or --source/--reference",
+    )
     add_decoding_arguments(
         parser,
         beam_size_help="beams, with --model-dir; a SavedModel uses its exported beam size",
@@ -102,13 +108,15 @@ class EvaluationPlan:
     average_last: Optional[int]
     # The data: a split (--split, validation unless --source is given) of --dataset, the
     # run's or the export's own where None; with --saved-model, --source-lang and
-    # --target-lang override its export_info.json. Or the files --source and --reference.
+    # --target-lang override its export_info.json. Or the files --source and --reference,
+    # or a test set of sacreBLEU's (--test-set) in the model's language pair.
     split: Optional[str]
     dataset: Optional[str]
     source_lang: Optional[str]
     target_lang: Optional[str]
     source: Optional[str]
     reference: Optional[str]
+    test_set: Optional[str]
     # How it decodes: --beam-size (with --model-dir; a SavedModel decodes with its own),
     # --alpha (a SavedModel's own, as exported, where not given) and --max-extra-length.
     decoding: DecodingConfig
@@ -142,12 +150,13 @@ def plan_evaluation(args):
         saved_model=saved_model,
         checkpoint=args.checkpoint,
         average_last=args.average_last,
-        split="validation" if args.split is None and not args.source else args.split,
+        split="validation" if args.split is None and not (args.source or args.test_set) else args.split,
         dataset=args.dataset,
         source_lang=args.source_lang,
         target_lang=args.target_lang,
         source=args.source,
         reference=args.reference,
+        test_set=args.test_set,
         decoding=DecodingConfig(beam_size, alpha, args.max_extra_length),
         batch_size=args.batch_size,
         limit=args.limit,
@@ -180,6 +189,9 @@ def conflicting_flags(args):
         for flag, value in (("--source-lang", args.source_lang), ("--target-lang", args.target_lang)):
             if value is not None:
                 return f"{flag} applies to --saved-model only; a model directory's settings.json names its languages"
+    if args.test_set and (files or args.split is not None or args.dataset is not None):
+        given = "--source/--reference" if files else "--split" if args.split is not None else "--dataset"
+        return f"give --test-set or {given}, not both: each chooses the data to score"
     if files:
         if args.split is not None:
             return "give --split or --source/--reference, not both: each chooses the data to score"
@@ -190,11 +202,13 @@ def conflicting_flags(args):
 
 
 def read_references(plan, data_config):
-    """`(sources, references, description)` for the split or files of the plan."""
+    """`(sources, references, description)` for the split, files or test set of the plan."""
     from data.corpora import open_corpus
     from data.errors import DataError
     from data.text_files import read_parallel_lines
 
+    if plan.test_set:
+        return read_sacrebleu_test_set(plan, data_config)
     if plan.source:  # with --reference: parse_args refuses either alone
         sources, references = read_parallel_lines(plan.source, plan.reference)
         # Files of unequal length were refused above; two empty ones would decode an
@@ -223,6 +237,29 @@ def read_references(plan, data_config):
         references.append(reference)
     description = f"{dataset} {plan.split} {data_config.source_lang}->{data_config.target_lang}"
     return sources, references, description
+
+
+def read_sacrebleu_test_set(plan, data_config):
+    """`(sources, references, description)` of `--test-set` in the model's language pair
+    (data/test_sets.py); a note on stderr where the name is not what it seems."""
+    from data.errors import DataError
+    from data.test_sets import NOTES, read_test_set
+
+    if data_config is not None:
+        source_lang, target_lang = data_config.source_lang, data_config.target_lang
+    else:  # a SavedModel: its export_info.json, or the flags
+        info = read_export_info(plan.saved_model)
+        source_lang = plan.source_lang or info.get("source_lang")
+        target_lang = plan.target_lang or info.get("target_lang")
+        if not (source_lang and target_lang):
+            raise DataError(
+                f"{os.path.join(plan.saved_model, EXPORT_INFO)} does not name the languages of "
+                f"{plan.saved_model}; give --source-lang and --target-lang for --test-set"
+            )
+    if plan.test_set in NOTES:
+        print(f"note: {NOTES[plan.test_set]}", file=sys.stderr)
+    test_set = read_test_set(plan.test_set, source_lang, target_lang)
+    return test_set.sources, test_set.references, f"sacreBLEU test set {test_set.name} {test_set.langpair}"
 
 
 def saved_model_data_config(plan):
@@ -280,7 +317,7 @@ def read_data_config(plan):
     (a SavedModel scored on --source/--reference files). Reads settings.json or
     export_info.json only: nothing heavy loads."""
     if plan.saved_model:
-        return None if (plan.source or plan.reference) else saved_model_data_config(plan)
+        return None if (plan.source or plan.reference or plan.test_set) else saved_model_data_config(plan)
     from app.model_dir.settings import load_settings
 
     _, data_config, _ = load_settings(plan.model_dir)

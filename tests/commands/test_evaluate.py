@@ -317,6 +317,12 @@ FILES = ["--source", "s.en", "--reference", "r.de"]
       "--dataset applies to --split only, not to --source/--reference files"),
      (["--saved-model", "m", *FILES, "--source-lang", "en"],
       "--source-lang applies to --split only, not to --source/--reference files"),
+     (["--saved-model", "m", "--test-set", "wmt14/full", "--split", "test"],
+      "give --test-set or --split, not both: each chooses the data to score"),
+     (["--model-dir", "d", "--test-set", "wmt14/full", *FILES],
+      "give --test-set or --source/--reference, not both: each chooses the data to score"),
+     (["--saved-model", "m", "--test-set", "wmt14/full", "--dataset", "multi30k"],
+      "give --test-set or --dataset, not both: each chooses the data to score"),
      (["--model-dir", "d", "--source", "s.en"], "--source and --reference go together"),
      (["--saved-model", "m", "--reference", "r.de"], "--source and --reference go together")],
 )
@@ -334,7 +340,8 @@ def test_the_flags_that_do_apply_are_taken_and_defaults_filled_in(tmp_path):
     # The newest version of the base; the beam size unused by a SavedModel, but DecodingConfig checks it.
     assert saved == EvaluationPlan(
         model_dir=None, saved_model=export, checkpoint=None, average_last=None, split=None, dataset=None,
-        source_lang=None, target_lang="de", source="s.en", reference="r.de", decoding=DecodingConfig(4, 1.0, 9),
+        source_lang=None, target_lang="de", source="s.en", reference="r.de", test_set=None,
+        decoding=DecodingConfig(4, 1.0, 9),
         batch_size=64, limit=None, output=None, json=False,
     )
     split = planned(["--saved-model", export, "--dataset", "multi30k", "--source-lang", "en", "--target-lang", "de"])
@@ -342,13 +349,16 @@ def test_the_flags_that_do_apply_are_taken_and_defaults_filled_in(tmp_path):
     run = planned(["--model-dir", "d", "--checkpoint", "best", "--beam-size", "1", "--split", "test"])
     assert run == EvaluationPlan(
         model_dir="d", saved_model=None, checkpoint="best", average_last=None, split="test", dataset=None,
-        source_lang=None, target_lang=None, source=None, reference=None, decoding=DecodingConfig(1, 0.6, 50),
+        source_lang=None, target_lang=None, source=None, reference=None, test_set=None,
+        decoding=DecodingConfig(1, 0.6, 50),
         batch_size=64, limit=None, output=None, json=False,
     )
     other = planned(["--model-dir", "d", "--average-last", "3", "--limit", "7", "--batch-size", "8", "--json",
                      "--output", "out.de"])
     assert (other.average_last, other.limit, other.batch_size, other.json, other.output) == (3, 7, 8, True, "out.de")
     assert (other.split, other.decoding) == ("validation", DecodingConfig())
+    test_set = planned(["--saved-model", export, "--test-set", "wmt14/full", "--source-lang", "en"])
+    assert (test_set.test_set, test_set.split, test_set.source_lang) == ("wmt14/full", None, "en")
 
 
 def test_sources_longer_than_the_model_reads_are_found_and_named():
@@ -401,3 +411,50 @@ def test_an_alpha_past_a_saved_models_limit_is_refused_by_name_before_decoding(e
             "((5 + length) / 6) ** alpha of its longest outputs overflows float32; got 41"
         )
 
+
+
+def test_a_sacrebleu_test_set_is_scored_in_the_models_pair_from_the_cache_offline(
+    exported, monkeypatch, tmp_path, capsys
+):
+    from app.commands.evaluate import main
+    from app.evaluation.metrics import paper_bleu
+    from tests.sacrebleu_cache import SAMPLE_REFERENCES, cache_in, place_sample_archive
+
+    _, _, path, _ = exported
+    saved_model = tmp_path / "1"
+    shutil.copytree(path, saved_model)
+    (saved_model / "export_info.json").write_text(json.dumps({"source_lang": "en", "target_lang": "de"}))
+    place_sample_archive(monkeypatch, cache_in(monkeypatch, tmp_path / "sacrebleu"))
+    output = tmp_path / "newstest2014.de"
+    argv = ["--saved-model", str(saved_model), "--test-set", "wmt14/full", "--json", "--output", str(output)]
+    assert main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert (result["data"], result["sentences"]) == ("sacreBLEU test set wmt14/full en-de", 3)
+    translations = output.read_text(encoding="utf-8").splitlines()
+    assert result["bleu_paper"] == round(paper_bleu(translations, SAMPLE_REFERENCES, "de")[0], 2)
+    assert result["bleu"] == score(translations, SAMPLE_REFERENCES, "de")["bleu"]
+
+
+def test_a_test_set_not_in_the_cache_offline_is_refused_in_seconds_before_the_model_loads(
+    monkeypatch, tmp_path, capsys
+):
+    import time
+
+    from app.commands.evaluate import main
+    from tests.sacrebleu_cache import cache_in
+
+    cache_in(monkeypatch, tmp_path / "sacrebleu", name="wmt14")
+    saved_model = a_saved_model(tmp_path / "1", source_lang="en", target_lang="de")
+    started = time.monotonic()
+    assert main(["--saved-model", saved_model, "--test-set", "wmt14"]) == 1
+    assert time.monotonic() - started < 10
+    err = capsys.readouterr().err.splitlines()
+    # sacreBLEU's wmt14 is not the paper's newstest2014: said before anything else.
+    assert err[0] == (
+        "note: sacreBLEU's wmt14 is newstest2014 filtered (2,737 sentences for en-de); "
+        "the paper scored the full set: --test-set wmt14/full"
+    )
+    archive = tmp_path / "sacrebleu" / "wmt14" / "raw" / "wmt14.test-filtered.tgz"
+    assert err[-1].startswith(
+        "error: could not download sacreBLEU's test set wmt14 from https://statmt.org/wmt14/test-filtered.tgz "
+    ) and f"place it at {archive} " in err[-1]
