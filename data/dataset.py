@@ -216,6 +216,32 @@ def prepare_data(
     )
 
 
+def open_prepared(
+    config: DataConfig, model_dir: str, num_replicas: int = 1, log=lambda *_: None
+) -> Optional[PreparedData]:
+    """`prepare_data`'s result where `model_dir` already holds the vocabulary and every
+    split prepared for `config` (`python -m app.prepare`, or an earlier run), reading only;
+    None where anything would have to be made first.
+
+    Raises:
+        DataError: as `prepare_data`, for a corpus that cannot be opened.
+    """
+    from data.prepare import fingerprint
+    from data.shards import read_manifest
+    from data.tokenizer import MODEL_FILENAME
+
+    model_path = os.path.join(model_dir, MODEL_FILENAME)
+    if not os.path.exists(model_path):
+        return None
+    corpus = open_corpus(config.dataset, config.source_lang, config.target_lang)
+    wanted = fingerprint(config, SubwordTokenizer.load(model_path).model_proto, corpus)
+    data_dir = os.path.join(model_dir, DATA_SUBDIR)
+    manifests = [read_manifest(data_dir, split) for split in corpus.splits]
+    if not all(manifest and manifest.get("fingerprint") == wanted for manifest in manifests):
+        return None
+    return prepare_data(config, model_dir, num_replicas, log=log)
+
+
 def prepare_shards(
     config: DataConfig, model_dir: str, workers: Optional[int] = None, log=print
 ) -> Dict[str, SplitCounts]:

@@ -69,7 +69,7 @@ def parse_args(argv=None):
         metavar="NAME",
         help="a test set of sacreBLEU's registry in the model's language pair, fetched into sacreBLEU's cache "
         "(wmt14/full: newstest2014 as the paper scored it; `sacrebleu --list` names them); "
-        "not with --split or --source/--reference",
+        "not with --split or --source/--reference (default: none, a --split)",
     )
     add_decoding_arguments(
         parser,

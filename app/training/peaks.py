@@ -7,6 +7,11 @@ default). A GPU not in the table, and every CPU, is measured instead: the best o
 timed `[2048, 2048]` products in the run's compute dtype (`precision.matmul_peak`).
 
     peak = known_gpu_peak("NVIDIA H100 80GB HBM3", "mixed_bfloat16")   # 989e12
+    device_peak(["NVIDIA H100 80GB HBM3"] * 8, "mixed_bfloat16").describe()
+        # '8 x 989 TFLOP/s bfloat16 dense (datasheet)'
+
+Utilization divides the FLOPs of this process's replicas by the peak of this process's
+devices: over several workers, each worker reports its own share.
 """
 
 import dataclasses
@@ -26,7 +31,10 @@ class KnownPeak:
 
 # Most specific names first: "h100 pcie" before "h100".
 KNOWN_GPUS = (
+    # The NVL cards (PCIe, NVLink-bridged pairs) run at a lower power than the SXM modules.
+    KnownPeak(("h200 nvl",), bfloat16=835.0, float16=835.0, float32=417.5),
     KnownPeak(("h200",), bfloat16=989.0, float16=989.0, float32=494.5),
+    KnownPeak(("h100 nvl",), bfloat16=835.0, float16=835.0, float32=417.5),
     KnownPeak(("h100 pcie",), bfloat16=756.0, float16=756.0, float32=378.0),
     KnownPeak(("h100",), bfloat16=989.0, float16=989.0, float32=494.5),  # SXM (HBM3)
     KnownPeak(("a100",), bfloat16=312.0, float16=312.0, float32=156.0),
@@ -70,12 +78,31 @@ def _names_model(name, part):
     return False
 
 
+@dataclasses.dataclass(frozen=True)
+class Peak:
+    """The matrix-product peak of the devices one process trains on."""
+
+    per_device: float  # FLOP/s
+    devices: int  # GPUs; 1 for the CPU, which its replicas share
+    dtype: str  # "bfloat16", "float16" or "float32"
+    source: str  # "datasheet" or how it was measured
+
+    @property
+    def total(self):
+        return self.per_device * self.devices
+
+    def describe(self):
+        """"8 x 989 TFLOP/s bfloat16 dense (datasheet)"."""
+        kind = "TF32/FP32" if self.dtype == "float32" and self.source == "datasheet" else self.dtype
+        return f"{self.devices} x {self.per_device / TERA:.4g} TFLOP/s {kind} dense ({self.source})"
+
+
 def device_peak(device_names, precision, measure=None):
-    """`(FLOP/s of all the devices together, how it was found)`.
+    """The `Peak` of the devices `device_names` in `precision`'s products.
 
     Args:
-        device_names: the GPUs' names, one per replica; empty for the CPU, whose peak is
-            measured once for the whole processor (CPU replicas share its cores).
+        device_names: the GPUs' names, one per local replica; empty for the CPU, whose peak
+            is measured once for the whole processor (CPU replicas share its cores).
         precision: the run's precision.
         measure: `measure(dtype) -> FLOP/s` of this machine (default `precision.matmul_peak`).
     """
@@ -84,9 +111,9 @@ def device_peak(device_names, precision, measure=None):
     measure = measure or (lambda dtype: matmul_peak(dtype))
     dtype = compute_dtype(precision)
     if not device_names:
-        return measure(dtype), f"measured: the CPU's {dtype} matrix products"
+        return Peak(measure(dtype), 1, dtype, "measured: the CPU's matrix products")
     peaks = [known_gpu_peak(name, precision) for name in device_names]
-    if all(peak is not None for peak in peaks):
-        return sum(peaks), f"datasheet, dense {dtype if dtype != 'float32' else 'TF32/FP32'}"
-    # An unknown GPU: one GPU's products measured, times the replicas.
-    return measure(dtype) * len(device_names), f"measured: one GPU's {dtype} matrix products x {len(device_names)}"
+    if all(peak is not None for peak in peaks) and len(set(peaks)) == 1:
+        return Peak(peaks[0], len(peaks), dtype, "datasheet")
+    # An unknown GPU (or a mix): one GPU's products measured, for each.
+    return Peak(measure(dtype), len(device_names), dtype, "measured: one GPU's matrix products")

@@ -3,155 +3,289 @@ and how long it will take (`python -m app.preflight`).
 
 It builds the run's model and optimizer under the run's strategy and precision, exactly
 as `app.training.loop.train` does, and makes real updates with the run's step function
-(`steps_per_loop` updates a call), on synthetic batches of the run's size: every replica
-gets `batch_tokens / replicas` source and target tokens of one length, ids drawn at
-random. No corpus is read, no vocabulary trained, and nothing is written anywhere.
+(`steps_per_loop` updates a call) on the run's batches (`app.training.rehearsal_batches`:
+the prepared corpus's own, or synthetic ones cut by the same buckets). Nothing is written
+where the user keeps anything: checkpoints are timed in a temporary directory.
 
-    report = rehearse(model_config, train_config, strategy, batch_tokens=25000)
+    parts = build_run(model_config, train_config, strategy)
+    report = rehearse(parts, train_config, strategy, batches)
     report.seconds_per_step, report.replica_differences, report.peak_memory_bytes
+    extras = time_run_extras(parts, ...)     # a checkpoint's and an evaluation's time
 
 What it measures: the first call (tracing, compiling, and its updates), the steady time
-per update after it, target tokens per second, model FLOPs utilization against the
-devices' peak (`app.training.peaks`), peak memory, and whether every replica's copy of
-every weight and optimizer variable is still the same after the updates (the copies are
-updated separately; a checkpoint saves the first).
+per update after it and how much it varies, each new batch shape's compile under --jit,
+target tokens per second, model FLOPs utilization of this process's devices
+(`app.training.peaks`), peak memory, and whether every replica's copy of every weight and
+optimizer variable is still the same after the updates (the copies are updated
+separately; a checkpoint saves the first).
 """
 
 import dataclasses
 import math
 import resource
+import statistics
 import sys
+import tempfile
 import time
+from typing import Optional
 
 import numpy as np
 
 from app.model.flops import training_flops
-from layers.special_tokens import START_ID
-
-# Ids below this are special (padding, start, end, unknown): synthetic tokens avoid them.
-FIRST_ORDINARY_ID = 4
 
 
 @dataclasses.dataclass
 class Rehearsal:
-    """What a rehearsal measured. Times in seconds, sizes in bytes."""
+    """What a rehearsal measured. Times in seconds, sizes in bytes. Tokens and FLOPs are
+    this process's replicas' (over several workers, each reports its own share)."""
 
-    replicas: int
-    rows_per_replica: int  # sentences per replica per micro-batch
-    length: int  # tokens per sentence, each side
-    tokens_per_replica_per_step: int  # target tokens, every micro-batch of an update
+    replicas: int  # in sync, every worker's
+    local_replicas: int  # this process's
+    batches: str  # which batches it trained on (`RehearsalBatches.description`)
+    jit: bool  # XLA
     first_call_seconds: float  # tracing, compiling and the first call's updates
     first_call_steps: int
-    seconds_per_step: float  # steady, after the first call
-    steps: int  # updates timed after the first call
+    first_call_shapes: int  # the batch shapes the first call met
+    call_seconds: list  # each timed call's seconds, after the first call
+    call_steps: list  # each timed call's updates
+    call_new_shapes: list  # each timed call's batch shapes not seen in an earlier call
+    tokens_per_step: float  # non-padding target tokens an update, mean over the timed updates
+    flops_per_step: float  # model FLOPs an update (app.model.flops), mean over the timed updates
     losses: list  # mean token loss of every update, first call included
-    flops_per_step: float  # model FLOPs of one update over all replicas (app.model.flops)
     peak_memory_bytes: list  # per GPU; one entry, the process's peak resident memory, on a CPU
     replica_differences: dict  # {variable path: largest difference from replica 0's copy}
 
     @property
+    def steps(self):
+        """Updates timed after the first call."""
+        return sum(self.call_steps)
+
+    def _steady_calls(self):
+        """`[(seconds, steps)]` of the calls that met no new batch shape (all of them where
+        every call met one): a shape's first batch costs more, an XLA compile under --jit,
+        the CPU kernels' or GPU libraries' choices for it otherwise."""
+        calls = list(zip(self.call_seconds, self.call_steps, self.call_new_shapes))
+        steady = [(s, n) for s, n, new in calls if not new]
+        return steady or [(s, n) for s, n, _ in calls]
+
+    @property
+    def seconds_per_step(self):
+        """Steady seconds an update: the calls that met no new shape, pooled."""
+        calls = self._steady_calls()
+        return sum(s for s, _ in calls) / sum(n for _, n in calls)
+
+    @property
+    def step_time_error(self):
+        """Two standard errors of `seconds_per_step`, from the spread of the calls' own
+        per-update times (0 with one call): batches of other lengths take other times."""
+        per_step = [s / n for s, n in self._steady_calls()]
+        return 2 * statistics.stdev(per_step) / math.sqrt(len(per_step)) if len(per_step) > 1 else 0.0
+
+    @property
+    def seconds_per_new_shape(self):
+        """What a batch shape's first batch added to its call beyond its updates at the
+        steady pace; 0 where no timed call met a new shape."""
+        new = sum(self.call_new_shapes)
+        if not new or len(self._steady_calls()) == len(self.call_seconds):
+            return 0.0
+        extra = sum(s - n * self.seconds_per_step for s, n, k in
+                    zip(self.call_seconds, self.call_steps, self.call_new_shapes) if k)
+        return max(extra, 0.0) / new
+
+    @property
     def tokens_per_second(self):
-        """Target tokens of all replicas trained per second, steady."""
-        return self.tokens_per_replica_per_step * self.replicas / self.seconds_per_step
+        """Target tokens of this process's replicas trained per second, steady."""
+        return self.tokens_per_step / self.seconds_per_step
 
     @property
     def trace_seconds(self):
-        """The first call's time beyond its updates at the steady pace: tracing and compiling."""
-        return max(self.first_call_seconds - self.first_call_steps * self.seconds_per_step, 0.0)
+        """The first call's time beyond its updates at the steady pace and its shapes' first
+        batches: tracing (and building the graph's functions)."""
+        made = self.first_call_steps * self.seconds_per_step + self.first_call_shapes * self.seconds_per_new_shape
+        return max(self.first_call_seconds - made, 0.0)
 
     @property
     def flops_per_second(self):
         return self.flops_per_step / self.seconds_per_step
 
 
-def synthetic_batches(vocab_size, rows, length, seed=0):
-    """A `tf.data.Dataset` repeating one `(source [rows, length], target [rows, length + 1])`
-    int32 batch of random ordinary ids, the target led by the start token: every
-    position a real token, as in a well-bucketed batch of `length`-token sentences."""
-    import tensorflow as tf
+@dataclasses.dataclass(frozen=True)
+class RunParts:
+    """The run's model, optimizer and the progress its checkpoints hold, as train builds them."""
 
-    if vocab_size <= FIRST_ORDINARY_ID:
-        raise ValueError(f"a vocabulary of {vocab_size} ids has no ordinary token (ids 0-3 are special)")
-    rng = np.random.default_rng(seed)
-    source = rng.integers(FIRST_ORDINARY_ID, vocab_size, (rows, length), dtype=np.int32)
-    target = np.concatenate(
-        [np.full((rows, 1), START_ID, np.int32), rng.integers(FIRST_ORDINARY_ID, vocab_size, (rows, length), np.int32)],
-        axis=1,
-    )
-    return tf.data.Dataset.from_tensors((source, target)).repeat()
+    model: object
+    optimizer: object
+    progress: object
 
 
-def rows_per_replica(batch_tokens, replicas, length):
-    """Sentences of `length` tokens per replica in a batch of `batch_tokens` (all replicas)."""
-    return max(1, batch_tokens // replicas // length)
-
-
-def rehearse(model_config, train_config, strategy, batch_tokens, length=32, steps=20, max_seconds=60.0,
-             clock=time.perf_counter):
-    """Runs the first call and then steady calls of the training step; returns a `Rehearsal`.
-
-    Args:
-        model_config, train_config: the run's configurations (`train_config.precision`
-            resolved, not "auto").
-        strategy: the run's `tf.distribute` strategy.
-        batch_tokens: tokens per side of one micro-batch, all replicas together.
-        length: tokens of every synthetic sentence, each side.
-        steps: updates to time after the first call (whole calls: at least this many),
-            unless `max_seconds` pass first; at least one call is timed.
-        clock: seconds, monotonic.
-    """
+def build_run(model_config, train_config, strategy, total_steps=None):
+    """`RunParts` built under `strategy` as `app.training.loop` builds them."""
     import keras
-    import tensorflow as tf
 
     from app.model.transformer import build_transformer
+    from app.model_dir import checkpoints
     from app.training.optimizer import make_optimizer
-    from app.training.step import distribute, make_train_steps
-    from app.training.strategy import replica_differences
 
     keras.config.set_dtype_policy(train_config.precision)
     keras.utils.set_random_seed(train_config.seed)
-    replicas = strategy.num_replicas_in_sync
-    rows = rows_per_replica(batch_tokens, replicas, length)
-    total_steps = train_config.train_steps or 100_000
+    total_steps = total_steps or train_config.train_steps or 100_000
+    progress = checkpoints.Progress(total_steps, train_config.resolved_cooldown(total_steps))
     with strategy.scope():
         model = build_transformer(model_config)
-        optimizer = make_optimizer(model_config, train_config, total_steps)
+        optimizer = make_optimizer(model_config, train_config, total_steps, progress)
         optimizer.build(model.trainable_variables)
+    return RunParts(model, optimizer, progress)
+
+
+def rehearse(parts, model_config, train_config, strategy, batches, steps=20, max_seconds=60.0,
+             clock=time.perf_counter):
+    """Runs the first call, then calls over the next of `batches` (meeting new shapes), then
+    the same batches again (shapes met: the steady pace); returns a `Rehearsal`.
+
+    Args:
+        parts: the run's `RunParts` (`build_run`).
+        model_config, train_config: the run's configurations (`train_config.precision`
+            resolved, not "auto").
+        strategy: the run's `tf.distribute` strategy.
+        batches: `RehearsalBatches`, global batches as the run's dataset yields them; the
+            first `steps` updates' worth are trained on, twice.
+        steps: updates of each pass (whole calls: at least this many), unless
+            `max_seconds` pass first in that pass; at least one call is timed in each.
+        clock: seconds, monotonic.
+    """
+    import tensorflow as tf
+
+    from app.training.step import distribute, make_train_steps
+    from app.training.strategy import replica_differences
+
+    replicas = strategy.num_replicas_in_sync
+    local_replicas, share = local_share(strategy)
+    accumulate = train_config.accumulate
     train_steps = make_train_steps(
-        model, optimizer, strategy, train_config.label_smoothing, train_config.accumulate, train_config.jit
+        parts.model, parts.optimizer, strategy, train_config.label_smoothing, accumulate, train_config.jit
     )
-    batches = synthetic_batches(model_config.vocab_size, rows * replicas, length, train_config.seed)
-    iterator = iter(distribute(strategy, batches))
+    batches = batches.first(steps * accumulate)
+    iterator = iter(distribute(strategy, batches.dataset))
     per_call = tf.constant(train_config.steps_per_loop, tf.int32)
     gpus = gpu_names(strategy)
     for index in range(len(gpus)):
         tf.config.experimental.reset_memory_stats(f"GPU:{index}")
+    consumed, seen = 0, set()
 
     def call():
+        nonlocal consumed
+        started = clock()
         loss_sums, tokens, _ = (value.numpy() for value in train_steps(iterator, per_call))
-        return (loss_sums / np.maximum(tokens, 1.0)).tolist()
+        seconds = clock() - started
+        taken = range(consumed, consumed + len(loss_sums) * accumulate)
+        consumed = taken.stop
+        shapes = {batches.shape(batch) for batch in taken}
+        new_shapes = len(shapes - seen)
+        seen.update(shapes)
+        return seconds, (loss_sums / np.maximum(tokens, 1.0)).tolist(), taken, new_shapes
 
-    started = clock()
-    losses = call()
-    first_call_seconds, first_call_steps = clock() - started, len(losses)
-    timed = 0
-    started = clock()
-    while timed < steps and (timed == 0 or clock() - started < max_seconds):
-        made = call()
-        losses += made
-        timed += len(made)
-    seconds_per_step = (clock() - started) / timed
+    first_call_seconds, losses, _, first_call_shapes = call()
+    first_call_steps = len(losses)
+    call_seconds, call_steps, call_new_shapes, timed_batches = [], [], [], []
+    one_pass = len(batches.plan)
+    for end in (one_pass, 2 * one_pass):  # the batches once, then again
+        pass_started, calls_before = clock(), len(call_seconds)
+        while consumed < end and (clock() - pass_started < max_seconds or len(call_seconds) == calls_before):
+            seconds, made, taken, new_shapes = call()
+            losses += made
+            call_seconds.append(seconds)
+            call_steps.append(len(made))
+            call_new_shapes.append(new_shapes)
+            timed_batches.extend(taken)
 
-    tokens = rows * length * train_config.accumulate
-    flops = training_flops(model_config, np.full(rows * replicas, length), np.full(rows * replicas, length))
+    tokens = flops = 0.0
+    for batch in timed_batches:
+        source_lengths, target_lengths = batches.lengths(batch)
+        tokens += float(np.sum(target_lengths - 1))  # labels: the target after its start id
+        flops += training_flops(model_config, source_lengths, target_lengths - 1)
+    timed_steps = sum(call_steps)
     return Rehearsal(
-        replicas=replicas, rows_per_replica=rows, length=length, tokens_per_replica_per_step=tokens,
+        replicas=replicas, local_replicas=local_replicas, batches=batches.description, jit=train_config.jit,
         first_call_seconds=first_call_seconds, first_call_steps=first_call_steps,
-        seconds_per_step=seconds_per_step, steps=timed, losses=losses,
-        flops_per_step=flops * train_config.accumulate,
-        peak_memory_bytes=_peak_memory(len(gpus)),
-        replica_differences=replica_differences([*model.weights, *optimizer.variables]),
+        first_call_shapes=first_call_shapes, call_seconds=call_seconds, call_steps=call_steps,
+        call_new_shapes=call_new_shapes, tokens_per_step=tokens * share / timed_steps,
+        flops_per_step=flops * share / timed_steps, losses=losses, peak_memory_bytes=_peak_memory(len(gpus)),
+        replica_differences=replica_differences([*parts.model.weights, *parts.optimizer.variables]),
     )
+
+
+def local_share(strategy):
+    """`(this process's replicas, their share of a global batch)`: over several workers,
+    FLOPs and tokens are counted for this process's replicas, as its peak is for its devices."""
+    replicas = strategy.num_replicas_in_sync
+    try:
+        local_replicas = len(strategy.extended.worker_devices)
+    except RuntimeError:  # the default strategy: one replica, this process's
+        local_replicas = replicas
+    return local_replicas, local_replicas / replicas
+
+
+def input_pipeline_rate(batches, max_batches=200, max_seconds=10.0, clock=time.perf_counter):
+    """Target tokens a second the input pipeline alone delivers (`batches`' dataset read on
+    the host, nothing trained), over up to `max_batches` batches or `max_seconds`."""
+    tokens, batch = 0.0, 0
+    started = clock()
+    for batch, _ in enumerate(batches.dataset.take(max_batches)):
+        tokens += float(np.sum(batches.lengths(batch)[1] - 1))
+        if clock() - started >= max_seconds:
+            break
+    return tokens / max(clock() - started, 1e-9)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunExtras:
+    """The run's costs beyond its training steps, measured once each."""
+
+    checkpoint_seconds: float  # one checkpoint (weights, optimizer, progress), as the run saves it
+    best_save_seconds: float  # one save of a best checkpoint (weights), after an evaluation that improved
+    first_evaluation_seconds: Optional[float]  # the first evaluation: tracing, validation loss, BLEU
+    evaluation_seconds: Optional[float]  # a later one; None: not measured (no prepared corpus)
+
+
+def time_run_extras(parts, model_config, train_config, strategy, data=None, evaluate_fn=None,
+                    clock=time.perf_counter):
+    """`RunExtras`: checkpoints saved with the run's tracker into a temporary directory,
+    and, where `data` (the prepared corpus) is given, two evaluations as the run makes
+    them (validation loss over the validation set, then `evaluate_fn`'s BLEU)."""
+    from app.model.transformer import Transformer
+    from app.model_dir import checkpoints
+    from app.training.step import distribute, make_eval_step
+    from app.training.validation import Validator
+
+    with tempfile.TemporaryDirectory(prefix="preflight-") as scratch:
+        tracker = checkpoints.CheckpointTracker(
+            scratch, parts.model, parts.optimizer, parts.progress, keep=train_config.keep_checkpoints
+        )
+        # The second save is the run's usual one (the first also makes the directories).
+        saves = []
+        for step in (1, 2):
+            started = clock()
+            tracker.save(step)
+            saves.append(clock() - started)
+        first = later = None
+        if data is not None:
+            batches = lambda: distribute(strategy, data.eval_batches("validation"))  # noqa: E731
+            eval_step = make_eval_step(parts.model, strategy, train_config.label_smoothing, batches().element_spec)
+            validator = Validator(
+                eval_step, batches, Transformer(parts.model, model_config), evaluate_fn, record=lambda entry: None,
+                tracker=tracker, eval_every=1, patience=None,
+            )
+            times = []
+            for step in (1, 2):  # the first one also saves the best checkpoint: the tracker has none
+                started = clock()
+                validator.evaluate(step, say=lambda line: None)
+                times.append(clock() - started)
+            first, later = times
+        started = clock()
+        tracker.offer_best({"bleu": math.inf}, 3)
+        best_save = clock() - started
+        tracker.close()
+    return RunExtras(saves[-1], best_save, first, later)
 
 
 def gpu_names(strategy):

@@ -63,50 +63,121 @@ def test_a_rehearsal_over_two_cpu_replicas_reports_and_passes_and_writes_nothing
     assert line("strategy: ") == "strategy: MirroredStrategy over 2 replica(s) on the CPU"
     assert line("precision: ") == "precision: float32; XLA: off"
     assert line("data: ") == "data: multi30k en->de: multi30k en->de, bundled"
-    # 1,024 tokens over 2 replicas: 32 sentences of 16 each.
+    # Not prepared in the model directory: synthetic batches of the corpus's sampled lengths.
     assert line("batches: ") == (
-        "batches: 1024 tokens a side over 2 replica(s), accumulating 1: 512 target tokens per replica per step "
-        "(32 sentences of 16)"
+        "batches: synthetic: the lengths of the corpus's first 2,000 pairs, in words x 1.3 (not prepared in "
+        f"{model_dir}: `python -m app.prepare` with these flags for its own)"
+    )
+    assert line("  1024 tokens a side over 2 replica(s), accumulating 1: ").endswith(
+        "target tokens (padding excluded) per replica per step"
     )
     assert line("first call: ").endswith("s") and "tracing and compiling about" in line("first call: ")
-    assert "over 4 updates (2 per call)" in line("steady: ") and "target tokens/s" in line("steady: ")
-    assert "(measured: the CPU's float32 matrix products)" in line("model FLOPs: ")
-    assert line("peak memory: ").endswith("GiB (the process's resident memory)")
-    # tiny's 16,000 steps under its 58-minute budget.
-    assert "for 16,000 steps (training steps only" in line("estimate: ")
-    assert "--time-budget 58 min ends the run sooner if it must" in line("estimate: ")
-    assert line("  [ok] every replica holds the same weights") == (
-        "  [ok] every replica holds the same weights: all 2 replicas equal after 6 updates"
+    # 4 updates' batches after the first call's 2, then the same 4 again: 6 timed.
+    assert "over 6 updates (2 per call)" in line("steady: ") and "target tokens/s" in line("steady: ")
+    assert "x what training takes" in line("input pipeline: ")
+    assert "on this process's 2 replica(s)" in line("model FLOPs: ")
+    assert "of the peak 1 x " in line("model FLOPs: ") and line("model FLOPs: ").endswith(
+        "TFLOP/s float32 dense (measured: the CPU's matrix products)"
     )
-    assert lines[-1].startswith("preflight passed: tiny on 2 replica(s) (the CPU), about ")
+    assert line("peak memory: ").endswith("GiB (the process's resident memory)")
+    assert line("a checkpoint: ").endswith(" s")  # timed in a temporary directory
+    # tiny's 16,000 steps under its 58-minute budget; no prepared corpus to evaluate on.
+    estimate = line("estimate: ")
+    assert "for 16,000 steps, start to finish: start " in estimate
+    assert "evaluations not included (no prepared corpus to evaluate on), nor the data's preparation" in estimate
+    assert estimate.endswith("; --time-budget 58 min ends the run sooner if it must")
+    assert line("  [ok] every replica holds the same weights") == (
+        "  [ok] every replica holds the same weights: all 2 replicas equal after 8 updates"
+    )
+    assert lines[-1] == "preflight passed: tiny on 2 replica(s) (the CPU)"
     assert sorted(os.listdir(tmp_path)) == []  # no model directory, nothing else
 
 
-def test_a_failed_check_ends_with_its_name_and_exit_code_1(monkeypatch):
+def test_the_report_and_estimate_of_a_prepared_run_and_a_failed_check(monkeypatch):
     import tensorflow as tf
 
-    import app.training.rehearsal
-    from app.commands.preflight import PreflightPlan, run
-    from app.training.config import TrainConfig
+    import app.commands.preflight as preflight
     from app.model.config import ModelConfig
+    from app.training.config import TrainConfig
+    from app.training.rehearsal import RunExtras
+    from app.training.run_estimate import Measured
     from app.training.run_plan import RunPlan
 
-    monkeypatch.setattr(
-        app.training.rehearsal, "rehearse",
-        lambda *args, **kwargs: _rehearsal(replica_differences={"decoder/kernel": 6e-8}),
+    class Batches:
+        description = "real: the prepared corpus's training batches, 500 an epoch, in the run's order"
+
+        def run_shapes(self, batches):
+            return {(8, n, n) for n in range(min(batches, 12))}
+
+    rehearsal = _rehearsal(replica_differences={"decoder/kernel": 6e-8}, batches=Batches.description)
+    extras = RunExtras(checkpoint_seconds=2.0, best_save_seconds=1.0, first_evaluation_seconds=9.0,
+                       evaluation_seconds=4.0)
+    measured = Measured(
+        startup_seconds=5.0, first_call_seconds=12.5, first_call_steps=2, first_call_shapes=2,
+        seconds_per_step=0.25, step_time_error=0.0, seconds_per_new_shape=0.0, checkpoint_seconds=2.0,
+        best_save_seconds=1.0, first_evaluation_seconds=9.0, evaluation_seconds=4.0,
     )
-    monkeypatch.setattr("app.training.peaks.matmul_peak", lambda dtype: 1e11, raising=False)
-    monkeypatch.setattr("app.training.precision.matmul_peak", lambda dtype: 1e11)
+    monkeypatch.setattr(preflight, "_rehearsal_data",
+                        lambda plan, replicas, readable: preflight._RehearsalData(Batches(), None, 100))
+    monkeypatch.setattr(preflight, "_measure", lambda *args: (rehearsal, extras, measured, 5000.0))
+    monkeypatch.setattr("app.training.precision.matmul_peak", lambda dtype: 1e13)
+    printed = []
+    rehearsed = RunPlan(
+        size="tiny", variant=None, model_dir="unused", model_config=ModelConfig.from_size("tiny", vocab_size=300),
+        data_config=DataConfig(batch_tokens=1024),
+        train_config=TrainConfig(train_steps=100, precision="float32", eval_every=50, checkpoint_every=50),
+    )
+    plan = PreflightPlan(run=rehearsed, steps=4, max_seconds=60, length=32)
+    assert preflight.run(plan, tf.distribute.get_strategy(), out=printed.append) == 1
+    report = printed[printed.index(f"batches: {Batches.description}"):]
+    assert report[:7] == [
+        f"batches: {Batches.description}",
+        "  1024 tokens a side over 2 replica(s), accumulating 1: 512 target tokens (padding excluded) per replica "
+        "per step",
+        "first call: 12.5 s for 2 update(s), of which tracing and compiling about 12.0 s",
+        "steady: 250.0 ms per step (+-0.0) over 8 updates (1 per call), 4,096 target tokens/s; a new batch "
+        "shape's first batch 0.00 s more",
+        "input pipeline: 5,000 target tokens/s alone, 1.2x what training takes",
+        "model FLOPs: 8 TFLOP/s on this process's 2 replica(s), 80.0% of the peak 1 x 10 TFLOP/s float32 dense "
+        "(measured: the CPU's matrix products)",
+        "peak memory: 1.00 GiB (the process's resident memory)",
+    ]
+    assert report[7] == "a checkpoint: 2.0 s; an evaluation 4.0 s (the first 9.0 s)"
+    # 5 + 12.5 + 98 x 0.25 + 2 checkpoints x 2 + evaluations 9 + 4 = 59 s, and half of the
+    # one best save that may come after the second evaluation; the range 10% either way,
+    # that save in the high end: 53.1 to 65.9 s.
+    assert report[8] == (
+        "the run's batches: 12 shapes, 1.00x the rehearsed ones' FLOPs on average (padded): 250.0 ms per step "
+        "over the run"
+    )
+    assert report[9] == (
+        "estimate: 1 min 00 s (53 s to 1 min 06 s) for 100 steps, start to finish: start 5 s, first call 12 s, "
+        "new shapes 0 s, updates 24 s, checkpoints 4 s, evaluations 13 s"
+    )
+    assert printed[-1] == "preflight failed: every replica holds the same weights"
+
+
+def test_an_input_pipeline_slower_than_training_is_warned_of():
+    from app.commands.preflight import _report
+    from app.training.rehearsal import RunExtras
+    from app.training.run_plan import RunPlan
+    from app.model.config import ModelConfig
+    from app.training.config import TrainConfig
+
     printed = []
     rehearsed = RunPlan(
         size="tiny", variant=None, model_dir="unused", model_config=ModelConfig.from_size("tiny", vocab_size=300),
         data_config=DataConfig(batch_tokens=1024), train_config=TrainConfig(train_steps=100, precision="float32"),
     )
     plan = PreflightPlan(run=rehearsed, steps=4, max_seconds=60, length=32)
-    code = run(plan, tf.distribute.get_strategy(), out=printed.append)
-    assert code == 1
-    assert printed[-1] == "preflight failed: every replica holds the same weights"
-    assert "estimate: 25 s for 100 steps (training steps only; validation and checkpoints add to it)" in printed
+    extras = RunExtras(2.0, 1.0, None, None)
+    _report(plan, _rehearsal(), extras, 2048.0, ["NVIDIA H100 80GB HBM3"] * 2, printed.append)
+    assert printed[4] == (
+        "input pipeline: 2,048 target tokens/s alone, 0.5x what training takes -- warning: it cannot keep up; "
+        "the run will wait for its batches (more cores, or data prepared on a faster disk)"
+    )
+    assert printed[5].endswith("of the peak 2 x 494.5 TFLOP/s TF32/FP32 dense (datasheet)")
+    assert printed[-1] == "a checkpoint: 2.0 s"
 
 
 def test_a_bad_flag_is_refused_before_tensorflow_loads():

@@ -195,7 +195,7 @@ def test_evaluating_the_test_split_reads_no_training_file(monkeypatch):
         return lines(path)
 
     monkeypatch.setattr(data.text_files, "_lines", recording)
-    args = argparse.Namespace(source=None, reference=None, dataset=None, split="test_2016_flickr")
+    args = argparse.Namespace(source=None, reference=None, dataset=None, split="test_2016_flickr", test_set=None)
     sources, references, description = read_references(args, DataConfig())
     assert sorted(opened) == ["test_2016_flickr.de.gz", "test_2016_flickr.en.gz"]
     assert (len(sources), len(references)) == (1000, 1000)

@@ -2,29 +2,52 @@
 what it measures, its checks, and the devices' peaks."""
 
 import math
+import statistics
 
 import pytest
 
-from app.training.peaks import compute_dtype, device_peak, known_gpu_peak
-from app.training.rehearsal import Check, Rehearsal, checks, format_duration, rows_per_replica
+from app.training.peaks import Peak, compute_dtype, device_peak, known_gpu_peak
+from app.training.rehearsal import Check, Rehearsal, checks, format_duration
 
 
 def _rehearsal(**overrides):
     fields = dict(
-        replicas=2, rows_per_replica=16, length=32, tokens_per_replica_per_step=512, first_call_seconds=12.5,
-        first_call_steps=2, seconds_per_step=0.25, steps=8, losses=[6.9, 6.5, 6.1], flops_per_step=2.0e12,
-        peak_memory_bytes=[2**30], replica_differences={},
+        replicas=2, local_replicas=2, batches="synthetic", jit=False, first_call_seconds=12.5, first_call_steps=2,
+        first_call_shapes=0, call_seconds=[1.0, 1.0], call_steps=[4, 4], call_new_shapes=[1, 0], tokens_per_step=1024.0,
+        flops_per_step=2.0e12, losses=[6.9, 6.5, 6.1], peak_memory_bytes=[2**30], replica_differences={},
     )
     fields.update(overrides)
     return Rehearsal(**fields)
 
 
 def test_a_rehearsals_rates_come_from_its_steady_steps():
+    # Two calls of 4 updates, 1 s each; the first met a new shape, but took no longer.
     rehearsal = _rehearsal()
-    assert rehearsal.tokens_per_second == 512 * 2 / 0.25 == 4096
+    assert rehearsal.steps == 8 and rehearsal.seconds_per_step == 0.25
+    assert rehearsal.tokens_per_second == 1024 / 0.25 == 4096
     assert rehearsal.trace_seconds == 12.5 - 2 * 0.25
     assert rehearsal.flops_per_second == 8.0e12
-    assert rows_per_replica(25_000, 8, 32) == 97 and rows_per_replica(10, 8, 32) == 1
+    assert rehearsal.seconds_per_new_shape == 0.0
+    # Per-step times 0.25 and 0.3 of calls that met no new shape: two standard errors of
+    # their mean, 2 * stdev / sqrt(2).
+    spread = _rehearsal(call_seconds=[1.0, 1.2], call_new_shapes=[0, 0])
+    assert spread.step_time_error == pytest.approx(2 * statistics.stdev([0.25, 0.3]) / math.sqrt(2))
+    assert _rehearsal(call_seconds=[1.0], call_steps=[4], call_new_shapes=[0]).step_time_error == 0.0
+
+
+def test_calls_that_met_new_shapes_time_a_shapes_first_batch_not_the_steady_pace():
+    # Three calls of 4 updates: the first met 2 new shapes, the others (the same batches
+    # again) none. Steady: the last two, 0.25 s an update; the first's 3.0 s less 4 x 0.25
+    # is 2 new shapes, 1 s each. The first call met 1 shape: its 12.5 s less 2 updates and
+    # that shape is tracing.
+    rehearsal = _rehearsal(
+        call_seconds=[3.0, 1.0, 1.0], call_steps=[4, 4, 4], call_new_shapes=[2, 0, 0], first_call_shapes=1
+    )
+    assert rehearsal.seconds_per_step == 0.25 and rehearsal.seconds_per_new_shape == 1.0
+    assert rehearsal.trace_seconds == 12.5 - 2 * 0.25 - 1.0
+    # Every call met a new shape: all of them are the pace, and nothing is left to the shapes.
+    every = _rehearsal(call_seconds=[1.0, 1.0], call_new_shapes=[1, 1])
+    assert every.seconds_per_step == 0.25 and every.seconds_per_new_shape == 0.0
 
 
 def test_each_check_fails_on_its_own_fault():
@@ -46,6 +69,9 @@ def test_each_check_fails_on_its_own_fault():
     ("NVIDIA H100 80GB HBM3", "mixed_bfloat16", 989.0),
     ("NVIDIA H100 PCIe", "mixed_bfloat16", 756.0),
     ("NVIDIA H200", "float32", 494.5),
+    ("NVIDIA H100 NVL", "mixed_bfloat16", 835.0),  # the NVL cards: lower power than SXM
+    ("NVIDIA H200 NVL", "mixed_bfloat16", 835.0),
+    ("NVIDIA H200 NVL", "float32", 417.5),
     ("NVIDIA A100-SXM4-80GB", "mixed_bfloat16", 312.0),
     ("NVIDIA A100 80GB PCIe", "float32", 156.0),
     ("NVIDIA A10", "mixed_float16", 125.0),
@@ -61,21 +87,25 @@ def test_known_gpu_peaks_by_device_name_and_precision(name, precision, tflops):
     assert (peak is None and tflops is None) or peak == pytest.approx(tflops * 1e12)
 
 
-def test_the_peak_is_the_tables_sum_for_known_gpus_and_measured_otherwise():
+def test_the_peak_is_per_device_and_counted_from_the_table_or_measured():
     measured = []
 
     def measure(dtype):
         measured.append(dtype)
         return 5e12
 
-    assert device_peak(["NVIDIA H100 80GB HBM3"] * 8, "mixed_bfloat16", measure) == (
-        8 * 989e12, "datasheet, dense bfloat16"
+    eight = device_peak(["NVIDIA H100 80GB HBM3"] * 8, "mixed_bfloat16", measure)
+    assert eight == Peak(989e12, 8, "bfloat16", "datasheet") and eight.total == 8 * 989e12
+    assert eight.describe() == "8 x 989 TFLOP/s bfloat16 dense (datasheet)"
+    assert device_peak(["NVIDIA A100-SXM4-80GB"], "float32", measure).describe() == (
+        "1 x 156 TFLOP/s TF32/FP32 dense (datasheet)"
     )
     assert measured == []
-    assert device_peak([], "float32", measure) == (5e12, "measured: the CPU's float32 matrix products")
-    assert device_peak(["NVIDIA GeForce RTX 3060"] * 2, "mixed_bfloat16", measure) == (
-        1e13, "measured: one GPU's bfloat16 matrix products x 2"
-    )
+    cpu = device_peak([], "float32", measure)
+    assert cpu == Peak(5e12, 1, "float32", "measured: the CPU's matrix products")
+    assert cpu.describe() == "1 x 5 TFLOP/s float32 dense (measured: the CPU's matrix products)"
+    unknown = device_peak(["NVIDIA GeForce RTX 3060"] * 2, "mixed_bfloat16", measure)
+    assert unknown == Peak(5e12, 2, "bfloat16", "measured: one GPU's matrix products")
     assert measured == ["float32", "bfloat16"]
     assert [compute_dtype(p) for p in ("float32", "mixed_bfloat16", "mixed_float16")] == [
         "float32", "bfloat16", "float16"
@@ -84,3 +114,24 @@ def test_the_peak_is_the_tables_sum_for_known_gpus_and_measured_otherwise():
 
 def test_durations_read_as_hours_minutes_or_seconds():
     assert [format_duration(s) for s in (42, 450, 42_300, 3600)] == ["42 s", "7 min 30 s", "11 h 45 min", "1 h 00 min"]
+
+
+def test_the_share_of_a_global_batch_is_this_processs_replicas():
+    from types import SimpleNamespace
+
+    from app.training.rehearsal import local_share
+
+    # Two workers of 8 GPUs: each counts the FLOPs of its 8 of the 16 replicas, against
+    # its own 8 GPUs' peak.
+    gpus = [f"/job:worker/replica:0/task:1/device:GPU:{i}" for i in range(8)]
+    worker = SimpleNamespace(num_replicas_in_sync=16, extended=SimpleNamespace(worker_devices=gpus))
+    assert local_share(worker) == (8, 0.5)
+
+    class Default:
+        num_replicas_in_sync = 1
+
+        @property
+        def extended(self):
+            raise RuntimeError("the default strategy has no worker devices")
+
+    assert local_share(Default()) == (1, 1.0)
