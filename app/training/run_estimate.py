@@ -19,8 +19,9 @@ import dataclasses
 from typing import Dict, Optional
 
 
-# The range's allowance for what no rehearsal measures: the same run, started twice on an
-# idle machine, took 146 s and 155 s (docs/results.md, "The preflight's estimate").
+# The range's allowance for what no rehearsal measures: the README's five-minute run,
+# started three times on an idle machine, took 146, 155 and 165 s (docs/lab-notebook/
+# 2026-11-28-preflight-estimate-against-the-run.md).
 SAME_RUN_VARIATION = 0.1
 
 
