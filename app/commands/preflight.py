@@ -1,4 +1,4 @@
-"""Rehearses a training run for a minute or two and says whether it will work, and how long
+"""Rehearses a training run for a few minutes and says whether it will work, and how long
 it will take, before you start the long one. Takes train.py's flags; writes nothing.
 
     python -m app.preflight --size base                       # every visible GPU
@@ -46,9 +46,10 @@ class PreflightPlan:
     # The run rehearsed, planned as train.py plans it (its data_config names the corpus
     # checked; its batch_tokens, the synthetic batches' size).
     run: "RunPlan"
-    # Updates timed after the first call (--preflight-steps).
+    # Updates of each of the rehearsal's two passes over the same batches, after the first
+    # call (--preflight-steps).
     steps: int
-    # Timing stops after this many seconds, even before `steps` (--preflight-seconds).
+    # A pass stops after this many seconds, even before `steps` (--preflight-seconds).
     max_seconds: int
     # Tokens in every synthetic sentence, each side (--preflight-length).
     length: int
@@ -67,11 +68,12 @@ def parse_args(argv=None):
     group = parser.add_argument_group("preflight")
     group.add_argument(
         "--preflight-steps", type=positive_int, default=20,
-        help="updates timed after the first call (default 20; whole calls of --steps-per-loop)",
+        help="updates of each of the two timed passes over the same batches, after the first call: the first "
+        "meets their shapes, the second gives the steady pace (default 20; whole calls of --steps-per-loop)",
     )
     group.add_argument(
         "--preflight-seconds", type=positive_int, default=60,
-        help="stop timing after this many seconds, even before --preflight-steps (default 60)",
+        help="end a timed pass after this many seconds, even before --preflight-steps (default 60)",
     )
     group.add_argument(
         "--preflight-length", type=positive_int, default=32,
