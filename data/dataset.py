@@ -226,7 +226,7 @@ def open_prepared(
     Raises:
         DataError: as `prepare_data`, for a corpus that cannot be opened.
     """
-    from data.prepare import fingerprint
+    from data.prepare import fingerprint, prepared_for
     from data.shards import read_manifest
     from data.tokenizer import MODEL_FILENAME
 
@@ -236,8 +236,7 @@ def open_prepared(
     corpus = open_corpus(config.dataset, config.source_lang, config.target_lang)
     wanted = fingerprint(config, SubwordTokenizer.load(model_path).model_proto, corpus)
     data_dir = os.path.join(model_dir, DATA_SUBDIR)
-    manifests = [read_manifest(data_dir, split) for split in corpus.splits]
-    if not all(manifest and manifest.get("fingerprint") == wanted for manifest in manifests):
+    if not all(prepared_for(read_manifest(data_dir, split), wanted) for split in corpus.splits):
         return None
     return prepare_data(config, model_dir, num_replicas, log=log)
 

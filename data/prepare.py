@@ -77,6 +77,12 @@ def fingerprint(config, model_proto: bytes, corpus) -> dict:
     }
 
 
+def prepared_for(manifest, wanted) -> bool:
+    """Whether a split's manifest (None: not prepared) is of shards made from `wanted`, a
+    `fingerprint`: otherwise they must be made again."""
+    return manifest is not None and manifest.get("fingerprint") == wanted
+
+
 def usable_cores() -> int:
     """The cores this process may run on: its CPU affinity, capped by a cgroup CPU quota.
 
@@ -133,7 +139,7 @@ def prepare_splits(
     with _Segmenter(model_proto, config.lowercase, workers) as segmenter:
         for split in corpus.splits:
             manifest = read_manifest(data_dir, split)
-            if manifest is not None and manifest.get("fingerprint") == wanted:
+            if prepared_for(manifest, wanted):
                 manifests[split] = manifest
                 continue
             if manifest is not None:

@@ -112,11 +112,12 @@ def _fetch_archives(dataset, langpair):
         fresh = not os.path.exists(archive)
         if fresh:
             _download(url, archive, dataset.name)
-        if md5 and _md5(archive) != md5:
+        found = _md5(archive) if md5 else None
+        if found != md5:
             # A download cut short or another file placed by hand: say which, and keep it
             # aside rather than reading it.
             raise DataError(
-                f"{archive} has MD5 {_md5(archive)}, not {md5} as sacreBLEU's registry says for {url}; "
+                f"{archive} has MD5 {found}, not {md5} as sacreBLEU's registry says for {url}; "
                 "remove it and run again, or place the right file there"
             )
         if fresh or not _extracted(dataset, langpair):

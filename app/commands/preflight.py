@@ -171,7 +171,7 @@ def _rehearsal_data(plan, replicas, readable):
     synthetic batches of the corpus's sampled lengths, or of one length."""
     import numpy as np
 
-    from app.training.rehearsal_batches import corpus_batches, sampled_lengths, synthetic_batches
+    from app.training.rehearsal_batches import SUBWORDS_PER_WORD, corpus_batches, sampled_lengths, synthetic_batches
     from app.training.run_length import run_length
     from data.buckets import BucketScheme
     from data.corpora import open_corpus
@@ -200,7 +200,8 @@ def _rehearsal_data(plan, replicas, readable):
         pairs = 100 * data_config.batch_tokens // max(1, int(lengths[1].mean()))
         drawn = np.random.default_rng(train_config.seed).integers(0, len(lengths[0]), max(pairs, len(lengths[0])))
         lengths = (lengths[0][drawn], lengths[1][drawn])
-        description = (f"synthetic: the lengths of the corpus's first {sampled:,} pairs, in words x 1.3 "
+        description = (f"synthetic: the lengths of the corpus's first {sampled:,} pairs, in words x "
+                       f"{SUBWORDS_PER_WORD} "
                        f"(not prepared in {run.model_dir}: `python -m app.prepare` with these flags for its own)")
     else:
         count = max(1, 4 * data_config.batch_tokens // length)

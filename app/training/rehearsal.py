@@ -8,13 +8,13 @@ the prepared corpus's own, or synthetic ones cut by the same buckets). Nothing i
 where the user keeps anything: checkpoints are timed in a temporary directory.
 
     parts = build_run(model_config, train_config, strategy)
-    report = rehearse(parts, train_config, strategy, batches)
+    report = rehearse(parts, model_config, train_config, strategy, batches)
     report.seconds_per_step, report.replica_differences, report.peak_memory_bytes
-    extras = time_run_extras(parts, ...)     # a checkpoint's and an evaluation's time
+    extras = time_run_extras(parts, model_config, train_config, strategy, data, evaluate_fn)
 
 What it measures: the first call (tracing, compiling, and its updates), the steady time
-per update after it and how much it varies, each new batch shape's compile under --jit,
-target tokens per second, model FLOPs utilization of this process's devices
+per update after it and how much it varies, what a batch shape's first batch costs
+beyond it (an XLA compile under --jit), target tokens per second, model FLOPs utilization of this process's devices
 (`app.training.peaks`), peak memory, and whether every replica's copy of every weight and
 optimizer variable is still the same after the updates (the copies are updated
 separately; a checkpoint saves the first).
