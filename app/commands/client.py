@@ -1,18 +1,21 @@
-"""Translate through a TF Serving REST endpoint (TensorFlow Serving or `python -m app.serve`).
+"""Translate through TF Serving's REST or gRPC API (TensorFlow Serving or `python -m app.serve`).
 
     python -m app.client "A man rides a bike." --url http://localhost:8501
+    python -m app.client "A man rides a bike." --grpc localhost:8500 --label stable
     python -m app.client --nbest "A man rides a bike."          # every hypothesis, best first
     python -m app.client < sentences.txt > translations.txt     # one line in, one line out
     python -m app.client --scores --alpha 1.0 "A man rides a bike."
     python -m app.client --model-name en-de "A man rides a bike."   # the server's --model_name
 
 Prints one translation per input line (with --scores: score, a tab, the translation).
-Standard library only, so it runs without TensorFlow.
+Over REST, standard library only; over gRPC, grpcio and TF Serving's protos (never
+TensorFlow's runtime: app/serving/protos.py).
 """
 
 import argparse
 import dataclasses
 import json
+import re
 import sys
 import urllib.error
 import urllib.parse
@@ -28,9 +31,14 @@ class ClientError(RuntimeError):
     pass
 
 
-def predict(url, model, instances, signature_name=None, version=None, timeout=60.0):
+def predict(url, model, instances, signature_name=None, version=None, timeout=60.0, label=None):
     """POSTs `{"instances": ...}` to the model's :predict endpoint; returns the predictions."""
-    path = f"/v1/models/{model}" + (f"/versions/{version}" if version is not None else "") + ":predict"
+    path = f"/v1/models/{model}"
+    if version is not None:
+        path += f"/versions/{version}"
+    elif label is not None:
+        path += f"/labels/{urllib.parse.quote(label, safe='')}"
+    path += ":predict"
     payload = {"instances": instances}
     if signature_name:
         payload["signature_name"] = signature_name
@@ -60,11 +68,52 @@ def predict(url, model, instances, signature_name=None, version=None, timeout=60
         raise ClientError(f"{url}{path} did not answer as TF Serving does (no \"predictions\"): {shown!r}") from None
 
 
-def translate(url, model, sentences, nbest=False, alpha=None, max_extra_length=None, version=None):
+def predict_grpc(address, model, instances, signature_name=None, version=None, timeout=60.0, label=None):
+    """`predict` over TF Serving's gRPC API at `address` (host:port): the instances go as
+    one tensor per input, and the answer comes back as the REST API's rows."""
+    import grpc
+    import numpy as np
+
+    from app.serving.protos import apis
+    from app.serving.tensor_proto import to_array, to_tensor_proto
+
+    request = apis.predict_pb2.PredictRequest()
+    request.model_spec.name = model
+    request.model_spec.signature_name = signature_name or ""
+    if version is not None:
+        request.model_spec.version.value = version
+    elif label is not None:
+        request.model_spec.version_label = label
+    rows = [row if isinstance(row, dict) else {"inputs": row} for row in instances]
+    for name in rows[0]:
+        values = [row[name] for row in rows]
+        if isinstance(values[0], str):
+            array = np.array([value.encode("utf-8") for value in values], dtype=object)
+        else:
+            array = np.array(values, dtype=np.int32 if name == "max_extra_length" else np.float32)
+        request.inputs[name].CopyFrom(to_tensor_proto(array))
+    with grpc.insecure_channel(address) as channel:
+        stub = apis.prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        try:
+            response = stub.Predict(request, timeout=timeout)
+        except grpc.RpcError as error:
+            raise ClientError(f"{address}: {error.code().name}: {error.details()}") from None
+    outputs = {name: to_array(tensor, name) for name, tensor in response.outputs.items()}
+    decoded = {
+        name: np.vectorize(lambda b: b.decode("utf-8", "replace"), otypes=[object])(array).tolist()
+        if array.dtype == object else array.tolist()
+        for name, array in outputs.items()
+    }
+    return [{name: decoded[name][i] for name in decoded} for i in range(len(rows))]
+
+
+def translate(url, model, sentences, nbest=False, alpha=None, max_extra_length=None, version=None, label=None,
+              grpc_address=None):
     """A list with, per sentence, its hypotheses as `(translation, score)` pairs, best first.
 
     With `alpha` or `max_extra_length`, through the translate_with_options signature, which
-    takes both: the other one is then `DecodingConfig`'s default.
+    takes both: the other one is then `DecodingConfig`'s default. Over gRPC where
+    `grpc_address` (host:port) is given, else over REST at `url`.
     """
     if alpha is not None or max_extra_length is not None:
         signature = "translate_with_options"
@@ -79,7 +128,11 @@ def translate(url, model, sentences, nbest=False, alpha=None, max_extra_length=N
     else:
         signature = "nbest" if nbest else None
         instances = list(sentences)
-    predictions = predict(url, model, instances, signature, version)
+    if grpc_address:
+        url = grpc_address
+        predictions = predict_grpc(grpc_address, model, instances, signature, version, label=label)
+    else:
+        predictions = predict(url, model, instances, signature, version, label=label)
     # Each input line must get its own output line: a short or odd answer is an error,
     # not translations that no longer line up with their sources.
     if not isinstance(predictions, list) or len(predictions) != len(sentences):
@@ -113,7 +166,15 @@ def parse_args(argv=None):
         help=f"the model's name, the server's --model_name (default {DEFAULT_MODEL_NAME})",
     )
     add_hidden_alias(parser, name, "--model")  # its name before; scripts that use it keep working
+    parser.add_argument(
+        "--grpc",
+        metavar="HOST:PORT",
+        help="use TF Serving's gRPC API at this address, e.g. localhost:8500, in place of --url (default: REST)",
+    )
     parser.add_argument("--version", type=int_at_least(0), help="a specific version (default: the newest served)")
+    parser.add_argument(
+        "--label", help="the version a label names, e.g. stable (the server's version_labels; default: the newest)"
+    )
     parser.add_argument(
         "--nbest", action="store_true", help="print every hypothesis (signature nbest; default: the best)"
     )
@@ -134,6 +195,10 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.nbest and (args.alpha is not None or args.max_extra_length is not None):
         parser.error("--nbest cannot be combined with --alpha or --max-extra-length")
+    if args.version is not None and args.label is not None:
+        parser.error("--version and --label both name a version: give one")
+    if args.grpc is not None and not re.fullmatch(r"\[?[\w.:-]+\]?:\d+", args.grpc):
+        parser.error(f"--grpc {args.grpc!r}: give HOST:PORT, e.g. localhost:8500")
     return args
 
 
@@ -141,11 +206,13 @@ def parse_args(argv=None):
 class ClientPlan:
     """What the client asks of which server, as its flags describe it (`plan_client`)."""
 
-    # The server (--url), the model's name there (--model-name), and a version (--version;
-    # None: the newest it serves).
+    # The server (--url over REST, --grpc HOST:PORT over gRPC), the model's name there
+    # (--model-name), and a version (--version, or the one --label names; None: the newest).
     url: str
+    grpc_address: Optional[str]
     model_name: str
     version: Optional[int]
+    label: Optional[str]
     # The sentences given on the command line; () reads standard input's lines, sent
     # --batch-size lines per request.
     sentences: tuple
@@ -161,7 +228,8 @@ class ClientPlan:
 def plan_client(args):
     """The `ClientPlan` of parsed app.client flags `args` (left as they are)."""
     return ClientPlan(
-        url=args.url, model_name=args.model_name, version=args.version, sentences=tuple(args.sentences),
+        url=args.url, grpc_address=args.grpc, model_name=args.model_name, version=args.version, label=args.label,
+        sentences=tuple(args.sentences),
         batch_size=args.batch_size, nbest=args.nbest, scores=args.scores, alpha=args.alpha,
         max_extra_length=args.max_extra_length,
     )
@@ -194,7 +262,8 @@ def main(argv=None):
             batch = lines[start : start + plan.batch_size]
             for hypotheses in translate(
                 plan.url, plan.model_name, batch, nbest=plan.nbest, alpha=plan.alpha,
-                max_extra_length=plan.max_extra_length, version=plan.version,
+                max_extra_length=plan.max_extra_length, version=plan.version, label=plan.label,
+                grpc_address=plan.grpc_address,
             ):
                 for text, score in hypotheses:
                     print(f"{score:.4f}\t{text}" if plan.scores else text)

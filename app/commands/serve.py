@@ -1,31 +1,35 @@
-"""A local server that speaks TensorFlow Serving's REST API over the exported SavedModels.
+"""A local server that speaks TensorFlow Serving's REST and gRPC APIs over the exported models.
 
-    python -m app.serve                                        # saved_models/translator, port 8501
+    python -m app.serve                                        # saved_models/translator: REST 8501, gRPC 8500
     python -m app.serve --model_base_path saved_models/en-de --model_name en-de --rest_api_port 9000
+    python -m app.serve --model_config_file serving/models.config --model_config_file_poll_wait_seconds 60
     python -m app.serve --batching_parameters_file serving/batching_parameters.txt
 
 Flags carry `tensorflow_model_server`'s names, so clients, tests and the page work the same
 against either server; each is also accepted dashed, as the other commands spell theirs
-(--model-base-path, --model-name). Endpoints (TF Serving's, plus the page and the batch metrics):
+(--model-base-path, --model-name). REST endpoints (TF Serving's, plus the page and the batch
+metrics):
 
-    GET  /v1/models/{name}[/versions/{v}]              version status
-    GET  /v1/models/{name}[/versions/{v}]/metadata     signature definitions
-    POST /v1/models/{name}[/versions/{v}]:predict      row ("instances") or columnar ("inputs")
+    GET  /v1/models/{name}[/versions/{v} | /labels/{l}]             version status
+    GET  /v1/models/{name}[/versions/{v} | /labels/{l}]/metadata    signature definitions
+    POST /v1/models/{name}[/versions/{v} | /labels/{l}]:predict     row ("instances") or columnar ("inputs")
     GET  /                                             the translation page (app/serving/static/)
     GET  /page.json                                    what the page shows: version, language pair, limits
     GET  /monitoring/prometheus/metrics                requests and batch sizes, Prometheus text
 
-As in TF Serving, "/v1/models" matches in any case, and a version label
-(`/labels/{label}` in place of `/versions/{v}`) is parsed, then refused: labels come from
-TF Serving's model config file, which this server does not read.
+gRPC on --port: tensorflow.serving.PredictionService (Predict, GetModelMetadata) and
+ModelService (GetModelStatus, HandleReloadConfigRequest), TF Serving's own protos
+(app/serving/grpc_api.py).
 
-It serves the newest version under the base path and switches to a newly exported one
-without a restart (app/serving/models.py), each version in a process of its own whose
-memory goes when it is unloaded (app/serving/version_process.py); concurrent requests are
-batched into one model call, large ones a batch at a time (app/serving/batching.py). Built
-on aiohttp. Binds 127.0.0.1 unless --host says otherwise, and answers only requests that
-name it and pages of its own origin unless --allowed_hosts / --allowed_origins say more
-(app/serving/origins.py).
+It serves one model (--model_name, --model_base_path) or those of a TF Serving model config
+file, with their version policies and labels, re-read every
+--model_config_file_poll_wait_seconds (app/serving/model_config.py). It switches to a newly
+exported version without a restart (app/serving/models.py), each version in a process of its
+own whose memory goes when it is unloaded (app/serving/version_process.py); concurrent
+requests are batched into one model call, large ones a batch at a time
+(app/serving/batching.py). Binds 127.0.0.1 unless --host says otherwise, and answers only
+requests that name it and pages of its own origin unless --allowed_hosts / --allowed_origins
+say more (app/serving/origins.py).
 """
 
 import argparse
@@ -41,6 +45,7 @@ import sys
 from app.cli.flag_types import add_hidden_alias
 from app.cli.flags import DEFAULT_EXPORT_BASE, DEFAULT_MODEL_NAME
 from app.serving.batching import BatchingParameters
+from app.serving.model_config import ModelConfigError, ServedModel, VersionPolicy
 from app.serving.rest_api import DEFAULT_READ_TIMEOUT_SECONDS, MODEL_NAME, Limits
 from app.serving.version_process import CpuThreads
 
@@ -86,22 +91,27 @@ class FlagError(ValueError):
 class ServePlan:
     """The server, as its flags describe it (`plan_serving`)."""
 
-    # What is served: the model's name in /v1/models/<name> (--model_name) and its
-    # directory of numbered versions (--model_base_path).
-    model_name: str
-    model_base_path: str
-    # Its versions: looked for every this many seconds (--file_system_poll_wait_seconds; 0:
-    # once, at start), the newest this many kept loaded (--num_versions), one that fails
-    # to load retried this many times (--max_num_load_retries), this long apart at least
-    # (--load_retry_interval_micros, in seconds here).
+    # What is served: the models of --model_config_file, or the one of --model_name (its
+    # name in /v1/models/<name>) and --model_base_path (its directory of numbered versions),
+    # whose newest --num_versions are kept loaded.
+    models: tuple
+    # The config file, re-read every this many seconds (--model_config_file_poll_wait_seconds;
+    # 0: never), and whether a label may name a version not loaded yet
+    # (--allow_version_labels_for_unavailable_models).
+    model_config_file: str | None
+    config_poll_seconds: float
+    allow_labels_for_unavailable: bool
+    # Their versions: looked for every this many seconds (--file_system_poll_wait_seconds; 0:
+    # once, at start), one that fails to load retried this many times (--max_num_load_retries),
+    # this long apart at least (--load_retry_interval_micros, in seconds here).
     poll_wait_seconds: float
-    num_versions: int
     max_num_load_retries: int
     load_retry_interval_seconds: float
-    # Where it listens (--host, --rest_api_port; 0: a free port) and who else may call it
-    # (--allowed_hosts, --allowed_origins: comma-separated, as given).
+    # Where it listens (--host; --rest_api_port, 0: a free port; --port for gRPC, 0: none)
+    # and who else may call it (--allowed_hosts, --allowed_origins: comma-separated, as given).
     host: str
     port: int
+    grpc_port: int
     allowed_hosts: str
     allowed_origins: str
     # Requests: how long one may stall (--read_timeout_seconds), and what it may hold
@@ -118,10 +128,10 @@ class ServePlan:
 
 def plan_serving(args):
     """The `ServePlan` of parsed app.serve flags `args` (left as they are). Reads
-    --batching_parameters_file.
+    --model_config_file and --batching_parameters_file.
 
     Raises:
-        FlagError: a batching parameters file that cannot be read or parsed.
+        FlagError: a file that cannot be read or parsed, or a model config that cannot be served.
     """
     batching = BatchingParameters()
     if args.batching_parameters_file:
@@ -129,15 +139,32 @@ def plan_serving(args):
             batching = BatchingParameters.from_file(args.batching_parameters_file)
         except (OSError, ValueError) as error:
             raise FlagError(f"--batching_parameters_file: {error}") from None
+    if args.model_config_file:
+        from app.serving.model_config import read_model_config
+
+        try:
+            models = read_model_config(args.model_config_file)
+        except ModelConfigError as error:
+            raise FlagError(f"--model_config_file: {error}") from None
+        if args.model_name is not None or args.model_base_path is not None:
+            # TF Serving ignores them beside a config file; its Docker image always passes them.
+            log.warning("--model_config_file given: --model_name and --model_base_path are ignored")
+    else:
+        models = (ServedModel(
+            args.model_name or DEFAULT_MODEL_NAME, args.model_base_path or DEFAULT_EXPORT_BASE,
+            VersionPolicy(num_versions=args.num_versions),
+        ),)
     return ServePlan(
-        model_name=args.model_name,
-        model_base_path=args.model_base_path,
+        models=models,
+        model_config_file=args.model_config_file,
+        config_poll_seconds=args.model_config_file_poll_wait_seconds,
+        allow_labels_for_unavailable=args.allow_version_labels_for_unavailable_models,
         poll_wait_seconds=args.file_system_poll_wait_seconds,
-        num_versions=args.num_versions,
         max_num_load_retries=args.max_num_load_retries,
         load_retry_interval_seconds=args.load_retry_interval_micros / 1e6,
         host=args.host,
         port=args.rest_api_port,
+        grpc_port=args.port,
         allowed_hosts=args.allowed_hosts,
         allowed_origins=args.allowed_origins,
         read_timeout_seconds=args.read_timeout_seconds,
@@ -153,13 +180,32 @@ def _add_model_flags(parser):
     return [
         parser.add_argument(
             "--model_name",
-            default=DEFAULT_MODEL_NAME,
             help=f"the name in /v1/models/<name> (default {DEFAULT_MODEL_NAME})",
         ),
         parser.add_argument(
             "--model_base_path",
-            default=DEFAULT_EXPORT_BASE,
             help=f"directory of numbered versions (default {DEFAULT_EXPORT_BASE})",
+        ),
+        parser.add_argument(
+            "--model_config_file",
+            help="a TF Serving model config file (text ModelServerConfig: model_config_list { config { name "
+            "base_path model_version_policy version_labels } }) naming the models to serve, in place of "
+            "--model_name and --model_base_path (default none: the one model of those two)",
+        ),
+        parser.add_argument(
+            "--model_config_file_poll_wait_seconds",
+            type=float,
+            default=0.0,
+            help="how often to re-read --model_config_file, in seconds (default 0: never, as TF Serving); "
+            "a file that cannot be served is logged and the config before it kept",
+        ),
+        parser.add_argument(
+            "--allow_version_labels_for_unavailable_models",
+            type=_bool,
+            nargs="?",
+            const=True,
+            default=False,
+            help="let a new version label name a version that is not loaded yet (default false, as TF Serving)",
         ),
         parser.add_argument(
             "--file_system_poll_wait_seconds",
@@ -189,6 +235,12 @@ def _add_model_flags(parser):
 def _add_request_flags(parser):
     """The port, who may call it, and what a request may hold."""
     return [
+        parser.add_argument(
+            "--port",
+            type=int,
+            default=8500,
+            help="gRPC port (default 8500, as TF Serving; 0: no gRPC)",
+        ),
         parser.add_argument(
             "--rest_api_port",
             type=int,
@@ -268,10 +320,17 @@ def _add_compute_flags(parser):
 def _check(parser, args):
     """Refuses a bad value through `parser.error`, naming its flag as argparse does, before
     TensorFlow loads anything."""
-    if not MODEL_NAME.fullmatch(args.model_name):
+    if args.model_name is not None and not MODEL_NAME.fullmatch(args.model_name):
         parser.error(f"--model_name {args.model_name!r}: use letters, digits, '.', '_' and '-' (it is part of URLs)")
     if not 0 <= args.rest_api_port <= 65535:
         parser.error(f"--rest_api_port must be 0-65535 (0: a free one), got {args.rest_api_port}")
+    if not 0 <= args.port <= 65535:
+        parser.error(f"--port must be 0-65535 (0: no gRPC), got {args.port}")
+    if args.port and args.port == args.rest_api_port:
+        parser.error(f"--port and --rest_api_port are both {args.port}: the gRPC and REST APIs need a port each")
+    if not args.model_config_file_poll_wait_seconds >= 0:
+        wait = args.model_config_file_poll_wait_seconds
+        parser.error(f"--model_config_file_poll_wait_seconds must be >= 0 (0: never), got {wait}")
     if not args.read_timeout_seconds > 0:
         parser.error(f"--read_timeout_seconds must be more than 0, got {args.read_timeout_seconds}")
     if not args.file_system_poll_wait_seconds >= 0:
@@ -291,25 +350,21 @@ async def serve(plan):
     from aiohttp import web
 
     from app.serving.batching import Batcher
-    from app.serving.models import ModelManager
+    from app.serving.core import ServerCore
+    from app.serving.model_set import ModelSet
     from app.serving.origins import OriginPolicy
     from app.serving.server import Server
-    from app.serving.version_process import VersionProcess
 
     batcher = Batcher(plan.batching, plan.enable_batching)
-    manager = ModelManager(
-        plan.model_name,
-        plan.model_base_path,
-        plan.num_versions,
-        plan.max_num_load_retries,
-        functools.partial(VersionProcess, threads=plan.threads, max_calls=batcher.threads),
-        load_retry_interval_seconds=plan.load_retry_interval_seconds,
+    core = ServerCore(
+        ModelSet(functools.partial(make_manager, plan, batcher.threads), plan.allow_labels_for_unavailable),
+        batcher, plan.models, plan.poll_wait_seconds, plan.model_config_file, plan.config_poll_seconds,
     )
     server = Server(
-        manager, batcher, plan.limits, plan.poll_wait_seconds,
-        OriginPolicy.from_flags(plan.allowed_hosts, plan.allowed_origins, plan.host), plan.read_timeout_seconds,
+        core, plan.limits, OriginPolicy.from_flags(plan.allowed_hosts, plan.allowed_origins, plan.host),
+        plan.read_timeout_seconds,
     )
-    # The signals first: the first poll, inside runner.setup(), may load for a while.
+    # The signals first: the first versions may load for a while.
     # A first SIGINT or SIGTERM stops the server once the requests in flight are answered;
     # a second exits at once.
     stop = asyncio.Event()
@@ -322,37 +377,66 @@ async def serve(plan):
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(signum, on_signal)
-    runner = server.runner()
-    setup = asyncio.create_task(runner.setup())
+    starting = asyncio.create_task(core.start())
     stopping = asyncio.create_task(stop.wait())
-    await asyncio.wait({setup, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    if not setup.done():  # stopped while the first versions loaded: nothing was served yet
+    await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():  # stopped while the first versions loaded: nothing was served yet
         return
-    setup.result()  # its error, if it failed
+    try:
+        starting.result()
+    except Exception as error:  # a label of the config on a version that did not load, say
+        sys.exit(f"app.serve: {getattr(error, 'message', error)}")
+    runner = server.runner()
+    await runner.setup()
     site = web.TCPSite(runner, plan.host, plan.port)
+    grpc_server = None
+    flag, port = "--rest_api_port", plan.port
     try:
         await site.start()
-    except OSError as error:  # taken while the first version loaded
+        if plan.grpc_port:
+            from app.serving.grpc_api import start_grpc_server
+
+            flag, port = "--port", plan.grpc_port
+            grpc_server = await start_grpc_server(core, plan.host, plan.grpc_port, plan.limits)
+    except OSError as error:  # taken while the first versions loaded
         await runner.cleanup()
-        sys.exit(port_error(plan.host, plan.port, error))
+        await core.stop()
+        sys.exit(port_error(plan.host, port, error, flag))
     host, port = runner.addresses[0][:2]
-    versions = ", ".join(str(v) for v in sorted(manager.loaded)) or "none yet"
-    print(
-        f"Serving model {manager.name} (versions: {versions}) from {manager.base_path} at http://{host}:{port}/",
-        flush=True,
+    served = "; ".join(
+        f"model {manager.name} (versions: {', '.join(str(v) for v in sorted(manager.loaded)) or 'none yet'}) "
+        f"from {manager.base_path}"
+        for manager in core.models.managers.values()
     )
+    grpc_address = f", gRPC at {plan.host}:{plan.grpc_port}" if grpc_server else ""
+    print(f"Serving {served} at http://{host}:{port}/{grpc_address}", flush=True)
     await stopping
     # Stop accepting, then let the requests in flight finish, those still sending their
     # body included (aiohttp's own shutdown would stop reading them), then close.
     log.info("stopping: no new connections; answering the %d requests in flight", server.in_flight)
     await site.stop()
+    if grpc_server is not None:
+        await grpc_server.stop(SHUTDOWN_GRACE_SECONDS)
     await server.drained(SHUTDOWN_GRACE_SECONDS)
     await runner.cleanup()
+    await core.stop()
 
 
-def check_port(host, port):
-    """Exits with one line naming --rest_api_port when the port cannot be bound, before a
-    version loads for long seconds. (Bound again to serve: the check leaves it free.)"""
+def make_manager(plan, max_calls, model):
+    """The `ModelManager` of one `ServedModel`, each version in a process of its own."""
+    from app.serving.models import ModelManager
+    from app.serving.version_process import VersionProcess
+
+    return ModelManager(
+        model.name, model.base_path, model.policy, plan.max_num_load_retries,
+        functools.partial(VersionProcess, threads=plan.threads, max_calls=max_calls),
+        load_retry_interval_seconds=plan.load_retry_interval_seconds,
+    )
+
+
+def check_port(host, port, flag="--rest_api_port"):
+    """Exits with one line naming `flag` when the port cannot be bound, before a version
+    loads for long seconds. (Bound again to serve: the check leaves it free.)"""
     try:
         addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
         for family, kind, protocol, _, address in addresses:
@@ -360,12 +444,12 @@ def check_port(host, port):
                 probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio binds
                 probe.bind(address)
     except OSError as error:
-        sys.exit(port_error(host, port, error))
+        sys.exit(port_error(host, port, error, flag))
 
 
-def port_error(host, port, error):
+def port_error(host, port, error, flag="--rest_api_port"):
     """The one line a port that cannot be bound ends the server with."""
-    return f"app.serve: --rest_api_port {port} on --host {host}: {error.strerror or error}"
+    return f"app.serve: {flag} {port} on --host {host}: {error.strerror or error}"
 
 
 def main(argv=None):
@@ -376,6 +460,8 @@ def main(argv=None):
     except FlagError as error:
         parser.error(str(error))
     check_port(plan.host, plan.port)
+    if plan.grpc_port:
+        check_port(plan.host, plan.grpc_port, "--port")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     from app.serving.server import OneLineErrors
 

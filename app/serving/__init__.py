@@ -1,8 +1,16 @@
 """The parts of the local TF Serving stand-in (`python -m app.serve`, app/commands/serve.py).
 
-    server.py               the aiohttp application: routes, status, metadata, predict, the page
+    core.py                 what both APIs serve from: the models, their loading and polling,
+                            config reloads, the batcher (TF Serving's ServerCore)
+    server.py               the REST door, an aiohttp application: routes, status, metadata, predict, the page
+    grpc_api.py             the gRPC door: TF Serving's PredictionService and ModelService
     rest_api.py             JSON <-> tensors in TF Serving's row and columnar formats; its errors
-    models.py               the versions under a base path: loading, hot reload, status, metadata
+    tensor_proto.py         TensorProto <-> numpy, without TensorFlow
+    protos.py               TF Serving's protos, imported without TensorFlow's runtime
+    model_config.py         TF Serving's model config file: models, version policies, labels
+    model_set.py            the served models by name, changed by a new config
+    models.py               one model's versions under its base path: loading, hot reload, status,
+                            labels, metadata
     version_process.py      each version loaded and run in a process of its own, so that
                             unloading it gives its memory back
     ctranslate2_version.py  a CTranslate2 export served as a version, with the same signatures

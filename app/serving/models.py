@@ -4,16 +4,19 @@
     base_path/.tmp-2-1234/              anything else is ignored (app/export/saved_model.py writes there)
 
 Every --file_system_poll_wait_seconds the server loads what `ModelManager.to_load()` names:
-the newest `num_versions` versions. A new version is loaded and warmed up beside the ones being
-served; only then does it become AVAILABLE and "latest", and only then are versions
-outside the newest `num_versions` unloaded (TF Serving's availability-preserving policy).
-A request holds its `LoadedVersion` until it is answered, so unloading never fails one in
-flight. Status states and messages follow TF Serving's GetModelStatus; where the base path
-holds no version at all, the 404 answers add what to do (`no_export_yet`).
+the versions on disk its `VersionPolicy` (model_config.py) asks for, the newest by default.
+A new version is loaded and warmed up beside the ones being served; only then does it
+become AVAILABLE, and only then are versions the policy no longer asks for unloaded (TF
+Serving's availability-preserving policy). A request holds its `LoadedVersion` until it is
+answered, so unloading never fails one in flight. Version labels ("stable" -> 3) name
+loaded versions (`set_labels`). Status states and messages follow TF Serving's
+GetModelStatus; where the base path holds no version at all, the 404 answers add what to
+do (`no_export_yet`).
 """
 
 import dataclasses
 import logging
+import math
 import os
 import re
 import time
@@ -22,6 +25,7 @@ import numpy as np
 
 from app.cli.flags import DEFAULT_EXPORT_BASE
 from app.export.locate import versions
+from app.serving.model_config import VersionPolicy
 from app.serving.rest_api import ServingError, TensorSpec, signature_def_json
 
 log = logging.getLogger("app.serve")
@@ -29,6 +33,9 @@ log = logging.getLogger("app.serve")
 START, LOADING, AVAILABLE, UNLOADING, END = "START", "LOADING", "AVAILABLE", "UNLOADING", "END"
 # The most a failed version's retry interval grows: 64 times --load_retry_interval_micros.
 MAX_BACKOFF = 64
+# A version whose process dies again within this many seconds of dying waits the retry
+# interval before its next load (`ModelManager._forget_dead`).
+DEATH_WINDOW_SECONDS = 600.0
 
 
 @dataclasses.dataclass
@@ -179,8 +186,8 @@ class ModelManager:
     """The versions of the model `name` under `base_path`.
 
     Args:
-        num_versions: how many of the newest versions to keep loaded. 1 is TF Serving's
-            default policy (`latest { num_versions: 1 }`): an older version stops being
+        policy: which versions on disk to keep loaded (`VersionPolicy`). TF Serving's
+            default, `latest { num_versions: 1 }`: an older version stops being
             addressable once a newer one is available.
         max_num_load_retries: a version that fails to load is retried on later polls, at
             most this many times (TF Serving's flag of the same name). A version whose
@@ -198,7 +205,7 @@ class ModelManager:
         self,
         name,
         base_path,
-        num_versions=1,
+        policy=VersionPolicy(),
         max_num_load_retries=5,
         loader=LoadedVersion,
         load_retry_interval_seconds=60.0,
@@ -206,15 +213,19 @@ class ModelManager:
     ):
         self.name = name
         self.base_path = base_path
-        self.num_versions = num_versions
+        self.policy = policy
+        self.labels = {}  # label -> version (`set_labels`)
         self.max_num_load_retries = max_num_load_retries
         self.load_retry_interval_seconds = load_retry_interval_seconds
         self._loader = loader
         self._clock = clock
         self.loaded = {}  # version -> LoadedVersion, servable
-        self._aspired = set()  # the newest num_versions versions on disk at the last poll
+        self._aspired = set()  # the versions on disk the policy asked for at the last poll
         self.status = {}  # version -> VersionStatus, every version ever seen
         self._failed_at = {}  # version -> clock time of its last failed load
+        self._deaths = {}  # version -> clock times its process died (`_forget_dead`)
+        self._directories = None  # version -> directory name, at the last look on disk
+        self._load_seconds = {}  # version -> how long its last load took, for Retry-After
         self._base_path_problem = None  # what was wrong with base_path at the last poll
         self.versions_on_disk = 0  # how many version directories the last poll found
 
@@ -224,16 +235,19 @@ class ModelManager:
         keeps failing is tried ever more rarely."""
         return self.load_retry_interval_seconds * min(2 ** max(failed_loads - 1, 0), MAX_BACKOFF)
 
-    def to_load(self):
-        """The (version, path) pairs to load now, newest first."""
-        self._check_base_path()
+    def to_load(self, look_on_disk=True):
+        """The (version, path) pairs to load now, newest first. Without `look_on_disk`
+        (polling is off), only versions already known: those whose process died, say."""
         self._forget_dead()
-        directories = version_directories(self.base_path)
+        if look_on_disk or self._directories is None:
+            self._check_base_path()
+            self._directories = version_directories(self.base_path)
+        directories = self._directories
         self.versions_on_disk = len(directories)
         for version in [v for v in self._failed_at if v not in directories]:
             del self._failed_at[version]  # gone from disk: a new one of that number starts afresh
             self.status[version].failed_loads = 0
-        aspired = list(directories)[-self.num_versions:]
+        aspired = self.policy.aspired(list(directories))
         self._aspired = set(aspired)
         pending = []
         for version in reversed(aspired):
@@ -249,12 +263,35 @@ class ModelManager:
         return pending
 
     def _forget_dead(self):
-        """Versions whose process died (version_process.py) stop being served and count as a
-        failed load: retried after the retry wait, at most max_num_load_retries times."""
+        """Versions whose process died (version_process.py) stop being served and are
+        loaded again at once: a process killed for memory is not the version's fault. Only
+        a version that dies again within `DEATH_WINDOW_SECONDS` waits the retry interval,
+        doubled with each further death, so that one that kills its process on every load
+        does not take the machine with it. Until it is back, requests for it are told to
+        retry (`reviving`)."""
+        now = self._clock()
         for version, loaded in list(self.loaded.items()):
-            if not getattr(loaded, "alive", True):
-                del self.loaded[version]
-                self.failed(version, RuntimeError("its process ended unexpectedly"))
+            if getattr(loaded, "alive", True):
+                continue
+            del self.loaded[version]
+            deaths = [t for t in self._deaths.get(version, []) if now - t < DEATH_WINDOW_SECONDS] + [now]
+            self._deaths[version] = deaths
+            status = self.status[version]
+            status.state, status.error_code = START, "UNAVAILABLE"  # to_load takes it up again
+            status.error_message = f"its process ended unexpectedly; loading it again ({len(deaths)} in 10 min)"
+            if len(deaths) > 1:
+                self._failed_at[version] = now
+                status.failed_loads = len(deaths) - 1
+            log.warning("model %s version %s: %s", self.name, version, status.error_message)
+
+    def reviving(self, version=None):
+        """The version (the newest reviving one for None) being loaded again after its
+        process died, or None."""
+        candidates = [v for v, deaths in self._deaths.items() if deaths and v not in self.loaded
+                      and v in self._aspired and self.status[v].error_code == "UNAVAILABLE"]
+        if version is not None:
+            return version if version in candidates else None
+        return max(candidates, default=None)
 
     def _check_base_path(self):
         """Logs, once per change, a base path that is missing or not a directory (as TF
@@ -273,8 +310,10 @@ class ModelManager:
 
     def load(self, version, path):
         """Loads and warms up one version (blocking); then `publish` it."""
+        started = time.monotonic()
         loaded = self._loader(version, path)
         loaded.warm_up()
+        self._load_seconds[version] = time.monotonic() - started
         return loaded
 
     def start_loading(self, version):
@@ -286,7 +325,7 @@ class ModelManager:
         self._unload_extra()
 
     def publish(self, loaded):
-        """Makes a loaded version servable, then unloads versions beyond `num_versions`."""
+        """Makes a loaded version servable, then unloads versions the policy no longer asks for."""
         self.loaded[loaded.version] = loaded
         self.status[loaded.version] = VersionStatus(AVAILABLE)
         self._failed_at.pop(loaded.version, None)
@@ -303,7 +342,7 @@ class ModelManager:
         log.warning("model %s version %s failed to load: %s", self.name, version, status.error_message)
 
     def _unload_extra(self):
-        """Unloads versions no longer among the newest on disk, once one of those is served."""
+        """Unloads versions the policy no longer asks for, once one it asks for is served."""
         keep = self._aspired & set(self.loaded)
         if not keep:
             return  # nothing newer is servable yet: keep serving what there is
@@ -325,16 +364,62 @@ class ModelManager:
             message = f"{message}: {no_export_yet(self.base_path)}"
         return ServingError(message, status=404)
 
-    def get(self, version=None):
-        """The version to serve (the newest when `version` is None), or a 404 error."""
+    def get(self, version=None, label=None):
+        """The version to serve: `version`, the one `label` names, or the newest; a 404
+        error where there is none, a 503 (with Retry-After) where it is being loaded again
+        after its process died, and TF Serving's 400 for a label it does not have."""
+        if label is not None:
+            if label not in self.labels:
+                raise ServingError(f"Unrecognized servable version label: {label}")
+            version = self.labels[label]
+        reviving = self.reviving(version)
         if version is None:
             loaded = self.latest()
-            if loaded is None:
+            if loaded is not None and (reviving is None or loaded.version > reviving):
+                return loaded
+            if reviving is None:
                 raise self.not_found(f"Servable not found for request: Latest({self.name})")
-            return loaded
-        if version not in self.loaded:
+        elif version in self.loaded:
+            return self.loaded[version]
+        elif reviving is None:
             raise self.not_found(f"Servable not found for request: Specific({self.name}, {version})")
-        return self.loaded[version]
+        wait = max(1, math.ceil(self._load_seconds.get(reviving, 1.0)))
+        raise ServingError(
+            f"version {reviving} of model {self.name} is being loaded again after its process ended; "
+            f"retry in {wait} s", status=503, retry_after=wait,
+        )
+
+    def check_labels(self, labels, allow_unavailable=False):
+        """Whether `set_labels` may point the labels (label -> version) at their versions:
+        a label may name only a loaded version, as TF Serving requires, except, with
+        `allow_unavailable` (--allow_version_labels_for_unavailable_models), a label not yet
+        in use.
+
+        Raises:
+            ServingError: FAILED_PRECONDITION naming the first version that may not be labelled.
+        """
+        for label, version in sorted(labels.items()):
+            if version in self.loaded or (allow_unavailable and label not in self.labels):
+                continue
+            raise ServingError(
+                f"Request to assign label to version {version} of model {self.name}, which is not currently "
+                "available for inference", code="FAILED_PRECONDITION",
+            )
+
+    def set_labels(self, labels, allow_unavailable=False):
+        """Points the labels (label -> version) at their versions, all or none (`check_labels`)."""
+        self.check_labels(labels, allow_unavailable)
+        if labels != self.labels:
+            log.info("model %s labels: %s", self.name,
+                     ", ".join(f"{label} -> {version}" for label, version in sorted(labels.items())) or "none")
+        self.labels = dict(labels)
+
+    def unload_all(self):
+        """Stops serving every version (the model left the config); requests in flight finish."""
+        for version in sorted(self.loaded):
+            del self.loaded[version]
+            self.status[version] = VersionStatus(END)
+            log.info("model %s version %s unloaded", self.name, version)
 
     def status_json(self, version=None):
         """GetModelStatus's response, newest version first."""

@@ -34,12 +34,25 @@ DEFAULT_SIGNATURE = "serving_default"
 
 
 class ServingError(Exception):
-    """A request that fails; `status` is the HTTP status TF Serving gives it."""
+    """A request that fails, as TF Serving fails it: `status` is its HTTP status over REST,
+    `code` its gRPC status code (by default the one TF Serving maps to `status`; named
+    where two codes share one HTTP status, as FAILED_PRECONDITION and INVALID_ARGUMENT
+    share 400), and `retry_after` the seconds a client should wait before trying again
+    (the Retry-After of a 503), where known."""
 
-    def __init__(self, message, status=400):
+    def __init__(self, message, status=400, code=None, retry_after=None):
         super().__init__(message)
         self.message = message
         self.status = status
+        self.code = code or GRPC_CODE_OF_HTTP_STATUS.get(status, "UNKNOWN")
+        self.retry_after = retry_after
+
+
+# tensorflow_serving/model_servers/http_rest_api_handler's status mapping, read backwards.
+GRPC_CODE_OF_HTTP_STATUS = {
+    400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 408: "DEADLINE_EXCEEDED", 413: "RESOURCE_EXHAUSTED",
+    415: "INVALID_ARGUMENT", 499: "CANCELLED", 500: "INTERNAL", 503: "UNAVAILABLE",
+}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,12 +1,11 @@
-"""The local TF Serving stand-in as an aiohttp application: routes, status, metadata, predict.
+"""The REST door of the local TF Serving stand-in: an aiohttp application over a `ServerCore`.
 
-`python -m app.serve` (app/commands/serve.py) parses the flags, then builds a `Server` around one
-`ModelManager` (models.py) and its `Batcher` (batching.py); request bodies are read and
-answers written by rest_api.py.
+`python -m app.serve` (app/commands/serve.py) parses the flags, then builds a `ServerCore`
+(core.py: the models, their loading, the batcher) and serves it here and over gRPC
+(grpc_api.py); request bodies are read and answers written by rest_api.py.
 """
 
 import asyncio
-import concurrent.futures
 import html
 import json
 import logging
@@ -18,7 +17,6 @@ from aiohttp import web
 
 from app.export.export_info import read_export_info
 from app.serving.batching import client_connected
-from app.serving.models import no_export_yet
 from app.serving.origins import OriginPolicy, is_json
 from app.serving.rest_api import (
     DEFAULT_READ_TIMEOUT_SECONDS,
@@ -49,24 +47,20 @@ SIGNATURE_METHODS = {"classify": "classification", "regress": "regression"}
 
 
 class Server:
-    """The aiohttp application around one `ModelManager` and its `Batcher`."""
+    """The aiohttp application around a `ServerCore` (core.py)."""
 
-    def __init__(self, manager, batcher, limits=Limits(), poll_seconds=1.0, origins=OriginPolicy(),
+    def __init__(self, core, limits=Limits(), origins=OriginPolicy(),
                  read_timeout_seconds=DEFAULT_READ_TIMEOUT_SECONDS):
-        self.manager = manager
-        self.batcher = batcher
+        self.core = core
+        self.models = core.models
         self.limits = limits
-        self.poll_seconds = poll_seconds
         self.origins = origins
         self.read_timeout_seconds = read_timeout_seconds
         self.responses = {}  # HTTP status -> count, for /monitoring
         self.in_flight = 0  # requests being received or answered
         self._idle = asyncio.Event()
         self._idle.set()
-        self._loading = None  # the thread pool that loads versions
-        self._poller = None
-        page = PAGE.read_text(encoding="utf-8")
-        self._page = page.replace("{{MODEL_NAME}}", html.escape(manager.name, quote=True))
+        self._page = PAGE.read_text(encoding="utf-8")
 
     def runner(self):
         """The aiohttp runner to serve `app()` with. Its keep-alive timeout is the read
@@ -88,58 +82,7 @@ class Server:
         app.router.add_get("/page.json", self.page_info)
         app.router.add_get("/monitoring/prometheus/metrics", self.metrics)
         app.router.add_route("*", "/{v1:[vV]1}/{path:.*}", self.model_request)
-        app.on_startup.append(self._start)
-        app.on_cleanup.append(self._stop)
         return app
-
-    # Lifecycle: the first poll runs before the server listens, so it answers once loaded.
-
-    async def _start(self, app):
-        self._loading = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="load")
-        self.batcher.start()
-        await self.poll()
-        polling = self.poll_seconds > 0  # TF Serving's 0: the versions there at start, no later ones
-        if not self.manager.loaded and not self.manager.versions_on_disk:
-            log.warning("%s (%s)", no_export_yet(self.manager.base_path),
-                        "polling for it" if polling else "polling is off: restart the server then")
-        elif not self.manager.loaded:
-            log.warning("no servable version of %s under %s %s", self.manager.name, self.manager.base_path,
-                        "yet; polling" if polling else "and polling is off")
-        if polling:
-            self._poller = asyncio.create_task(self._poll_forever())
-
-    async def _stop(self, app):
-        if self._poller is not None:
-            self._poller.cancel()
-            await asyncio.gather(self._poller, return_exceptions=True)
-        await self.batcher.stop()
-        for loaded in list(self.manager.loaded.values()):
-            if hasattr(loaded, "close"):  # a version in a process of its own: end it now
-                loaded.close()
-        # A version still loading is not waited for: it would be thrown away. (Its thread
-        # cannot be stopped; main() exits without joining it.)
-        self._loading.shutdown(wait=False, cancel_futures=True)
-
-    async def _poll_forever(self):
-        while True:
-            await asyncio.sleep(self.poll_seconds)
-            try:
-                await self.poll()
-            except Exception:  # a bad poll must not stop later ones
-                log.exception("polling %s failed", self.manager.base_path)
-
-    async def poll(self):
-        """Loads (in a thread, while serving goes on) the versions the manager wants."""
-        loop = asyncio.get_running_loop()
-        for version, path in self.manager.to_load():
-            self.manager.start_loading(version)
-            try:
-                loaded = await loop.run_in_executor(self._loading, self.manager.load, version, path)
-            except Exception as error:
-                self.manager.failed(version, error)
-            else:
-                self.manager.publish(loaded)
-        self.manager.unload_removed()
 
     # Handlers.
 
@@ -196,6 +139,8 @@ class Server:
             if error.status in (408, 499):  # the client's doing, worth one line
                 log.info("%s %s from %s: %s", request.method, request.path, request.remote, error.message)
             response = _json(error_body(error.message), error.status)
+            if error.retry_after is not None:  # a version being loaded again after its process died
+                response.headers["Retry-After"] = str(error.retry_after)
             if error.status == 408:  # the rest of a stalled body must not be read as a request
                 response.force_close()
         except web.HTTPException as error:
@@ -209,7 +154,9 @@ class Server:
         return self._count(response)
 
     async def page(self, request):
-        return web.Response(text=self._page, content_type="text/html")
+        """The page, translating with the config's first model."""
+        name = html.escape(self.models.default_name or "", quote=True)
+        return web.Response(text=self._page.replace("{{MODEL_NAME}}", name), content_type="text/html")
 
     async def page_info(self, request):
         """What the page shows and obeys, beside TF Serving's API (whose answers stay as
@@ -217,10 +164,11 @@ class Server:
         decoding defaults from its export_info.json (null where it records none), its
         signatures, and this server's per-request limits. Served beside TF Serving
         (serving/compose.yaml) the page finds no /page.json and reads the metadata instead."""
-        loaded = self.manager.get()  # the newest; 404 while there is none
+        name = self.models.default_name
+        loaded = self.models.get(name)  # the newest; 404 while there is none
         info = _export_info(loaded.path)
         return _json({
-            "model_name": self.manager.name,
+            "model_name": name,
             "version": str(loaded.version),  # a string, as TF Serving's answers write versions
             **{key: info.get(key) for key in PAGE_EXPORT_INFO},
             "signatures": sorted(loaded.signatures),
@@ -251,28 +199,26 @@ class Server:
         if request.method == "GET" and not method:
             if not name:
                 raise ServingError("Missing model name in request.")
-            _check_label(label)
+            manager = self.models.manager(name)
             if metadata:
-                self._check_name(name, version)
-                return _json(self.manager.metadata_json(version))
-            if name != self.manager.name:
+                loaded = self.models.get(name, version, label)
+                return _json(manager.metadata_json(loaded.version))
+            if manager is None:
                 raise ServingError(f"Could not find any versions of model {name}", status=404)
-            return _json(self.manager.status_json(version))
+            if label is not None:
+                version = manager.get(label=label).version
+            return _json(manager.status_json(version))
         raise malformed
 
     def _check_name(self, name, version, label=None):
-        _check_label(label)
-        if name != self.manager.name:
-            request = f"Specific({name}, {version})" if version is not None else f"Latest({name})"
-            raise ServingError(f"Servable not found for request: {request}", status=404)
+        self.models.get(name, version, label)  # TF Serving's errors for a model, version or label it lacks
 
     async def predict(self, request, name, version, label=None):
         document = parse_json_body(await self._read_body(request))
         signature_name = signature_name_of(document)
-        self._check_name(name, version, label)
-        loaded = self.manager.get(version)  # held until answered, even if a newer one arrives
+        loaded = self.models.get(name, version, label)  # held until answered, even if a newer one arrives
         parsed = parse_predict_request(document, signature_name, loaded.input_specs(signature_name), self.limits)
-        outputs = await self.batcher.run(  # dropped unrun once its client has gone
+        outputs = await self.core.batcher.run(  # dropped unrun once its client has gone
             loaded, signature_name, parsed.inputs, parsed.rows, lambda: client_connected(request)
         )
         return _json(format_response(outputs, parsed.format))
@@ -299,7 +245,7 @@ class Server:
                 raise web.HTTPRequestEntityTooLarge(max_size=self._client_max_size, actual_size=len(body))
 
     async def metrics(self, request):
-        name = self.manager.name
+        name = self.models.default_name
         lines = ["# TYPE serving_responses_total counter"]
         lines += [
             f'serving_responses_total{{model_name="{name}",code="{code}"}} {count}'
@@ -308,7 +254,7 @@ class Server:
         lines.append("# TYPE serving_batches_total counter")
         lines += [
             f'serving_batches_total{{model_name="{name}",batch_size="{size}"}} {count}'
-            for size, count in sorted(self.batcher.batch_sizes.items())
+            for size, count in sorted(self.core.batcher.batch_sizes.items())
         ]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
@@ -353,12 +299,6 @@ def _export_info(path):
         return read_export_info(path)
     except (OSError, ValueError):  # DataError is a ValueError
         return {}
-
-
-def _check_label(label):
-    # TF Serving with no labels configured answers every label so (server_core.cc).
-    if label is not None:
-        raise ServingError(f"Unrecognized servable version label: {label}")
 
 
 def _json(body, status=200):

@@ -17,20 +17,25 @@ def planned(*argv):
 
 def test_the_defaults_and_every_flag():
     assert planned() == ClientPlan(
-        url="http://localhost:8501", model_name="translator", version=None, sentences=(), batch_size=32,
+        url="http://localhost:8501", grpc_address=None, model_name="translator", version=None, label=None,
+        sentences=(), batch_size=32,
         nbest=False, scores=False, alpha=None, max_extra_length=None,
     )
     flags = ["A man.", "A dog.", "--url", "http://h:9", "--model", "en-de", "--version", "2", "--scores",
              "--alpha", "1.0", "--max-extra-length", "9", "--batch-size", "4"]
     assert planned(*flags) == ClientPlan(
-        url="http://h:9", model_name="en-de", version=2, sentences=("A man.", "A dog."), batch_size=4,
-        nbest=False, scores=True, alpha=1.0, max_extra_length=9,
+        url="http://h:9", grpc_address=None, model_name="en-de", version=2, label=None,
+        sentences=("A man.", "A dog."), batch_size=4, nbest=False, scores=True, alpha=1.0, max_extra_length=9,
+    )
+    assert planned("--grpc", "h:8500", "--label", "stable") == ClientPlan(
+        url="http://localhost:8501", grpc_address="h:8500", model_name="translator", version=None, label="stable",
+        sentences=(), batch_size=32, nbest=False, scores=False, alpha=None, max_extra_length=None,
     )
 
 
 def test_one_option_given_sends_the_others_default(monkeypatch):
     sent = []
-    monkeypatch.setattr(client, "predict", lambda url, model, instances, signature, version: sent.append(
+    monkeypatch.setattr(client, "predict", lambda url, model, instances, signature, version, label: sent.append(
         (signature, instances)) or [{"translations": "x", "scores": -1.0}])
     client.translate("http://h", "m", ["A man."], max_extra_length=9)
     client.translate("http://h", "m", ["A man."], alpha=1.0)

@@ -8,6 +8,7 @@ import pytest
 
 from app.commands.serve import ServePlan, main, parse_args, plan_serving
 from app.serving.batching import BatchingParameters
+from app.serving.model_config import LATEST, ServedModel, VersionPolicy
 from app.serving.rest_api import Limits
 from app.serving.version_process import CpuThreads
 
@@ -23,14 +24,16 @@ def planned(*argv):
 
 def test_the_defaults_are_tf_servings_but_for_batching():
     assert planned() == ServePlan(
-        model_name="translator",
-        model_base_path=os.path.join("saved_models", "translator"),
+        models=(ServedModel("translator", os.path.join("saved_models", "translator"), VersionPolicy(LATEST, 1)),),
+        model_config_file=None,
+        config_poll_seconds=0.0,
+        allow_labels_for_unavailable=False,
         poll_wait_seconds=1.0,
-        num_versions=1,
         max_num_load_retries=5,
         load_retry_interval_seconds=60.0,
         host="127.0.0.1",
         port=8501,
+        grpc_port=8500,
         allowed_hosts="",
         allowed_origins="",
         read_timeout_seconds=30.0,
@@ -47,15 +50,17 @@ def test_each_flag_lands_in_its_field_in_either_spelling(tmp_path):
     flags = [
         "--model_name", "en-de", "--model_base_path", "/srv/en-de", "--file_system_poll_wait_seconds", "0",
         "--num_versions", "2", "--max_num_load_retries", "0", "--load_retry_interval_micros", "1500000",
-        "--host", "0.0.0.0", "--rest_api_port", "0", "--allowed_hosts", "a.example", "--allowed_origins",
+        "--host", "0.0.0.0", "--rest_api_port", "0", "--port", "9000",
+        "--allowed_hosts", "a.example", "--allowed_origins",
         "https://b.example", "--read_timeout_seconds", "5", "--max_instances", "4", "--max_text_length", "10",
         "--enable_batching", "false", "--batching_parameters_file", str(parameters),
         "--tensorflow_intra_op_parallelism", "3", "--tensorflow_inter_op_parallelism", "1",
     ]
     plan = planned(*flags)
     assert plan == ServePlan(
-        model_name="en-de", model_base_path="/srv/en-de", poll_wait_seconds=0.0, num_versions=2,
-        max_num_load_retries=0, load_retry_interval_seconds=1.5, host="0.0.0.0", port=0,
+        models=(ServedModel("en-de", "/srv/en-de", VersionPolicy(LATEST, 2)),), model_config_file=None,
+        config_poll_seconds=0.0, allow_labels_for_unavailable=False, poll_wait_seconds=0.0,
+        max_num_load_retries=0, load_retry_interval_seconds=1.5, host="0.0.0.0", port=0, grpc_port=9000,
         allowed_hosts="a.example", allowed_origins="https://b.example", read_timeout_seconds=5.0,
         limits=Limits(4, 10), enable_batching=False, batching=BatchingParameters(8, 5000, 2, 100),
         threads=CpuThreads(3, 1),
@@ -74,3 +79,26 @@ def test_a_batching_parameters_file_that_cannot_be_read_exits_2_naming_the_flag(
         assert exit_.value.code == 2
         error = capsys.readouterr().err.splitlines()[-1]
         assert "error: --batching_parameters_file: " in error and message in error
+
+
+def test_a_model_config_file_names_the_models_and_one_that_cannot_be_served_exits_2(tmp_path, capsys, caplog):
+    (tmp_path / "en-de").mkdir()
+    config = tmp_path / "models.config"
+    config.write_text(f'model_config_list {{ config {{ name: "en-de" base_path: "{tmp_path / "en-de"}" '
+                      'version_labels { key: "stable" value: 3 } } }\n')
+    plan = planned("--model_config_file", str(config), "--model_config_file_poll_wait_seconds", "60",
+                   "--allow_version_labels_for_unavailable_models")
+    assert plan.models == (ServedModel("en-de", str(tmp_path / "en-de"), VersionPolicy(), (("stable", 3),)),)
+    assert (plan.model_config_file, plan.config_poll_seconds, plan.allow_labels_for_unavailable) == (
+        str(config), 60.0, True)
+    # TF Serving's Docker image always passes --model_name and --model_base_path: ignored, said.
+    with caplog.at_level("WARNING", logger="app.serve"):
+        assert planned("--model_config_file", str(config), "--model_name", "x").models == plan.models
+    assert "--model_name and --model_base_path are ignored" in caplog.text
+    config.write_text('model_config_list {\n config { name: "en-de" base_path: "/nowhere" } }\n')
+    with pytest.raises(SystemExit) as exit_:
+        main(["--model_config_file", str(config)])
+    assert exit_.value.code == 2
+    error = capsys.readouterr().err.splitlines()[-1]
+    where = f"{config}:2: base_path of model 'en-de'"
+    assert error.endswith(f"error: --model_config_file: {where}: /nowhere does not exist")

@@ -28,7 +28,8 @@ class Server:
         self.log_path = log_path
         self.log = open(log_path, "w")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "app.serve", "--model_base_path", base, "--rest_api_port", "0", *flags],
+            [sys.executable, "-m", "app.serve", *(["--model_base_path", base] if base else []), "--rest_api_port", "0",
+             *([] if "--port" in flags else ["--port", "0"]), *flags],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=self.log, text=True,
             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
         )
@@ -46,6 +47,8 @@ class Server:
                 raise RuntimeError(f"the server did not start: {open(self.log_path).read()[-3000:]}")
         self.host, self.port = re.search(r"http://([\d.]+):(\d+)/", line).groups()
         self.url = f"http://{self.host}:{self.port}"
+        grpc = re.search(r"gRPC at ([\d.]+:\d+)", line)
+        self.grpc_address = grpc.group(1) if grpc else None
 
     def request(self, method, path, body=None, raw=None, timeout=120):
         """`(status, parsed JSON or text)` of one request on a fresh connection."""
@@ -96,4 +99,7 @@ def start_tiny_server(exported, model_dir, tmp_path_factory):
     flags = ["--max_instances", str(MAX_INSTANCES), "--max_text_length", str(MAX_TEXT_LENGTH)]
     # One thread per op and one op at a time: what decoded fastest on a 2-core CPU.
     flags += ["--tensorflow_intra_op_parallelism", "1", "--tensorflow-inter-op-parallelism", "1"]
+    from tests.serving.fake_models import free_port
+
+    flags += ["--port", str(free_port())]  # gRPC beside REST, on a port no other test's server takes
     return Server(base, *flags, log_path=log_path)

@@ -412,6 +412,53 @@ def test_client_reports_server_errors(server):
     assert "HTTP 404: Servable not found for request: Latest(nope)" in result.stderr
 
 
+# gRPC: TF Serving's official stubs against the same server, the same version, the same batcher.
+
+
+def test_grpc_and_rest_give_the_same_answers_for_every_signature(server, saved_model):
+    import grpc
+    from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
+    from app.serving.tensor_proto import to_array, to_tensor_proto
+
+    n = len(SENTENCES)
+    columns = {
+        "serving_default": {"inputs": SENTENCES},
+        "nbest": {"inputs": SENTENCES},
+        "greedy": {"inputs": SENTENCES},
+        "translate_with_options": {"inputs": SENTENCES, "alpha": [1.0] * n, "max_extra_length": [5] * n},
+    }
+    dtypes = {"alpha": np.float32, "max_extra_length": np.int32}
+    with grpc.insecure_channel(server.grpc_address) as channel:
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        for signature, inputs in columns.items():
+            request = predict_pb2.PredictRequest()
+            request.model_spec.name, request.model_spec.signature_name = "translator", signature
+            for name, values in inputs.items():
+                array = np.array([v.encode() for v in values], dtype=object) if name == "inputs" else np.array(
+                    values, dtype=dtypes[name])
+                request.inputs[name].CopyFrom(to_tensor_proto(array))
+            response = stub.Predict(request, timeout=120)
+            assert response.model_spec.version.value == 1
+            over_grpc = {name: to_array(tensor, name) for name, tensor in response.outputs.items()}
+            over_grpc["translations"] = texts(over_grpc["translations"])
+            assert_outputs_equal(over_grpc, saved_model[signature])
+            status, body = server.predict({"signature_name": signature, "inputs": inputs})
+            assert status == 200, body
+            assert over_grpc["translations"] == body["outputs"]["translations"]
+
+
+def test_client_over_grpc_prints_what_it_prints_over_rest(server, saved_model):
+    over_rest = client("--url", server.url, "--scores", SENTENCES[0], SENTENCES[1])
+    over_grpc = client("--grpc", server.grpc_address, "--scores", SENTENCES[0], SENTENCES[1])
+    assert over_grpc.returncode == 0, over_grpc.stderr
+    assert over_grpc.stdout == over_rest.stdout
+    assert over_grpc.stdout.splitlines()[0].split("\t")[1] == texts(saved_model["serving_default"]["translations"])[0]
+    missing = client("a", "--grpc", server.grpc_address, "--model-name", "nope")
+    assert missing.returncode == 1
+    assert f"{server.grpc_address}: NOT_FOUND: Servable not found for request: Latest(nope)" in missing.stderr
+
+
 # Load: many clients at once; the figures are benchmarks/bench_serving.py's job.
 
 

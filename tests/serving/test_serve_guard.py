@@ -11,6 +11,9 @@ import numpy as np
 import pytest
 
 from app.serving.batching import Batcher
+from app.serving.core import ServerCore
+from app.serving.model_config import ServedModel
+from app.serving.model_set import ModelSet
 from app.serving.models import ModelManager
 from app.serving.origins import OriginPolicy
 from app.serving.rest_api import TensorSpec
@@ -47,14 +50,16 @@ def running(tmp_path, origins=OriginPolicy(), read_timeout_seconds=30.0):
     import threading
 
     (tmp_path / "1").mkdir(exist_ok=True)
-    manager = ModelManager("translator", str(tmp_path), loader=EchoVersion)
-    server = Server(manager, Batcher(), poll_seconds=0, origins=origins, read_timeout_seconds=read_timeout_seconds)
+    models = ModelSet(lambda model: ModelManager(model.name, model.base_path, loader=EchoVersion))
+    core = ServerCore(models, Batcher(), [ServedModel.from_flags("translator", str(tmp_path))], poll_seconds=0)
+    server = Server(core, origins=origins, read_timeout_seconds=read_timeout_seconds)
     loop = asyncio.new_event_loop()
     started, port = threading.Event(), []
 
     async def start():
         from aiohttp import web
 
+        await core.start()
         runner = server.runner()
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -70,6 +75,7 @@ def running(tmp_path, origins=OriginPolicy(), read_timeout_seconds=30.0):
         yield server, port[0]
     finally:
         asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(30)
+        asyncio.run_coroutine_threadsafe(core.stop(), loop).result(30)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
 

@@ -4,6 +4,7 @@ import os
 
 import pytest
 
+from app.serving.model_config import LATEST, VersionPolicy
 from app.serving.models import ModelManager, list_versions, version_directories
 from app.serving.rest_api import ServingError
 
@@ -77,7 +78,7 @@ def test_the_newest_version_is_served_and_replaces_the_old_one(tmp_path):
 
 
 def test_num_versions_keeps_older_versions_addressable(tmp_path):
-    manager = ModelManager("translator", str(tmp_path), num_versions=2, loader=FakeVersion)
+    manager = ModelManager("translator", str(tmp_path), VersionPolicy(LATEST, 2), loader=FakeVersion)
     make(tmp_path, 1, 2)
     poll(manager)
     assert sorted(manager.loaded) == [1, 2] and manager.get().version == 2 and manager.get(1).version == 1

@@ -1,0 +1,142 @@
+"""What both APIs serve from: the models, their loading and polling, the model config, the batcher.
+
+    core = ServerCore(ModelSet(make_manager), batcher, initial_models, poll_seconds=1.0,
+                      config_file="models.config", config_poll_seconds=60)
+    await core.start()          # loads the first versions (the servers listen after)
+    await core.reload_config(read_model_config("models.config"))   # HandleReloadConfigRequest
+    await core.stop()
+
+The REST server (server.py) and the gRPC one (grpc_api.py) are two doors to one core, as
+TF Serving's are to its ServerCore: the same versions, the same batches. Every change to
+what is loaded (a poll for new versions, a config reload) runs under one lock, one at a
+time, in the event loop; the loads themselves run in a thread, while requests are served.
+"""
+
+import asyncio
+import concurrent.futures
+import logging
+
+from app.serving.model_config import ModelConfigError, read_model_config
+from app.serving.models import no_export_yet
+
+log = logging.getLogger("app.serve")
+
+
+class ServerCore:
+    """The served models and what keeps them current (see the module docstring).
+
+    Args:
+        models: the `ModelSet`, empty until `start`.
+        batcher: the `Batcher` every model call goes through.
+        initial_models: the `ServedModel`s to serve at start (the flags' one, or the config file's).
+        poll_seconds: how often to look for new versions (0: at start only, as TF Serving).
+        config_file: the model config file to re-read, or None.
+        config_poll_seconds: how often to re-read it (0: never, as TF Serving's default).
+    """
+
+    def __init__(self, models, batcher, initial_models, poll_seconds=1.0, config_file=None, config_poll_seconds=0.0):
+        self.models = models
+        self.batcher = batcher
+        self.initial_models = tuple(initial_models)
+        self.poll_seconds = poll_seconds
+        self.config_file = config_file
+        self.config_poll_seconds = config_poll_seconds
+        self._changing = None  # asyncio.Lock: one poll or reload at a time
+        self._loading = None  # the thread that loads versions
+        self._tasks = []
+        self._config_text = None  # the config file's text at its last read
+
+    async def start(self):
+        """Loads the first versions, then polls in the background."""
+        self._changing = asyncio.Lock()
+        self._loading = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="load")
+        self.batcher.start()
+        await self.reload_config(self.initial_models)
+        if self.config_file:
+            with open(self.config_file, encoding="utf-8") as f:
+                self._config_text = f.read()
+        polling = self.poll_seconds > 0  # TF Serving's 0: the versions there at start, no later ones
+        for manager in self.models.managers.values():
+            if not manager.loaded and not manager.versions_on_disk:
+                log.warning("%s (%s)", no_export_yet(manager.base_path),
+                            "polling for it" if polling else "polling is off: restart the server then")
+            elif not manager.loaded:
+                log.warning("no servable version of %s under %s %s", manager.name, manager.base_path,
+                            "yet; polling" if polling else "and polling is off")
+        # Without polling for new versions, a version whose process died is still loaded
+        # again: the poll then looks for nothing new on disk.
+        self._tasks.append(asyncio.create_task(self._every(self.poll_seconds or 1.0, self.poll)))
+        if self.config_file and self.config_poll_seconds > 0:
+            self._tasks.append(asyncio.create_task(self._every(self.config_poll_seconds, self.reread_config_file)))
+
+    async def stop(self):
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.batcher.stop()
+        for manager in self.models.managers.values():
+            for loaded in list(manager.loaded.values()):
+                if hasattr(loaded, "close"):  # a version in a process of its own: end it now
+                    loaded.close()
+        # A version still loading is not waited for: it would be thrown away. (Its thread
+        # cannot be stopped; the command exits without joining it.)
+        self._loading.shutdown(wait=False, cancel_futures=True)
+
+    async def _every(self, seconds, step):
+        while True:
+            await asyncio.sleep(seconds)
+            try:
+                await step()
+            except Exception:  # a bad poll must not stop later ones
+                log.exception("%s failed", step.__name__)
+
+    async def poll(self):
+        """Loads what the served models want (new versions, where polling is on; versions
+        whose process died, always)."""
+        async with self._changing:
+            await self._load_wanted(list(self.models.managers.values()), look_on_disk=self.poll_seconds > 0)
+
+    async def _load_wanted(self, managers, look_on_disk=True):
+        loop = asyncio.get_running_loop()
+        for manager in managers:
+            for version, path in manager.to_load(look_on_disk):
+                manager.start_loading(version)
+                try:
+                    loaded = await loop.run_in_executor(self._loading, manager.load, version, path)
+                except Exception as error:
+                    manager.failed(version, error)
+                else:
+                    manager.publish(loaded)
+            manager.unload_removed()
+
+    async def reload_config(self, models):
+        """Serves `models` (`ServedModel`s): loads what is new, swaps it in, unloads what
+        went, then sets the labels (`ModelSet.commit`; its FAILED_PRECONDITION
+        `ServingError` where a label names a version that is not loaded)."""
+        async with self._changing:
+            change = self.models.change_to(models)
+            await self._load_wanted(change.to_poll)
+            self.models.commit(change)
+            log.info("serving %s", "; ".join(
+                f"{m.name} ({m.policy.describe()}) from {m.base_path}" for m in self.models.config) or "no model")
+
+    async def reread_config_file(self):
+        """Serves the config file anew where its text changed; keeps the config it has
+        where the new one cannot be read or served (logged once per text)."""
+        try:
+            with open(self.config_file, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as error:
+            text = f"unreadable: {error}"
+        if text == self._config_text:
+            return
+        self._config_text = text
+        try:
+            models = read_model_config(self.config_file)
+        except ModelConfigError as error:
+            log.error("model config not applied, still serving the one before: %s", error)
+            return
+        try:
+            await self.reload_config(models)
+        except Exception as error:  # a label on a version that failed to load, say
+            log.error("model config %s applied in part: %s", self.config_file, getattr(error, "message", error))

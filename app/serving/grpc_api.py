@@ -1,0 +1,224 @@
+"""The gRPC door of the local TF Serving stand-in: TF Serving's PredictionService and ModelService.
+
+    server = await start_grpc_server(core, "127.0.0.1", 8500, limits)     # grpc.aio, this event loop
+    ...
+    await server.stop(grace)
+
+Built on `grpcio` and the official `tensorflow-serving-api` messages and service stubs
+(protos.py), so that a client written against `tensorflow_model_server --port 8500` works
+unchanged: `PredictionService.Predict` and `GetModelMetadata`, `ModelService.GetModelStatus`
+and `HandleReloadConfigRequest`. A request goes through the same `ServerCore` as a REST one
+(core.py): the same loaded versions, the same batcher, the same limits, so the two give
+the same translations for the same sentences. Errors carry TF Serving's status codes and
+messages (tensorflow_serving/servables/tensorflow/predict_util.cc,
+model_servers/get_model_status_impl.cc, model_service_impl.cc): NOT_FOUND for a model or
+version that is not served, INVALID_ARGUMENT for a bad input or an unknown label,
+FAILED_PRECONDITION for a signature the version does not have, UNAVAILABLE (with the
+seconds to wait as `retry-after` trailing metadata) while a version is loaded again.
+"""
+
+import logging
+
+import grpc
+import numpy as np
+from google.protobuf import json_format
+
+from app.serving.model_config import ModelConfigError, parse_model_config
+from app.serving.protos import apis, error_codes_pb2
+from app.serving.rest_api import DEFAULT_SIGNATURE, Limits, ServingError
+from app.serving.tensor_proto import dtype_name, to_array, to_tensor_proto
+
+log = logging.getLogger("app.serve")
+
+_STATES = apis.get_model_status_pb2.ModelVersionStatus.State
+
+
+def _version_and_label(model_spec):
+    """(version, label) of a ModelSpec: at most one of them is set (the `version_choice` oneof)."""
+    choice = model_spec.WhichOneof("version_choice")
+    if choice == "version":
+        return model_spec.version.value, None
+    if choice == "version_label":
+        return None, model_spec.version_label
+    return None, None
+
+
+async def _answer(context, call):
+    """`await call()`, or the RPC aborted with the `ServingError`'s code and message."""
+    try:
+        return await call()
+    except ServingError as error:
+        if error.retry_after is not None:
+            context.set_trailing_metadata((("retry-after", str(error.retry_after)),))
+        await context.abort(grpc.StatusCode[error.code], error.message)
+
+
+class PredictionService(apis.prediction_service_pb2_grpc.PredictionServiceServicer):
+    """Predict and GetModelMetadata (Classify, Regress and MultiInference answer
+    UNIMPLEMENTED: the exports have predict signatures only)."""
+
+    def __init__(self, core, limits=Limits()):
+        self.core = core
+        self.limits = limits
+
+    async def Predict(self, request, context):
+        return await _answer(context, lambda: self._predict(request, context))
+
+    async def GetModelMetadata(self, request, context):
+        return await _answer(context, lambda: self._metadata(request))
+
+    async def _predict(self, request, context):
+        spec = request.model_spec
+        version, label = _version_and_label(spec)
+        loaded = self.core.models.get(spec.name, version, label)  # held until answered
+        signature_name = spec.signature_name or DEFAULT_SIGNATURE
+        if signature_name not in loaded.inputs:
+            raise ServingError(f'Serving signature key "{signature_name}" not found.', code="FAILED_PRECONDITION")
+        input_specs = loaded.inputs[signature_name]
+        inputs = self._inputs(request, spec.name, input_specs)
+        output_names = self._output_names(request, loaded.outputs[signature_name])
+        rows = max((len(array) for array in inputs.values() if array.ndim), default=1)
+        outputs = await self.core.batcher.run(
+            loaded, signature_name, inputs, rows, lambda: not context.cancelled()
+        )
+        response = apis.predict_pb2.PredictResponse()
+        response.model_spec.name = spec.name
+        response.model_spec.version.value = loaded.version
+        response.model_spec.signature_name = signature_name
+        for name in output_names:
+            response.outputs[name].CopyFrom(to_tensor_proto(outputs[name]))
+        return response
+
+    def _inputs(self, request, model_name, input_specs):
+        """The request's tensors as arrays, checked against the signature and the limits."""
+        extra = sorted(set(request.inputs) - set(input_specs))
+        missing = sorted(set(input_specs) - set(request.inputs))
+        if extra or missing:
+            raise ServingError(
+                f"Request inputs do not match required inputs for model `{model_name}`. "
+                f"Send extra: {{{','.join(extra)}}}. Missing but required: {{{','.join(missing)}}}."
+            )
+        inputs = {}
+        for index, (name, spec) in enumerate(sorted(input_specs.items())):
+            array = to_array(request.inputs[name], where=f'input "{name}"')
+            if array.dtype != spec.dtype:
+                raise ServingError(
+                    f'Expects arg[{index}] to be {dtype_name(spec.dtype)} but {dtype_name(array.dtype)} is provided '
+                    f'(input "{name}")'
+                )
+            fits = array.ndim == len(spec.shape) and all(
+                want is None or want == got for want, got in zip(spec.shape, array.shape)
+            )
+            if not fits:
+                want = "[" + ",".join("?" if d is None else str(d) for d in spec.shape) + "]"
+                raise ServingError(f'input "{name}" has shape {list(array.shape)}, expected {want}')
+            self._check_limits(name, array)
+            inputs[name] = array
+        return inputs
+
+    def _check_limits(self, name, array):
+        if array.ndim and len(array) > self.limits.max_instances:
+            raise ServingError(
+                f"{len(array)} instances are more than this server accepts in one request "
+                f"(--max_instances={self.limits.max_instances})"
+            )
+        if array.dtype == np.object_:
+            longest = max((len(value) for value in array.ravel()), default=0)
+            if longest > self.limits.max_text_length:
+                raise ServingError(
+                    f'a text of {longest} bytes in input "{name}" is longer than this server accepts '
+                    f"(--max_text_length={self.limits.max_text_length})"
+                )
+
+    @staticmethod
+    def _output_names(request, output_specs):
+        """The outputs to answer with: `output_filter`'s, or all of them."""
+        if not request.output_filter:
+            return sorted(output_specs)
+        seen = set()
+        for name in request.output_filter:
+            if name not in output_specs:
+                raise ServingError(
+                    f"output tensor alias not found in signature: {name} Outputs expected to be in the set "
+                    f"{{{','.join(sorted(output_specs))}}}."
+                )
+            if name in seen:
+                raise ServingError(f"duplicate output tensor alias: {name}")
+            seen.add(name)
+        return list(request.output_filter)
+
+    async def _metadata(self, request):
+        if not request.metadata_field:
+            raise ServingError("GetModelMetadataRequest must specify at least one metadata_field")
+        for field in request.metadata_field:
+            if field != "signature_def":
+                raise ServingError(f"Metadata field {field} is not supported")
+        spec = request.model_spec
+        version, label = _version_and_label(spec)
+        loaded = self.core.models.get(spec.name, version, label)
+        signatures = apis.get_model_metadata_pb2.SignatureDefMap()
+        json_format.ParseDict(loaded.signature_def, signatures)
+        response = apis.get_model_metadata_pb2.GetModelMetadataResponse()
+        response.model_spec.name = spec.name
+        response.model_spec.version.value = loaded.version
+        response.metadata["signature_def"].Pack(signatures)
+        return response
+
+
+class ModelService(apis.model_service_pb2_grpc.ModelServiceServicer):
+    """GetModelStatus and HandleReloadConfigRequest."""
+
+    def __init__(self, core):
+        self.core = core
+
+    async def GetModelStatus(self, request, context):
+        return await _answer(context, lambda: self._status(request))
+
+    async def HandleReloadConfigRequest(self, request, context):
+        return await _answer(context, lambda: self._reload(request))
+
+    async def _status(self, request):
+        spec = request.model_spec
+        manager = self.core.models.manager(spec.name)
+        if manager is None:
+            raise ServingError(f"Could not find any versions of model {spec.name}", status=404)
+        version, label = _version_and_label(spec)
+        if label is not None:
+            version = manager.get(label=label).version
+        statuses = manager.status_json(version)["model_version_status"]
+        response = apis.get_model_status_pb2.GetModelStatusResponse()
+        for status in statuses:
+            entry = response.model_version_status.add()
+            entry.version = int(status["version"])
+            entry.state = _STATES.Value(status["state"])
+            entry.status.error_code = error_codes_pb2.Code.Value(status["status"]["error_code"])
+            entry.status.error_message = status["status"]["error_message"]
+        return response
+
+    async def _reload(self, request):
+        """Serves the request's config as a reload of the config file would, and answers
+        with its status (OK, or the error, also as the RPC's status)."""
+        if request.config.WhichOneof("config") != "model_config_list":
+            raise ServingError("ServerCore is being used with a config other than model_config_list")
+        from google.protobuf import text_format
+
+        try:
+            models = parse_model_config(text_format.MessageToString(request.config), "the request's config")
+        except ModelConfigError as error:
+            raise ServingError(str(error)) from None
+        await self.core.reload_config(models)
+        response = apis.model_management_pb2.ReloadConfigResponse()
+        response.status.error_code = error_codes_pb2.OK
+        return response
+
+
+async def start_grpc_server(core, host, port, limits=Limits()):
+    """A started grpc.aio server of both services on `host:port` (in this event loop)."""
+    server = grpc.aio.server()
+    apis.prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(PredictionService(core, limits), server)
+    apis.model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(core), server)
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if server.add_insecure_port(address) == 0:
+        raise OSError(f"cannot listen on {address}")
+    await server.start()
+    return server
