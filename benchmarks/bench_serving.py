@@ -1,14 +1,16 @@
-"""Serving under load: 1 and 16 clients x 50 requests over HTTP, with dynamic batching and without.
+"""Serving under load: 1 and 16 clients x 50 requests over REST and gRPC, with dynamic batching and without.
 
     python benchmarks/bench_serving.py --tiny                        # exports a tiny model first
     python benchmarks/bench_serving.py --model_base_path saved_models/translator
     python benchmarks/bench_serving.py --url http://localhost:8501   # a running server (TF Serving too)
 
-For each mode it starts `python -m app.serve` on a free port of 127.0.0.1 (--enable_batching
-true, then false), then, for each count in `--clients`, runs that many threads that each
-send `--requests` predict requests of 1 to 3 Multi30k validation sentences (mixed
-lengths) one after another. It prints requests/s, sentences/s, p50 and p95 latency, the errors, and, from the server's
-/monitoring/prometheus/metrics, how many model calls of each batch size it made. A server
+For each mode it starts `python -m app.serve` on free ports of 127.0.0.1 (--enable_batching
+true, then false), then, for each API in `--apis` (REST, then gRPC through TF Serving's
+stubs, against the same server) and each count in `--clients`, runs that many threads that
+each send `--requests` predict requests of 1 to 3 Multi30k validation sentences (mixed
+lengths) one after another. It prints requests/s, sentences/s, p50, p95 and p99 latency,
+the errors, and, from the server's /monitoring/prometheus/metrics, how many model calls of
+each batch size it made. A server
 that exits, serves no version or fails the first request stops the run with the cause and
 the path of its log, which is then kept (a temporary file; a good run's logs are removed).
 
@@ -40,6 +42,8 @@ from app.cli.flag_types import int_list, name_list, positive_int  # noqa: E402
 
 # --modes: the local server with dynamic batching (--enable_batching true) and without.
 MODES = ("batching", "unbatched")
+# --apis: TF Serving's REST API (JSON over HTTP/1.1) and its gRPC API (protos over HTTP/2).
+APIS = ("rest", "grpc")
 
 
 class ServerFailed(Exception):
@@ -63,17 +67,25 @@ def export_tiny(directory):
 
 def start_server(base, flags, log, root=ROOT):
     """A `python -m app.serve` process of the checkout `root` (this one by default) on a free
-    port; `(process, url)` once it answers.
+    port (REST, and gRPC on another: `process.grpc_address`); `(process, url)` once it answers.
+    `base`: the --model_base_path, or None where `flags` name a --model_config_file.
 
     `log` is the open file its stderr goes to. Raises ServerFailed when the server exits
     or is silent for 300 s before it answers, or answers with no version loaded (the
     first poll, which loads them, comes before it listens: each one failed to load).
     """
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        grpc_port = probe.getsockname()[1]
+    where = ["--model_base_path", base] if base is not None else []
     process = subprocess.Popen(
-        [sys.executable, "-m", "app.serve", "--model_base_path", base, "--rest_api_port", "0", *flags],
+        [sys.executable, "-m", "app.serve", *where, "--rest_api_port", "0", "--port", str(grpc_port), *flags],
         cwd=root, stdout=subprocess.PIPE, stderr=log, text=True,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(root)},
     )
+    process.grpc_address = f"127.0.0.1:{grpc_port}"
     line = ""
     while "Serving model" not in line:
         ready, _, _ = select.select([process.stdout], [], [], 300)
@@ -86,7 +98,7 @@ def start_server(base, flags, log, root=ROOT):
         process.terminate()
         process.wait()
         raise ServerFailed(f"the server loaded no version of {base}{_cause(log)}; see its log, {log.name}")
-    return process, re.search(r"(http://\S+?)/?$", line.strip()).group(1)
+    return process, re.search(r"(http://[^/\s]+)", line).group(1)
 
 
 def _cause(log):
@@ -105,21 +117,49 @@ def post(url, body, timeout=300):
         return json.loads(response.read())
 
 
-def load(url, model, sentences, clients, requests, seed=0):
-    """Runs the clients; returns (latencies in s, sentences sent, errors, wall seconds)."""
+def grpc_predictor(address, model):
+    """`instances -> translations` over TF Serving's gRPC API (its official stubs), one
+    channel per client thread, as a gRPC client keeps it."""
+    import grpc
+    import numpy as np
+
+    from app.serving.protos import apis
+    from app.serving.tensor_proto import to_tensor_proto
+
+    channel = grpc.insecure_channel(address)
+    stub = apis.prediction_service_pb2_grpc.PredictionServiceStub(channel)
+
+    def predict(instances):
+        request = apis.predict_pb2.PredictRequest()
+        request.model_spec.name = model
+        request.inputs["inputs"].CopyFrom(to_tensor_proto(np.array([s.encode() for s in instances], dtype=object)))
+        return list(stub.Predict(request, timeout=300).outputs["translations"].string_val)
+
+    return predict
+
+
+def load(url, model, sentences, clients, requests, seed=0, grpc_address=None):
+    """Runs the clients (over gRPC at `grpc_address` where given, else REST at `url`);
+    returns (latencies in s, sentences sent, errors, wall seconds)."""
     endpoint = f"{url}/v1/models/{model}:predict"
 
     def client(index):
         rng = random.Random(seed * 1000 + index)
         latencies, sent, errors = [], 0, []
+        if grpc_address:
+            import grpc
+
+            predict, failures = grpc_predictor(grpc_address, model), (grpc.RpcError,)
+        else:
+            predict, failures = (lambda instances: post(endpoint, {"instances": instances})["predictions"]), ()
         for _ in range(requests):
             instances = rng.sample(sentences, rng.choice([1, 1, 2, 3]))
             start = time.perf_counter()
             try:
-                predictions = post(endpoint, {"instances": instances})["predictions"]
+                predictions = predict(instances)
                 if len(predictions) != len(instances):
                     errors.append("wrong number of predictions")
-            except (urllib.error.URLError, OSError, ValueError, KeyError) as error:
+            except (urllib.error.URLError, OSError, ValueError, KeyError, *failures) as error:
                 errors.append(repr(error))
             latencies.append(time.perf_counter() - start)
             sent += len(instances)
@@ -153,14 +193,15 @@ def report(name, latencies, sent, errors, wall, sizes):
         return latencies[min(len(latencies) - 1, int(p / 100 * len(latencies)))] * 1000
 
     calls = sum(sizes.values())
-    print(f"{name:<16} {len(latencies) / wall:8.1f} req/s {sent / wall:8.1f} sentences/s   "
-          f"p50 {percentile(50):7.0f} ms   p95 {percentile(95):7.0f} ms   errors {len(errors)}")
+    print(f"{name:<22} {len(latencies) / wall:8.1f} req/s {sent / wall:8.1f} sentences/s   "
+          f"p50 {percentile(50):7.0f} ms   p95 {percentile(95):7.0f} ms   p99 {percentile(99):7.0f} ms   "
+          f"errors {len(errors)}")
     if calls:
         mean = sum(size * count for size, count in sizes.items()) / calls
         histogram = ", ".join(f"{size}: {count}" for size, count in sorted(sizes.items()))
-        print(f"{'':<16} {calls} model calls, mean batch {mean:.1f} sentences; calls per batch size {{{histogram}}}")
+        print(f"{'':<22} {calls} model calls, mean batch {mean:.1f} sentences; calls per batch size {{{histogram}}}")
     for error in errors[:3]:
-        print(f"{'':<16} error: {error}")
+        print(f"{'':<22} error: {error}")
 
 
 def parse_args(argv=None):
@@ -188,6 +229,12 @@ def parse_args(argv=None):
         type=name_list(MODES, "mode"),
         default=",".join(MODES),
         help=f"which local server modes to run, comma-separated (default {','.join(MODES)})",
+    )
+    parser.add_argument(
+        "--apis",
+        type=name_list(APIS, "API"),
+        default=",".join(APIS),
+        help=f"which APIs to measure on each local server, comma-separated (default {','.join(APIS)})",
     )
     parser.add_argument(
         "--server-flags",
@@ -263,10 +310,12 @@ def measure_mode(mode, base, flags, log, args, sentences):
             raise ServerFailed(
                 f"the server did not answer the first request ({error.reason}); see its log, {log.name}"
             ) from None
-        for clients in args.clients:
-            before = batch_sizes(url)
-            result = load(url, args.model, sentences, clients, args.requests)
-            report(f"{mode} x{clients}", *result, new_calls(before, batch_sizes(url)))
+        for api in args.apis:
+            grpc_address = process.grpc_address if api == "grpc" else None
+            for clients in args.clients:
+                before = batch_sizes(url)
+                result = load(url, args.model, sentences, clients, args.requests, grpc_address=grpc_address)
+                report(f"{mode} {api} x{clients}", *result, new_calls(before, batch_sizes(url)))
     finally:
         process.terminate()
         process.wait()

@@ -1,7 +1,8 @@
 """The local server left running: memory across hot reloads and failed loads, under load.
 
     python benchmarks/bench_serving_soak.py --tiny                      # exports a tiny model first
-    python benchmarks/bench_serving_soak.py --export saved_models/translator/3 --reloads 20 --broken 10
+    python benchmarks/bench_serving_soak.py --export saved_models/translator/3 --reloads 20 --broken 10 \
+        --label-moves 20
 
 With `--in-process-loads N` it first loads and releases the version N times in one
 process, as the server did before each version had a process of its own.
@@ -12,9 +13,15 @@ It copies one exported version into a base path of its own as version 1, starts
 the next version the documented way (copied to `.tmp-N`, renamed to `N`) and waits until
 that version is AVAILABLE and the previous one's process has ended; then it makes
 `--broken` failed loads (a version whose saved_model.pb is garbage, retried
-`--broken - 1` times). After the first load and after each step it prints the resident
-memory of the server and of its versions' processes together, and at the end the
-requests that failed (a reload must fail none) and the growth against the first load.
+`--broken - 1` times). Then it serves the last two good versions (`specific`) labelled
+stable and canary, with `--clients` more threads looping on each label, and `--label-moves`
+times rewrites the model config file (which the server re-reads every 0.2 s) to swap the
+labels, waiting until each label answers with its new version; their memory is compared
+with that of the two versions labelled, before the first move. The server is started on
+that config file (`--model_config_file`) throughout. After the first load and after each
+step it prints the resident memory of the server and of its worker processes together,
+and at the end the requests that failed (a reload must fail none) and the growth against
+the first load.
 """
 
 import argparse
@@ -135,6 +142,10 @@ def parse_args(argv=None):
         "--broken", type=int_at_least(0), default=10, help="failed loads of a broken version (default 10)"
     )
     parser.add_argument(
+        "--label-moves", type=int_at_least(0), default=20,
+        help="config reloads that swap the labels stable and canary between two versions (default 20)",
+    )
+    parser.add_argument(
         "--clients", type=int_at_least(1), default=2, help="threads sending requests throughout (default 2)"
     )
     parser.add_argument("--server-flags", default="", help="more flags for python -m app.serve")
@@ -155,21 +166,23 @@ def main(argv=None):
     base = work / "served"
     base.mkdir()
     place(export, base, 1)
-    flags = ["--file_system_poll_wait_seconds", "0.2", "--load_retry_interval_micros", "0",
+    config = work / "models.config"
+    write_config(config, base)
+    flags = ["--model_config_file", str(config), "--model_config_file_poll_wait_seconds", "0.2",
+             "--file_system_poll_wait_seconds", "0.2", "--load_retry_interval_micros", "0",
              "--max_num_load_retries", str(max(args.broken - 1, 0)), *args.server_flags.split()]
     log = open(work / "serve.log", "w")
-    process, url = start_server(str(base), flags, log)
-    endpoint = f"{url}/v1/models/translator:predict"
+    process, url = start_server(None, flags, log)
     stop, failures, answered = threading.Event(), [], [0]
 
-    def client():
+    def client(path="/v1/models/translator:predict"):
         while not stop.is_set():
             try:
-                if len(post(endpoint, {"instances": SENTENCES[: 1 + answered[0] % 3]})["predictions"]) < 1:
+                if len(post(url + path, {"instances": SENTENCES[: 1 + answered[0] % 3]})["predictions"]) < 1:
                     failures.append("no predictions")
                 answered[0] += 1
             except (urllib.error.URLError, OSError, ValueError, KeyError) as error:
-                failures.append(repr(error))
+                failures.append(f"{path}: {error!r}")
 
     threads = [threading.Thread(target=client, daemon=True) for _ in range(args.clients)]
     for thread in threads:
@@ -200,12 +213,19 @@ def main(argv=None):
             memory = tree_resident_bytes(process.pid)
             print(f"after {args.broken} failed loads of version {version}: {memory / 2**30:.2f} GiB "
                   f"({memory / first - 1:+.1%})", flush=True)
+        if args.label_moves:
+            good = version - 1 if args.broken else version
+            if good < 2:  # labels move between two versions
+                place(export, base, good + 1)
+                good += 1
+            # Two versions served from here on: memory is compared with theirs, once labelled.
+            first = move_labels(args, url, config, base, (good - 1, good), threads, client, process, first, failures)
         stop.set()
         for thread in threads:
             thread.join(60)
         final = tree_resident_bytes(process.pid)
         print(f"answered {answered[0]} requests, failed {len(failures)}; memory {first / 2**30:.2f} -> "
-              f"{final / 2**30:.2f} GiB ({final / first - 1:+.1%} against the first load)")
+              f"{final / 2**30:.2f} GiB ({final / first - 1:+.1%} against the first load of the same versions)")
         for failure in failures[:5]:
             print("  failed:", failure)
     finally:
@@ -215,6 +235,56 @@ def main(argv=None):
         log.close()
     shutil.rmtree(work, ignore_errors=True)
     return 1 if failures else 0
+
+
+def write_config(path, base, versions=None, labels=None):
+    """The model config file of the served model: the newest version (TF Serving's default
+    policy), or `versions` (specific) labelled as `labels` ({label: version})."""
+    lines = ['model_config_list {', '  config {', '    name: "translator"', f'    base_path: "{base}"']
+    if versions:
+        lines.append("    model_version_policy { specific { " + " ".join(f"versions: {v}" for v in versions) + " } }")
+    for label, version in (labels or {}).items():
+        lines.append(f'    version_labels {{ key: "{label}" value: {version} }}')
+    temporary = Path(f"{path}.tmp")
+    temporary.write_text("\n".join(lines + ["  }", "}", ""]), encoding="utf-8")
+    os.replace(temporary, path)  # whole, as the server may read it any moment
+
+
+def labelled_version(url, label):
+    try:
+        with urllib.request.urlopen(f"{url}/v1/models/translator/labels/{label}", timeout=30) as response:
+            return int(json.loads(response.read())["model_version_status"][0]["version"])
+    except urllib.error.HTTPError:
+        return None
+
+
+def move_labels(args, url, config, base, versions, threads, client, process, first, failures):
+    """Serves `versions` labelled stable and canary, with clients on each label, then swaps
+    the labels `args.label_moves` times by rewriting the config file. Returns the memory
+    of the two versions served, the measure of the moves' growth."""
+    older, newer = versions
+    labels = {"stable": older, "canary": newer}
+    write_config(config, base, versions, labels)
+    wait_for(lambda: all(labelled_version(url, label) == v for label, v in labels.items()), "the labels")
+    time.sleep(2)
+    labelled = tree_resident_bytes(process.pid)
+    print(f"versions {older} and {newer} served, labelled stable and canary: {labelled / 2**30:.2f} GiB, "
+          f"{labelled / first:.2f}x one version", flush=True)
+    for label in labels:
+        for _ in range(args.clients):
+            threads.append(threading.Thread(target=client, args=(f"/v1/models/translator/labels/{label}:predict",),
+                                            daemon=True))
+            threads[-1].start()
+    for move in range(1, args.label_moves + 1):
+        labels = {"stable": labels["canary"], "canary": labels["stable"]}
+        start = time.monotonic()
+        write_config(config, base, versions, labels)
+        wait_for(lambda: all(labelled_version(url, label) == v for label, v in labels.items()), f"label move {move}")
+        memory = tree_resident_bytes(process.pid)
+        print(f"label move {move} (stable -> {labels['stable']}, canary -> {labels['canary']}) in "
+              f"{time.monotonic() - start:.1f} s: {memory / 2**30:.2f} GiB ({memory / labelled - 1:+.1%}), "
+              f"failed requests so far {len(failures)}", flush=True)
+    return labelled
 
 
 def _failed_loads(log_path, version):

@@ -24,9 +24,9 @@ ModelService (GetModelStatus, HandleReloadConfigRequest), TF Serving's own proto
 It serves one model (--model_name, --model_base_path) or those of a TF Serving model config
 file, with their version policies and labels, re-read every
 --model_config_file_poll_wait_seconds (app/serving/model_config.py). It switches to a newly
-exported version without a restart (app/serving/models.py), each version in a process of its
-own whose memory goes when it is unloaded (app/serving/version_process.py); concurrent
-requests are batched into one model call, large ones a batch at a time
+exported version without a restart (app/serving/models.py), every served version in one
+worker process, replaced as a whole when the set changes so that memory follows what is served
+(app/serving/worker_process.py); concurrent requests are batched into one model call, large ones a batch at a time
 (app/serving/batching.py). Binds 127.0.0.1 unless --host says otherwise, and answers only
 requests that name it and pages of its own origin unless --allowed_hosts / --allowed_origins
 say more (app/serving/origins.py).
@@ -47,7 +47,7 @@ from app.cli.flags import DEFAULT_EXPORT_BASE, DEFAULT_MODEL_NAME
 from app.serving.batching import BatchingParameters
 from app.serving.model_config import ModelConfigError, ServedModel, VersionPolicy
 from app.serving.rest_api import DEFAULT_READ_TIMEOUT_SECONDS, MODEL_NAME, Limits
-from app.serving.version_process import CpuThreads
+from app.serving.worker_process import CpuThreads
 
 log = logging.getLogger("app.serve")
 
@@ -355,10 +355,13 @@ async def serve(plan):
     from app.serving.origins import OriginPolicy
     from app.serving.server import Server
 
+    from app.serving.worker_process import WorkerProcess
+
     batcher = Batcher(plan.batching, plan.enable_batching)
     core = ServerCore(
-        ModelSet(functools.partial(make_manager, plan, batcher.threads), plan.allow_labels_for_unavailable),
+        ModelSet(functools.partial(make_manager, plan), plan.allow_labels_for_unavailable),
         batcher, plan.models, plan.poll_wait_seconds, plan.model_config_file, plan.config_poll_seconds,
+        start_worker=functools.partial(WorkerProcess, threads=plan.threads, max_calls=batcher.threads),
     )
     server = Server(
         core, plan.limits, OriginPolicy.from_flags(plan.allowed_hosts, plan.allowed_origins, plan.host),
@@ -422,14 +425,12 @@ async def serve(plan):
     await core.stop()
 
 
-def make_manager(plan, max_calls, model):
-    """The `ModelManager` of one `ServedModel`, each version in a process of its own."""
+def make_manager(plan, model):
+    """The `ModelManager` of one `ServedModel`; its versions load in the core's worker process."""
     from app.serving.models import ModelManager
-    from app.serving.version_process import VersionProcess
 
     return ModelManager(
         model.name, model.base_path, model.policy, plan.max_num_load_retries,
-        functools.partial(VersionProcess, threads=plan.threads, max_calls=max_calls),
         load_retry_interval_seconds=plan.load_retry_interval_seconds,
     )
 

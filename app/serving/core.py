@@ -32,10 +32,15 @@ class ServerCore:
         poll_seconds: how often to look for new versions (0: at start only, as TF Serving).
         config_file: the model config file to re-read, or None.
         config_poll_seconds: how often to re-read it (0: never, as TF Serving's default).
+        start_worker: `[(model name, version, path), ...] -> WorkerProcess` (worker_process.py):
+            every served version in one worker, replaced when the set changes. None: each
+            manager loads its versions with its own loader (tests' fake models).
     """
 
-    def __init__(self, models, batcher, initial_models, poll_seconds=1.0, config_file=None, config_poll_seconds=0.0):
+    def __init__(self, models, batcher, initial_models, poll_seconds=1.0, config_file=None, config_poll_seconds=0.0,
+                 start_worker=None):
         self.models = models
+        self.start_worker = start_worker
         self.batcher = batcher
         self.initial_models = tuple(initial_models)
         self.poll_seconds = poll_seconds
@@ -97,17 +102,87 @@ class ServerCore:
             await self._load_wanted(list(self.models.managers.values()), look_on_disk=self.poll_seconds > 0)
 
     async def _load_wanted(self, managers, look_on_disk=True):
-        loop = asyncio.get_running_loop()
+        """Loads what `managers` (the models that will be served) want, publishes it, and
+        unloads what they no longer do."""
+        wanted = [(manager, version, path) for manager in managers for version, path in manager.to_load(look_on_disk)]
+        for manager, version, _ in wanted:
+            manager.start_loading(version)
+        if self.start_worker is None:
+            await self._load_each(wanted)
+        elif wanted:
+            await self._load_in_new_worker(managers, wanted)
         for manager in managers:
-            for version, path in manager.to_load(look_on_disk):
-                manager.start_loading(version)
-                try:
-                    loaded = await loop.run_in_executor(self._loading, manager.load, version, path)
-                except Exception as error:
-                    manager.failed(version, error)
-                else:
-                    manager.publish(loaded)
             manager.unload_removed()
+        if self.start_worker is not None:
+            await self._one_worker_for_what_is_served(managers)
+
+    async def _load_each(self, wanted):
+        loop = asyncio.get_running_loop()
+        for manager, version, path in wanted:
+            try:
+                loaded = await loop.run_in_executor(self._loading, manager.load, version, path)
+            except Exception as error:
+                manager.failed(version, error)
+            else:
+                manager.publish(loaded)
+
+    async def _load_in_new_worker(self, managers, wanted):
+        """A new worker holding the wanted versions and those that stay served; it takes
+        their requests over once it is loaded and warm. The old worker ends when its last
+        version is dropped (worker_process.py)."""
+        wanted_by = {}
+        for manager, version, _ in wanted:
+            wanted_by.setdefault(manager.name, set()).add(version)
+        staying = [(manager, version, loaded.path) for manager in managers
+                   for version, loaded in manager.loaded.items()
+                   if version in manager.staying(wanted_by.get(manager.name, ()))]
+        worker = await self._start_worker(wanted + staying)
+        if worker is None:
+            return
+        for manager, version, _ in wanted:
+            loaded = worker.versions[(manager.name, version)]
+            if isinstance(loaded, Exception):
+                manager.failed(version, loaded)
+            else:
+                manager.publish(loaded)
+        for manager, version, _ in staying:
+            loaded = worker.versions[(manager.name, version)]
+            if not isinstance(loaded, Exception):
+                manager.move(loaded)
+
+    async def _one_worker_for_what_is_served(self, managers):
+        """Where the served versions are spread over several workers, or one holds versions
+        no longer served (unloaded, or of a model that left the config), a fresh worker
+        takes exactly the served set, so that memory follows what is served."""
+        served = [(manager, version, loaded) for manager in managers for version, loaded in manager.loaded.items()]
+        workers = {id(loaded.worker): loaded.worker for _, _, loaded in served}
+        keys = {(manager.name, version) for manager, version, _ in served}
+        if not served or (len(workers) == 1 and next(iter(workers.values())).keys == keys):
+            return
+        log.info("moving %d versions to a fresh worker (%d workers, %d versions held now)", len(served),
+                 len(workers), sum(len(worker.keys) for worker in workers.values()))
+        worker = await self._start_worker([(manager, version, loaded.path) for manager, version, loaded in served])
+        if worker is None:
+            return
+        for manager, version, _ in served:
+            loaded = worker.versions.get((manager.name, version))
+            if loaded is not None and not isinstance(loaded, Exception):
+                manager.move(loaded)
+
+    async def _start_worker(self, entries):
+        """A `WorkerProcess` of `entries` ((manager, version, path) each), None where it
+        ended before saying how its loads went (its error logged)."""
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(
+                self._loading, self.start_worker, [(manager.name, version, path) for manager, version, path in entries]
+            )
+        except Exception as error:
+            log.error("a worker process failed: %s", error)
+            for manager, version, _ in entries:
+                if manager.status.get(version) is not None and manager.status[version].state == "LOADING":
+                    manager.failed(version, error)
+            return None
 
     async def reload_config(self, models):
         """Serves `models` (`ServedModel`s): loads what is new, swaps it in, unloads what

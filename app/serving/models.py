@@ -56,7 +56,14 @@ class VersionStatus:
 
 
 class LoadedVersion:
-    """One SavedModel version: its signatures, their specs and their metadata JSON."""
+    """One SavedModel version: its signatures, their specs and their metadata JSON.
+
+    Loaded as TF Serving's C++ loader loads it, into a graph and a session
+    (`tf.compat.v1.saved_model.load`), not with `tf.saved_model.load`: the same graph and
+    kernels run (the answers are the same), but a second version in a process then costs
+    250 MB rather than 385 MB (the tests' tiny export, docs/serving.md#memory), since no
+    Python function object is rebuilt for each of the export's functions.
+    """
 
     def __init__(self, version, path):
         import tensorflow as tf
@@ -64,13 +71,26 @@ class LoadedVersion:
 
         self.version = version
         self.path = path
-        self._module = tf.saved_model.load(path)  # holds the variables the signatures read
-        self.signatures = dict(self._module.signatures)
-        self.inputs, self.outputs = {}, {}
-        for name, function in self.signatures.items():
-            _, kwargs = function.structured_input_signature
-            self.inputs[name] = {key: _spec(value) for key, value in kwargs.items()}
-            self.outputs[name] = {key: _spec(value) for key, value in function.structured_outputs.items()}
+        graph = tf.Graph()
+        config = tf.compat.v1.ConfigProto(  # the pools set_cpu_threads sized for this process
+            intra_op_parallelism_threads=tf.config.threading.get_intra_op_parallelism_threads(),
+            inter_op_parallelism_threads=tf.config.threading.get_inter_op_parallelism_threads(),
+        )
+        self._session = tf.compat.v1.Session(graph=graph, config=config)
+        from tensorflow.python.util import deprecation
+
+        with graph.as_default(), deprecation.silence():  # "use tf.saved_model.load": not for this
+            meta_graph = tf.compat.v1.saved_model.loader.load(self._session, ["serve"], path)
+        graph.finalize()  # nothing is added to it from here on: runs only
+        # "__saved_model_init_op" and the like are the loader's, not the model's.
+        signatures = {name: s for name, s in meta_graph.signature_def.items() if not name.startswith("__")}
+        self.signatures = dict(signatures)
+        self._feeds = {name: {key: info.name for key, info in s.inputs.items()} for name, s in signatures.items()}
+        self._fetches = {name: {key: info.name for key, info in s.outputs.items()} for name, s in signatures.items()}
+        self.inputs = {name: {key: _spec_of_info(info) for key, info in s.inputs.items()}
+                       for name, s in signatures.items()}
+        self.outputs = {name: {key: _spec_of_info(info) for key, info in s.outputs.items()}
+                        for name, s in signatures.items()}
         self.signature_def = signature_def_json(saved_model_signatures(path))
 
     def input_specs(self, signature_name):
@@ -82,15 +102,13 @@ class LoadedVersion:
         """Calls a signature on arrays; returns name -> np.ndarray. Blocks (call from a thread)."""
         import tensorflow as tf
 
-        function = self.signatures[signature_name]
-        specs = self.inputs[signature_name]
-        tensors = {name: tf.constant(value, dtype=_tf_dtype(specs[name].dtype)) for name, value in inputs.items()}
+        specs, feeds = self.inputs[signature_name], self._feeds[signature_name]
+        feed = {feeds[name]: np.asarray(value, dtype=specs[name].dtype) for name, value in inputs.items()}
         try:
-            outputs = function(**tensors)
+            return self._session.run(self._fetches[signature_name], feed)
         except tf.errors.InvalidArgumentError as error:
             # The model rejected the input (e.g. translate_with_options' options disagree).
             raise ServingError(_first_line(error.message)) from None
-        return {name: value.numpy() for name, value in outputs.items()}
 
     def warm_up(self):
         """One call per signature (one row: "" and 1s), so the first request is not the slow one."""
@@ -114,8 +132,8 @@ def is_ctranslate2(path):
 
 def load_version(version, path, intra_threads=0):
     """The version in directory `path`, in this process: a CTranslate2 export (model.bin) or a
-    SavedModel (saved_model.pb), with the same interface. The server loads each in a process
-    of its own instead (version_process.py); this is what that process runs."""
+    SavedModel (saved_model.pb), with the same interface. The server loads them in its worker
+    process (worker_process.py); this is what that process runs."""
     if is_ctranslate2(path):
         from app.serving.ctranslate2_version import CTranslate2Version
 
@@ -123,15 +141,14 @@ def load_version(version, path, intra_threads=0):
     return LoadedVersion(version, path)
 
 
-def _spec(tensor_spec):
-    dtype = np.object_ if tensor_spec.dtype.name == "string" else tensor_spec.dtype.as_numpy_dtype
-    return TensorSpec(np.dtype(dtype), tuple(tensor_spec.shape.as_list()))
-
-
-def _tf_dtype(dtype):
+def _spec_of_info(info):
+    """The `TensorSpec` of a signature's TensorInfo (-1 sizes as None, as TensorFlow's specs)."""
     import tensorflow as tf
 
-    return tf.string if dtype == np.object_ else tf.as_dtype(dtype)
+    dtype = tf.as_dtype(info.dtype)
+    shape = None if info.tensor_shape.unknown_rank else tuple(
+        None if dim.size < 0 else dim.size for dim in info.tensor_shape.dim)
+    return TensorSpec(np.dtype(np.object_ if dtype == tf.string else dtype.as_numpy_dtype), shape)
 
 
 # Lines of a TensorFlow error message that say where, not what.
@@ -197,7 +214,7 @@ class ModelManager:
             time for a version still being copied into place to be complete. It doubles
             with each further failure (`retry_wait`).
         loader: `(version, path) -> LoadedVersion` or what has its interface; the server's
-            loads each version in a process of its own (version_process.py).
+            loads every version in one worker process instead (core.py, worker_process.py).
         clock: seconds, for the retry interval; tests may replace it.
     """
 
@@ -263,7 +280,7 @@ class ModelManager:
         return pending
 
     def _forget_dead(self):
-        """Versions whose process died (version_process.py) stop being served and are
+        """Versions whose process died (worker_process.py) stop being served and are
         loaded again at once: a process killed for memory is not the version's fault. Only
         a version that dies again within `DEATH_WINDOW_SECONDS` waits the retry interval,
         doubled with each further death, so that one that kills its process on every load
@@ -316,6 +333,18 @@ class ModelManager:
         self._load_seconds[version] = time.monotonic() - started
         return loaded
 
+    def staying(self, wanted):
+        """The loaded versions that stay served while the versions `wanted` load: those the
+        policy asks for; all of them where it asks for none that is loaded or wanted (they
+        are served until one it asks for is)."""
+        aspired_and_loaded = [version for version in self.loaded if version in self._aspired]
+        return aspired_and_loaded if aspired_and_loaded or wanted else list(self.loaded)
+
+    def move(self, loaded):
+        """Serves `loaded` in place of the loaded version of its number (the same version in
+        a new worker process); requests in flight finish on the one they hold."""
+        self.loaded[loaded.version] = loaded
+
     def start_loading(self, version):
         self.status[version].state = LOADING
         log.info("model %s version %s is loading", self.name, version)
@@ -349,7 +378,7 @@ class ModelManager:
         for version in sorted(self.loaded):
             if version not in keep:
                 # Requests in flight hold their own reference; the version's process ends
-                # with the last (version_process.py).
+                # with the last (worker_process.py).
                 del self.loaded[version]
                 self.status[version] = VersionStatus(END)
                 log.info("model %s version %s unloaded", self.name, version)

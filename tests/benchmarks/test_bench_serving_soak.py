@@ -1,5 +1,5 @@
-"""benchmarks/bench_serving_soak.py on the tiny export: reloads and failed loads under load,
-no request failed, and memory that stays where the first load put it."""
+"""benchmarks/bench_serving_soak.py on the tiny export: reloads, failed loads and label moves
+under load, no request failed, and memory that stays where the first load put it."""
 
 import re
 import time
@@ -24,12 +24,14 @@ def test_reloads_and_failed_loads_fail_no_request_and_keep_memory_flat(exported,
             time.sleep(0.05)
 
     monkeypatch.setattr(bench_serving_soak, "post", post_then_pause)
-    assert bench_serving_soak.main(["--export", path, "--reloads", "2", "--broken", "2", "--clients", "1"]) == 0
+    argv = ["--export", path, "--reloads", "2", "--broken", "2", "--label-moves", "2", "--clients", "1"]
+    assert bench_serving_soak.main(argv) == 0
     out = capsys.readouterr().out
     assert "reload to version 2 in" in out and "reload to version 3 in" in out
     assert "after 2 failed loads of version 4" in out
+    assert "label move 1 (stable -> 3, canary -> 2)" in out and "label move 2 (stable -> 2, canary -> 3)" in out
     growth = [float(g) for g in re.findall(r"\(([+-]\d+\.\d)%", out)]
-    assert len(growth) == 4, out
+    assert len(growth) == 6, out
     # A version loaded in the server's own process grew it by about a quarter each time.
     assert max(growth) < 10, out
     assert re.search(r"answered \d+ requests, failed 0;", out), out

@@ -10,7 +10,7 @@ from app.commands.serve import ServePlan, main, parse_args, plan_serving
 from app.serving.batching import BatchingParameters
 from app.serving.model_config import LATEST, ServedModel, VersionPolicy
 from app.serving.rest_api import Limits
-from app.serving.version_process import CpuThreads
+from app.serving.worker_process import CpuThreads
 
 
 def planned(*argv):

@@ -298,7 +298,7 @@ def test_a_dead_version_is_loaded_again_at_once_and_requests_meanwhile_get_503(t
     model = ServedModel.from_flags("en-de", versions(tmp_path / "en-de", 1))
     with serving([model], loader=SlowToReload) as servers:
         manager = servers.core.models.manager("en-de")
-        manager.loaded[1].alive = False  # as version_process.py says of a killed process
+        manager.loaded[1].alive = False  # as worker_process.py says of a killed process
         deadline = time.monotonic() + 10
         while manager.status[1].state != "LOADING":  # the next poll (within 1 s) takes it up
             assert time.monotonic() < deadline

@@ -89,3 +89,17 @@ def test_a_config_that_cannot_be_served_names_the_line_and_field(paths, change, 
 def test_an_unreadable_file_is_named(tmp_path):
     with pytest.raises(ModelConfigError, match=r"missing.config: cannot read the model config: .*No such file"):
         read_model_config(str(tmp_path / "missing.config"))
+
+
+def test_the_documented_example_is_read_as_its_comments_say(tmp_path):
+    from tests.tiny_run import ROOT
+
+    with open(f"{ROOT}/serving/models.config", encoding="utf-8") as f:
+        text = f.read().replace('"/models/', f'"{tmp_path}/')
+    (tmp_path / "en-de").mkdir()
+    (tmp_path / "en-fr").mkdir()
+    assert parse_model_config(text) == (
+        ServedModel("en-de", f"{tmp_path}/en-de", VersionPolicy(SPECIFIC, versions=(3, 4)),
+                    (("canary", 4), ("stable", 3))),
+        ServedModel("en-fr", f"{tmp_path}/en-fr"),
+    )

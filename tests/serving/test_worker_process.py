@@ -1,6 +1,6 @@
-"""Each version in a process of its own (app/serving/version_process.py): on the tiny export,
-the same answers as in-process; on the stand-in's (tests/stand_in.py), which a process loads
-in a fraction of a second, processes that start, fail and end with their versions."""
+"""Versions in a worker process (app/serving/worker_process.py): on the tiny export, the same
+answers as in-process; on the stand-in's (tests/stand_in.py), which a process loads in a
+fraction of a second, workers that start, fail, are replaced and end with their versions."""
 
 import gc
 import json
@@ -18,7 +18,7 @@ import pytest
 
 from app.serving.models import ModelManager
 from app.serving.rest_api import ServingError
-from app.serving.version_process import CpuThreads, RemoteError, VersionProcess
+from app.serving.worker_process import CpuThreads, RemoteError, VersionProcess
 from tests.conftest import SENTENCES
 from tests.serving.server_process import Server
 from tests.serving.test_serve_models import poll
@@ -193,3 +193,62 @@ def test_a_port_in_use_is_one_line_naming_the_flag_before_anything_loads(tmp_pat
     assert result.returncode == 1
     assert result.stderr.strip() == f"app.serve: --rest_api_port {port} on --host 127.0.0.1: Address already in use"
     assert time.monotonic() - start < 20  # no model loaded, no TensorFlow imported
+
+
+def test_every_served_version_runs_in_one_worker_replaced_when_the_set_changes(stand_in_export, tmp_path):
+    """Two models share one worker; a new version, a model leaving the config and a killed
+    worker each give one fresh worker holding exactly what is served, and the one before ends."""
+    import asyncio
+    import functools
+
+    from app.serving.batching import Batcher
+    from app.serving.core import ServerCore
+    from app.serving.model_config import ServedModel
+    from app.serving.model_set import ModelSet
+    from app.serving.worker_process import WorkerProcess
+
+    bases = {name: tmp_path / name for name in ("en-de", "en-fr")}
+    for base in bases.values():
+        base.mkdir()
+        os.symlink(stand_in_export, base / "1")
+    row = {"inputs": np.array([b"a"], dtype=object)}
+
+    def pids(core):
+        return {name: (manager.get().version, manager.get().pid) for name, manager in core.models.managers.items()}
+
+    async def scenario():
+        models = ModelSet(lambda m: ModelManager(m.name, m.base_path, m.policy, load_retry_interval_seconds=0))
+        core = ServerCore(
+            models, Batcher(), [ServedModel.from_flags(name, str(base)) for name, base in bases.items()],
+            poll_seconds=3600, start_worker=functools.partial(WorkerProcess, threads=CpuThreads(1, 1)),
+        )
+        await core.start()
+        (_, first), (_, same) = pids(core).values()
+        assert first == same, "two models, one worker"
+        # A new version of en-de: one fresh worker holds it and en-fr's version 1.
+        os.symlink(stand_in_export, bases["en-de"] / "2")
+        await core.poll()
+        assert pids(core)["en-de"][0] == 2
+        second = pids(core)["en-de"][1]
+        assert pids(core)["en-fr"][1] == second != first
+        assert gone(first), "the worker before ends once none of its versions is served"
+        # en-fr leaves the config: a fresh worker holds en-de's version 2 alone.
+        await core.reload_config([ServedModel.from_flags("en-de", str(bases["en-de"]))])
+        third = pids(core)["en-de"][1]
+        assert third != second and list(core.models.managers) == ["en-de"]
+        assert core.models.get("en-de").worker.keys == {("en-de", 2)}
+        assert gone(second)
+        # The worker killed: loaded again at the next poll, without the retry interval.
+        os.kill(third, signal.SIGKILL)
+        dead = core.models.get("en-de")
+        while dead.alive:
+            await asyncio.sleep(0.05)
+        await core.poll()
+        assert pids(core)["en-de"][0] == 2 and pids(core)["en-de"][1] != third
+        answer = await asyncio.to_thread(core.models.get("en-de").run, "greedy", row)
+        assert answer["translations"].shape == (1,)
+        last = pids(core)["en-de"][1]
+        await core.stop()
+        return last
+
+    assert gone(asyncio.run(scenario()))
