@@ -51,6 +51,10 @@ async def _answer(context, call):
         if error.retry_after is not None:
             context.set_trailing_metadata((("retry-after", str(error.retry_after)),))
         await context.abort(grpc.StatusCode[error.code], error.message)
+    except Exception as error:  # as REST's 500: the model or the worker failed
+        log.exception("a gRPC call failed")
+        type_name = getattr(error, "type_name", type(error).__name__)  # as raised in the worker
+        await context.abort(grpc.StatusCode.INTERNAL, f"{type_name}: {error}")
 
 
 class PredictionService(apis.prediction_service_pb2_grpc.PredictionServiceServicer):

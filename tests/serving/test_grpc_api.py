@@ -337,3 +337,20 @@ def test_tensor_protos_are_read_and_written_as_tensorflow_does(array):
     filled = tf.make_tensor_proto(array.ravel()[:1].item(), shape=[3], dtype=tf.as_dtype(
         tf.string if array.dtype == object else array.dtype))
     assert np.array_equal(to_array(filled, "x"), tf.make_ndarray(filled))
+
+
+def test_a_model_is_added_repointed_and_removed_by_a_config_reload(two_models, tmp_path):
+    en_de, en_fr = two_models
+    elsewhere = ServedModel("en-fr", versions(tmp_path / "fr-v2", 7))
+    added = ServedModel("de-en", versions(tmp_path / "de-en", 1))
+    with serving(two_models) as servers:
+        servers.call(servers.core.reload_config, [en_de, elsewhere, added])
+        assert servers.rest("POST", "/v1/models/en-fr:predict", {"instances": ["a"]})[:2] == (
+            200, {"predictions": ["a |fr-v2 v7"]})
+        assert servers.predict_stub.Predict(predict_request("de-en"), timeout=30).outputs[
+            "translations"].string_val == [b"a man |de-en v1"]
+        servers.call(servers.core.reload_config, [en_de])
+        assert servers.rest("POST", "/v1/models/en-fr:predict", {"instances": ["a"]})[:2] == (
+            404, {"error": "Servable not found for request: Latest(en-fr)"})
+        assert servers.rest("GET", "/v1/models/de-en")[:2] == (
+            404, {"error": "Could not find any versions of model de-en"})
