@@ -115,7 +115,7 @@ def stand_in_export(tmp_path_factory):
 def tiny_server(exported, model_dir, tmp_path_factory):
     """A `python -m app.serve` of a copy of `exported` (tests/serving/server_process.py), for
     tests that only send it requests: started once per test process, as it loads the tiny
-    model in a process of its own (about 20 s of CPU). Session-scoped, not module-scoped:
+    model in its worker process (about 10 s of CPU). Session-scoped, not module-scoped:
     pytest-xdist hands a worker tests of several modules in turn, and a module's fixtures
     were set up again each time its tests came back."""
     from tests.serving.server_process import start_tiny_server

@@ -15,11 +15,16 @@ time, in the event loop; the loads themselves run in a thread, while requests ar
 import asyncio
 import concurrent.futures
 import logging
+import math
+import time
 
 from app.serving.model_config import ModelConfigError, read_model_config
 from app.serving.models import no_export_yet
 
 log = logging.getLogger("app.serve")
+
+# How long after a worker for what is served failed to start the next is tried.
+COMPACTION_RETRY_SECONDS = 60.0
 
 
 class ServerCore:
@@ -50,6 +55,7 @@ class ServerCore:
         self._loading = None  # the thread that loads versions
         self._tasks = []
         self._config_text = None  # the config file's text at its last read
+        self._compaction_failed_at = -math.inf  # when a worker for what is served last failed to start
 
     async def start(self):
         """Loads the first versions, then polls in the background."""
@@ -159,15 +165,20 @@ class ServerCore:
         keys = {(manager.name, version) for manager, version, _ in served}
         if not served or (len(workers) == 1 and next(iter(workers.values())).keys == keys):
             return
+        if time.monotonic() - self._compaction_failed_at < COMPACTION_RETRY_SECONDS:
+            return  # a worker that could not start a moment ago: not again at every poll
         log.info("moving %d versions to a fresh worker (%d workers, %d versions held now)", len(served),
                  len(workers), sum(len(worker.keys) for worker in workers.values()))
         worker = await self._start_worker([(manager, version, loaded.path) for manager, version, loaded in served])
         if worker is None:
+            self._compaction_failed_at = time.monotonic()
             return
         for manager, version, _ in served:
             loaded = worker.versions.get((manager.name, version))
             if loaded is not None and not isinstance(loaded, Exception):
                 manager.move(loaded)
+            else:  # it stays where it is served; trying again at every poll would churn
+                self._compaction_failed_at = time.monotonic()
 
     async def _start_worker(self, entries):
         """A `WorkerProcess` of `entries` ((manager, version, path) each), None where it
