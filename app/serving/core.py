@@ -87,7 +87,7 @@ class ServerCore:
         await self.batcher.stop()
         for manager in self.models.managers.values():
             for loaded in list(manager.loaded.values()):
-                if hasattr(loaded, "close"):  # a version in a process of its own: end it now
+                if hasattr(loaded, "close"):  # a version in a worker process: end the worker now
                     loaded.close()
         # A version still loading is not waited for: it would be thrown away. (Its thread
         # cannot be stopped; the command exits without joining it.)
