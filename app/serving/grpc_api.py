@@ -127,10 +127,12 @@ class PredictionService(apis.prediction_service_pb2_grpc.PredictionServiceServic
                 f"(--max_instances={self.limits.max_instances})"
             )
         if array.dtype == np.object_:
-            longest = max((len(value) for value in array.ravel()), default=0)
+            # Characters, as REST counts them: of the bytes' UTF-8 reading (a byte that is not
+            # UTF-8 counts as one).
+            longest = max((len(value.decode("utf-8", "replace")) for value in array.ravel()), default=0)
             if longest > self.limits.max_text_length:
                 raise ServingError(
-                    f'a text of {longest} bytes in input "{name}" is longer than this server accepts '
+                    f'a text of {longest} characters in input "{name}" is longer than this server accepts '
                     f"(--max_text_length={self.limits.max_text_length})"
                 )
 
@@ -217,8 +219,14 @@ class ModelService(apis.model_service_pb2_grpc.ModelServiceServicer):
 
 
 async def start_grpc_server(core, host, port, limits=Limits()):
-    """A started grpc.aio server of both services on `host:port` (in this event loop)."""
-    server = grpc.aio.server()
+    """A started grpc.aio server of both services on `host:port` (in this event loop).
+
+    It receives messages of up to what `limits` let through and some room for the rest (a
+    larger one is RESOURCE_EXHAUSTED before it is read whole), and sends any size, as TF
+    Serving sends."""
+    largest = 2**20 + limits.max_instances * limits.max_text_length * 4  # UTF-8: at most 4 bytes a character
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", largest),
+                                      ("grpc.max_send_message_length", -1)])
     apis.prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(PredictionService(core, limits), server)
     apis.model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(core), server)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -354,3 +354,16 @@ def test_a_model_is_added_repointed_and_removed_by_a_config_reload(two_models, t
             404, {"error": "Servable not found for request: Latest(en-fr)"})
         assert servers.rest("GET", "/v1/models/de-en")[:2] == (
             404, {"error": "Could not find any versions of model de-en"})
+
+
+def test_a_message_larger_than_the_limits_allow_is_refused_before_it_is_read(two_models):
+    with serving(two_models) as servers:
+        # 64 texts of 1,000 characters of 4 UTF-8 bytes each, and 1 MB for the rest, fit ...
+        fits = predict_request("en-de", ["\U0001f600" * 1000] * 64)
+        assert len(servers.predict_stub.Predict(fits, timeout=60).outputs["translations"].string_val) == 64
+        assert grpc_error(servers.predict_stub.Predict, predict_request("en-de", ["\u00e9" * 1001])) == (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            'a text of 1001 characters in input "inputs" is longer than this server accepts (--max_text_length=1000)')
+        # ... twice that does not.
+        code, _ = grpc_error(servers.predict_stub.Predict, predict_request("en-de", ["x" * 2**20] * 3))
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
