@@ -193,6 +193,18 @@ def test_a_port_in_use_is_one_line_naming_the_flag_before_anything_loads(tmp_pat
     assert result.returncode == 1
     assert result.stderr.strip() == f"app.serve: --rest_api_port {port} on --host 127.0.0.1: Address already in use"
     assert time.monotonic() - start < 20  # no model loaded, no TensorFlow imported
+    # The gRPC port likewise, named by its own flag.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "app.serve", "--model_base_path", str(tmp_path), "--rest_api_port", "0",
+             "--port", str(port)],
+            cwd=ROOT, capture_output=True, text=True, timeout=60,
+        )
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"app.serve: --port {port} on --host 127.0.0.1: Address already in use"
 
 
 def test_every_served_version_runs_in_one_worker_replaced_when_the_set_changes(stand_in_export, tmp_path):
