@@ -84,14 +84,19 @@ class LoadedVersion:
         graph.finalize()  # nothing is added to it from here on: runs only
         # "__saved_model_init_op" and the like are the loader's, not the model's.
         signatures = {name: s for name, s in meta_graph.signature_def.items() if not name.startswith("__")}
-        self.signatures = dict(signatures)
+        self.signatures = {name: None for name in signatures}
         self._feeds = {name: {key: info.name for key, info in s.inputs.items()} for name, s in signatures.items()}
         self._fetches = {name: {key: info.name for key, info in s.outputs.items()} for name, s in signatures.items()}
         self.inputs = {name: {key: _spec_of_info(info) for key, info in s.inputs.items()}
                        for name, s in signatures.items()}
         self.outputs = {name: {key: _spec_of_info(info) for key, info in s.outputs.items()}
                         for name, s in signatures.items()}
-        self.signature_def = signature_def_json(saved_model_signatures(path))
+        self.signature_def = signature_def_json(signature_dicts(meta_graph))
+        # Nothing here holds a message of the MetaGraphDef (a sub-message keeps its whole
+        # parent, the graph's function library of tens of MB parsed): it goes now, and the
+        # heap it took back to the system.
+        del meta_graph, signatures
+        _give_back_freed_memory()
 
     def input_specs(self, signature_name):
         if signature_name not in self.signatures:
@@ -164,19 +169,37 @@ def _first_line(message):
 def saved_model_signatures(path):
     """`{name: SignatureDef as a dict}` of the SavedModel in `path`, as TF Serving's metadata
     endpoint writes each (proto JSON, defaults included): `rest_api.signature_def_json`'s input."""
-    from google.protobuf import json_format
     from tensorflow.core.protobuf import saved_model_pb2
 
     saved_model = saved_model_pb2.SavedModel()
     with open(os.path.join(path, "saved_model.pb"), "rb") as f:
         saved_model.ParseFromString(f.read())
-    meta_graph = next(m for m in saved_model.meta_graphs if "serve" in m.meta_info_def.tags)
+    return signature_dicts(next(m for m in saved_model.meta_graphs if "serve" in m.meta_info_def.tags))
+
+
+def signature_dicts(meta_graph):
+    """`saved_model_signatures` of a MetaGraphDef already read."""
+    from google.protobuf import json_format
+
     return {
         name: json_format.MessageToDict(
             signature, always_print_fields_with_no_presence=True, preserving_proto_field_name=True
         )
         for name, signature in meta_graph.signature_def.items()
     }
+
+
+def _give_back_freed_memory():
+    """Collects garbage, then asks glibc to return free heap pages to the system (a no-op
+    where there is no glibc): a load parses and drops protos of tens of MB."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def no_export_yet(base_path):
