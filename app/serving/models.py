@@ -81,7 +81,13 @@ class LoadedVersion:
 
         with graph.as_default(), deprecation.silence():  # "use tf.saved_model.load": not for this
             meta_graph = tf.compat.v1.saved_model.loader.load(self._session, ["serve"], path)
-        graph.finalize()  # nothing is added to it from here on: runs only
+        # The Python graph keeps a Python object for each function of the library (660 for
+        # an export of the default model's size) beside the runtime's own copy, which is all
+        # the session runs: 0.17 GB of a version's 0.55 GB (docs/lab-notebook/
+        # 2026-11-28-one-worker-for-every-model.md). Nothing is added to the graph from here
+        # on (finalize), so nothing looks them up.
+        graph._functions.clear()  # noqa: SLF001 (a private registry; TensorFlow is pinned, tests cover it)
+        graph.finalize()
         # "__saved_model_init_op" and the like are the loader's, not the model's.
         signatures = {name: s for name, s in meta_graph.signature_def.items() if not name.startswith("__")}
         self.signatures = {name: None for name in signatures}
