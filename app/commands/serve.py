@@ -354,7 +354,6 @@ async def serve(plan):
     from app.serving.model_set import ModelSet
     from app.serving.origins import OriginPolicy
     from app.serving.server import Server
-
     from app.serving.worker_process import WorkerProcess
 
     batcher = Batcher(plan.batching, plan.enable_batching)

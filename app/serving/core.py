@@ -19,7 +19,7 @@ import math
 import time
 
 from app.serving.model_config import ModelConfigError, read_model_config
-from app.serving.models import no_export_yet
+from app.serving.models import LOADING, no_export_yet
 
 log = logging.getLogger("app.serve")
 
@@ -191,7 +191,7 @@ class ServerCore:
         except Exception as error:
             log.error("a worker process failed: %s", error)
             for manager, version, _ in entries:
-                if manager.status.get(version) is not None and manager.status[version].state == "LOADING":
+                if manager.status.get(version) is not None and manager.status[version].state == LOADING:
                     manager.failed(version, error)
             return None
 

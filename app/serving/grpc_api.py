@@ -121,20 +121,13 @@ class PredictionService(apis.prediction_service_pb2_grpc.PredictionServiceServic
         return inputs
 
     def _check_limits(self, name, array):
-        if array.ndim and len(array) > self.limits.max_instances:
-            raise ServingError(
-                f"{len(array)} instances are more than this server accepts in one request "
-                f"(--max_instances={self.limits.max_instances})"
-            )
+        if array.ndim:
+            self.limits.check_rows(len(array))
         if array.dtype == np.object_:
             # Characters, as REST counts them: of the bytes' UTF-8 reading (a byte that is not
             # UTF-8 counts as one).
             longest = max((len(value.decode("utf-8", "replace")) for value in array.ravel()), default=0)
-            if longest > self.limits.max_text_length:
-                raise ServingError(
-                    f'a text of {longest} characters in input "{name}" is longer than this server accepts '
-                    f"(--max_text_length={self.limits.max_text_length})"
-                )
+            self.limits.check_text(longest, f'in input "{name}"')
 
     @staticmethod
     def _output_names(request, output_specs):
@@ -184,14 +177,8 @@ class ModelService(apis.model_service_pb2_grpc.ModelServiceServicer):
         return await _answer(context, lambda: self._reload(request))
 
     async def _status(self, request):
-        spec = request.model_spec
-        manager = self.core.models.manager(spec.name)
-        if manager is None:
-            raise ServingError(f"Could not find any versions of model {spec.name}", status=404)
-        version, label = _version_and_label(spec)
-        if label is not None:
-            version = manager.get(label=label).version
-        statuses = manager.status_json(version)["model_version_status"]
+        version, label = _version_and_label(request.model_spec)
+        statuses = self.core.models.status_json(request.model_spec.name, version, label)["model_version_status"]
         response = apis.get_model_status_pb2.GetModelStatusResponse()
         for status in statuses:
             entry = response.model_version_status.add()

@@ -48,10 +48,6 @@ class ModelSet:
         """The model the page translates with: the config's first."""
         return self.config[0].name if self.config else None
 
-    def manager(self, name):
-        """The manager of model `name`, or None."""
-        return self.managers.get(name)
-
     def get(self, name, version=None, label=None):
         """The loaded version a request for `name` (and `version` or `label`) is served by;
         TF Serving's errors otherwise (models.py)."""
@@ -60,6 +56,21 @@ class ModelSet:
             request = f"Specific({name}, {version})" if version is not None else f"Latest({name})"
             raise ServingError(f"Servable not found for request: {request}", status=404)
         return manager.get(version, label)
+
+    def status_json(self, name, version=None, label=None):
+        """GetModelStatus's answer for `name` (every version, or `version`, or the one
+        `label` names), as both APIs give it; TF Serving's 404 for a model it lacks."""
+        manager = self.managers.get(name)
+        if manager is None:
+            raise ServingError(f"Could not find any versions of model {name}", status=404)
+        if label is not None:
+            version = manager.get(label=label).version
+        return manager.status_json(version)
+
+    def metadata_json(self, name, version=None, label=None):
+        """GetModelMetadata's answer for the version a request for `name` is served by."""
+        loaded = self.get(name, version, label)
+        return self.managers[name].metadata_json(loaded.version)
 
     def change_to(self, models):
         """Prepares serving `models` (a tuple of `ServedModel`): updates the policies of

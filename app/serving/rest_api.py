@@ -122,6 +122,23 @@ class Limits:
     # Characters of one string input (bytes for {"b64": ...} values).
     max_text_length: int = 1000
 
+    def check_rows(self, rows):
+        """A 400 `ServingError` where a request of `rows` rows is more than one may hold."""
+        if rows > self.max_instances:
+            raise ServingError(
+                f"{rows} instances are more than this server accepts in one request "
+                f"(--max_instances={self.max_instances})"
+            )
+
+    def check_text(self, length, where, unit="characters"):
+        """A 400 `ServingError` where a text of `length` `unit` at `where` ("at element 0
+        key inputs of 'instances'", say) is longer than one may be."""
+        if length > self.max_text_length:
+            raise ServingError(
+                f"a text of {length} {unit} {where} is longer than this server accepts "
+                f"(--max_text_length={self.max_text_length})"
+            )
+
 
 @dataclasses.dataclass(frozen=True)
 class PredictRequest:
@@ -225,11 +242,7 @@ def parse_predict_request(document, signature_name, input_specs, limits=Limits()
         raise ServingError("Missing 'inputs' or 'instances' key")
     sizes = {len(array) for array in inputs.values() if array.ndim}
     rows = max(sizes, default=1)
-    if rows > limits.max_instances:
-        raise ServingError(
-            f"{rows} instances are more than this server accepts in one request "
-            f"(--max_instances={limits.max_instances})"
-        )
+    limits.check_rows(rows)
     return PredictRequest(signature_name, inputs, request_format, rows)
 
 
@@ -238,11 +251,7 @@ def _read_instances(instances, input_specs, limits):
         raise ServingError("Excepting 'instances' to be an list/array")
     if not instances:
         raise ServingError("No values in 'instances' array")
-    if len(instances) > limits.max_instances:
-        raise ServingError(
-            f"{len(instances)} instances are more than this server accepts in one request "
-            f"(--max_instances={limits.max_instances})"
-        )
+    limits.check_rows(len(instances))
     names = sorted(input_specs)
     named = _is_named(instances[0])
     if not named and len(names) > 1:
@@ -335,22 +344,14 @@ def _convert(value, dtype, where, limits):
         return [_convert(item, dtype, where, limits) for item in value]
     if dtype == np.object_:
         if isinstance(value, str):
-            if len(value) > limits.max_text_length:
-                raise ServingError(
-                    f"a text of {len(value)} characters at {where} is longer than this server accepts "
-                    f"(--max_text_length={limits.max_text_length})"
-                )
+            limits.check_text(len(value), f"at {where}")
             return value.encode("utf-8")
         if _is_base64(value):
             try:
                 data = base64.b64decode(_padded_base64(value["b64"]), validate=True)
             except (binascii.Error, ValueError):
                 raise ServingError(f"Unable to base64 decode the value at {where}") from None
-            if len(data) > limits.max_text_length:
-                raise ServingError(
-                    f"a text of {len(data)} bytes at {where} is longer than this server accepts "
-                    f"(--max_text_length={limits.max_text_length})"
-                )
+            limits.check_text(len(data), f"at {where}", unit="bytes")
             return data
     elif isinstance(value, bool):
         if dtype == np.bool_:

@@ -199,15 +199,9 @@ class Server:
         if request.method == "GET" and not method:
             if not name:
                 raise ServingError("Missing model name in request.")
-            manager = self.models.manager(name)
             if metadata:
-                loaded = self.models.get(name, version, label)
-                return _json(manager.metadata_json(loaded.version))
-            if manager is None:
-                raise ServingError(f"Could not find any versions of model {name}", status=404)
-            if label is not None:
-                version = manager.get(label=label).version
-            return _json(manager.status_json(version))
+                return _json(self.models.metadata_json(name, version, label))
+            return _json(self.models.status_json(name, version, label))
         raise malformed
 
     def _check_name(self, name, version, label=None):

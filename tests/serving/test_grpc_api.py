@@ -177,7 +177,7 @@ def test_handle_reload_config_request_moves_labels_all_or_none(two_models, tmp_p
         assert grpc_error(servers.model_stub.HandleReloadConfigRequest, reload_request(bad)) == (
             grpc.StatusCode.FAILED_PRECONDITION,
             "Request to assign label to version 9 of model en-de, which is not currently available for inference")
-        assert servers.core.models.manager("en-de").labels == {"stable": 4}
+        assert servers.core.models.managers["en-de"].labels == {"stable": 4}
 
 
 def test_a_new_label_may_name_an_unloaded_version_only_where_allowed(two_models):
@@ -185,7 +185,7 @@ def test_a_new_label_may_name_an_unloaded_version_only_where_allowed(two_models)
     ahead = ServedModel(en_de.name, en_de.base_path, en_de.policy, (("next", 5), ("stable", 3)))
     with serving(two_models, allow_labels_for_unavailable=True) as servers:
         servers.model_stub.HandleReloadConfigRequest(reload_request(ahead), timeout=60)
-        assert servers.core.models.manager("en-de").labels == {"next": 5, "stable": 3}
+        assert servers.core.models.managers["en-de"].labels == {"next": 5, "stable": 3}
         # ... but an existing label may not be moved onto one.
         moved = ServedModel(en_de.name, en_de.base_path, en_de.policy, (("next", 5), ("stable", 6)))
         assert grpc_error(servers.model_stub.HandleReloadConfigRequest, reload_request(moved))[0] == (
@@ -241,7 +241,7 @@ def test_a_canary_rollout_fails_no_request(tmp_path):
 
         def serves(label, version):
             deadline = time.monotonic() + 30
-            while servers.core.models.manager("en-de").labels.get(label) != version:
+            while servers.core.models.managers["en-de"].labels.get(label) != version:
                 assert time.monotonic() < deadline, (label, version)
                 time.sleep(0.02)
             time.sleep(0.3)  # let the clients see it
@@ -254,7 +254,7 @@ def test_a_canary_rollout_fails_no_request(tmp_path):
         write_config(config, 4, None, [4])
         serves("canary", None)
         deadline = time.monotonic() + 30
-        while 3 in servers.core.models.manager("en-de").loaded:
+        while 3 in servers.core.models.managers["en-de"].loaded:
             assert time.monotonic() < deadline
             time.sleep(0.02)
         stop.set()
@@ -297,7 +297,7 @@ class SlowToReload(TaggedVersion):
 def test_a_dead_version_is_loaded_again_at_once_and_requests_meanwhile_get_503(tmp_path):
     model = ServedModel.from_flags("en-de", versions(tmp_path / "en-de", 1))
     with serving([model], loader=SlowToReload) as servers:
-        manager = servers.core.models.manager("en-de")
+        manager = servers.core.models.managers["en-de"]
         manager.loaded[1].alive = False  # as worker_process.py says of a killed process
         deadline = time.monotonic() + 10
         while manager.status[1].state != "LOADING":  # the next poll (within 1 s) takes it up
