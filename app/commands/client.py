@@ -89,8 +89,8 @@ def predict_grpc(address, model, instances, signature_name=None, version=None, t
         values = [row[name] for row in rows]
         if isinstance(values[0], str):
             array = np.array([value.encode("utf-8") for value in values], dtype=object)
-        else:
-            array = np.array(values, dtype=np.int32 if name == "max_extra_length" else np.float32)
+        else:  # translate's numbers: ints for the int32 inputs, floats for the float32 ones
+            array = np.array(values, dtype=np.int32 if isinstance(values[0], int) else np.float32)
         request.inputs[name].CopyFrom(to_tensor_proto(array))
     with grpc.insecure_channel(address) as channel:
         stub = apis.prediction_service_pb2_grpc.PredictionServiceStub(channel)
@@ -117,14 +117,10 @@ def translate(url, model, sentences, nbest=False, alpha=None, max_extra_length=N
     """
     if alpha is not None or max_extra_length is not None:
         signature = "translate_with_options"
-        instances = [
-            {
-                "inputs": s,
-                "alpha": DecodingConfig.alpha if alpha is None else alpha,
-                "max_extra_length": DecodingConfig.max_extra_length if max_extra_length is None else max_extra_length,
-            }
-            for s in sentences
-        ]
+        # A float and an int, as the signature's inputs are typed: gRPC sends them so.
+        alpha = float(DecodingConfig.alpha if alpha is None else alpha)
+        max_extra_length = int(DecodingConfig.max_extra_length if max_extra_length is None else max_extra_length)
+        instances = [{"inputs": s, "alpha": alpha, "max_extra_length": max_extra_length} for s in sentences]
     else:
         signature = "nbest" if nbest else None
         instances = list(sentences)
