@@ -22,6 +22,7 @@ from app.serving.core import ServerCore
 from app.serving.grpc_api import start_grpc_server
 from app.serving.model_set import ModelSet
 from app.serving.models import ModelManager
+from app.serving.origins import OriginPolicy
 from app.serving.rest_api import TensorSpec
 from app.serving.server import Server
 
@@ -76,10 +77,11 @@ def free_port():
 
 
 class Servers:
-    """The REST and gRPC servers of one `ServerCore`, running in a thread of their own loop."""
+    """The REST and gRPC servers of one `ServerCore`, running in a thread of their own loop
+    (`server`: the REST one's aiohttp `Server`, with its response counts)."""
 
-    def __init__(self, core, loop, rest_port, grpc_port):
-        self.core, self.loop = core, loop
+    def __init__(self, core, server, loop, rest_port, grpc_port):
+        self.core, self.server, self.loop = core, server, loop
         self.rest_port, self.grpc_address = rest_port, f"127.0.0.1:{grpc_port}"
         self.channel = grpc.insecure_channel(self.grpc_address)
         from tensorflow_serving.apis import model_service_pb2_grpc, prediction_service_pb2_grpc
@@ -105,15 +107,16 @@ class Servers:
 
 @contextlib.contextmanager
 def serving(models, loader=TaggedVersion, poll_seconds=0.0, config_file=None, config_poll_seconds=0.0,
-            allow_labels_for_unavailable=False):
-    """`Servers` of the `ServedModel`s `models`, their versions made by `loader`."""
+            allow_labels_for_unavailable=False, origins=OriginPolicy(), read_timeout_seconds=30.0):
+    """`Servers` of the `ServedModel`s `models`, their versions made by `loader`; the REST
+    server with `origins` and `read_timeout_seconds` (the guards' tests)."""
     model_set = ModelSet(
         lambda model: ModelManager(model.name, model.base_path, model.policy, loader=loader,
                                    load_retry_interval_seconds=0),
         allow_labels_for_unavailable,
     )
     core = ServerCore(model_set, Batcher(), models, poll_seconds, config_file, config_poll_seconds)
-    server = Server(core)
+    server = Server(core, origins=origins, read_timeout_seconds=read_timeout_seconds)
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
@@ -131,7 +134,7 @@ def serving(models, loader=TaggedVersion, poll_seconds=0.0, config_file=None, co
         return runner, await start_grpc_server(core, "127.0.0.1", grpc_port)
 
     runner, grpc_server = asyncio.run_coroutine_threadsafe(start(), loop).result(60)
-    servers = Servers(core, loop, rest_port[0], grpc_port)
+    servers = Servers(core, server, loop, rest_port[0], grpc_port)
     try:
         yield servers
     finally:

@@ -1,7 +1,6 @@
 """The server's guards, over real HTTP with a fake model: who may call it (Host, Origin,
 content type), and clients that stall, leave or send bad framing."""
 
-import asyncio
 import contextlib
 import logging
 import socket
@@ -10,14 +9,11 @@ import time
 import numpy as np
 import pytest
 
-from app.serving.batching import Batcher
-from app.serving.core import ServerCore
 from app.serving.model_config import ServedModel
-from app.serving.model_set import ModelSet
-from app.serving.models import ModelManager
 from app.serving.origins import OriginPolicy
 from app.serving.rest_api import TensorSpec
-from app.serving.server import OneLineErrors, Server
+from app.serving.server import OneLineErrors
+from tests.serving.fake_models import serving
 
 STRINGS = TensorSpec(np.dtype(object), (None,))
 BODY = b'{"instances": ["a man"]}'
@@ -45,39 +41,12 @@ class EchoVersion:
 
 @contextlib.contextmanager
 def running(tmp_path, origins=OriginPolicy(), read_timeout_seconds=30.0):
-    """A Server over EchoVersion on a free port of 127.0.0.1, in a thread of its own loop:
-    yields `(server, port)`."""
-    import threading
-
+    """A Server over EchoVersion on a free port of 127.0.0.1, in a thread of its own loop
+    (fake_models.serving): yields `(server, port)`."""
     (tmp_path / "1").mkdir(exist_ok=True)
-    models = ModelSet(lambda model: ModelManager(model.name, model.base_path, loader=EchoVersion))
-    core = ServerCore(models, Batcher(), [ServedModel.from_flags("translator", str(tmp_path))], poll_seconds=0)
-    server = Server(core, origins=origins, read_timeout_seconds=read_timeout_seconds)
-    loop = asyncio.new_event_loop()
-    started, port = threading.Event(), []
-
-    async def start():
-        from aiohttp import web
-
-        await core.start()
-        runner = server.runner()
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port.append(runner.addresses[0][1])
-        started.set()
-        return runner
-
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    runner = asyncio.run_coroutine_threadsafe(start(), loop).result(30)
-    try:
-        yield server, port[0]
-    finally:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(30)
-        asyncio.run_coroutine_threadsafe(core.stop(), loop).result(30)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
+    model = ServedModel.from_flags("translator", str(tmp_path))
+    with serving([model], EchoVersion, origins=origins, read_timeout_seconds=read_timeout_seconds) as servers:
+        yield servers.server, servers.rest_port
 
 
 def exchange(port, data, read=True, timeout=10):
