@@ -25,6 +25,7 @@ the first load.
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -175,7 +176,9 @@ def main(argv=None):
     process, url = start_server(None, flags, log)
     stop, failures, answered = threading.Event(), [], [0]
 
-    def client(path="/v1/models/translator:predict"):
+    threads = []
+
+    def client(path):
         while not stop.is_set():
             try:
                 if len(post(url + path, {"instances": SENTENCES[: 1 + answered[0] % 3]})["predictions"]) < 1:
@@ -184,9 +187,13 @@ def main(argv=None):
             except (urllib.error.URLError, OSError, ValueError, KeyError) as error:
                 failures.append(f"{path}: {error!r}")
 
-    threads = [threading.Thread(target=client, daemon=True) for _ in range(args.clients)]
-    for thread in threads:
-        thread.start()
+    def start_clients(path="/v1/models/translator:predict"):
+        """`--clients` more threads sending requests to `path` until the end."""
+        for _ in range(args.clients):
+            threads.append(threading.Thread(target=client, args=(path,), daemon=True))
+            threads[-1].start()
+
+    start_clients()
     try:
         time.sleep(2)
         first = tree_resident_bytes(process.pid)
@@ -219,7 +226,8 @@ def main(argv=None):
                 place(export, base, good + 1)
                 good += 1
             # Two versions served from here on: memory is compared with theirs, once labelled.
-            first = move_labels(args, url, config, base, (good - 1, good), threads, client, process, first, failures)
+            served = Served(url, process, failures, start_clients)
+            first = move_labels(args, served, config, base, (good - 1, good), first)
         stop.set()
         for thread in threads:
             thread.join(60)
@@ -258,10 +266,22 @@ def labelled_version(url, label):
         return None
 
 
-def move_labels(args, url, config, base, versions, threads, client, process, first, failures):
+@dataclasses.dataclass(frozen=True)
+class Served:
+    """The server under soak: its URL and process, the failed requests so far, and
+    `start_clients(path)`, which starts `--clients` more threads on `path`."""
+
+    url: str
+    process: object
+    failures: list
+    start_clients: object
+
+
+def move_labels(args, served, config, base, versions, first):
     """Serves `versions` labelled stable and canary, with clients on each label, then swaps
     the labels `args.label_moves` times by rewriting the config file. Returns the memory
-    of the two versions served, the measure of the moves' growth."""
+    of the two versions served, the measure of the moves' growth (`first`: one version's)."""
+    url, process, failures = served.url, served.process, served.failures
     older, newer = versions
     labels = {"stable": older, "canary": newer}
     write_config(config, base, versions, labels)
@@ -271,10 +291,7 @@ def move_labels(args, url, config, base, versions, threads, client, process, fir
     print(f"versions {older} and {newer} served, labelled stable and canary: {labelled / 2**30:.2f} GiB, "
           f"{labelled / first:.2f}x one version", flush=True)
     for label in labels:
-        for _ in range(args.clients):
-            threads.append(threading.Thread(target=client, args=(f"/v1/models/translator/labels/{label}:predict",),
-                                            daemon=True))
-            threads[-1].start()
+        served.start_clients(f"/v1/models/translator/labels/{label}:predict")
     for move in range(1, args.label_moves + 1):
         labels = {"stable": labels["canary"], "canary": labels["stable"]}
         start = time.monotonic()
