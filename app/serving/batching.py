@@ -339,7 +339,10 @@ class Batcher:
             else:
                 inputs = {name: np.concatenate([part[name] for *_, part in batch]) for name in batch[0][3]}
             outputs = await loop.run_in_executor(self._executor, first.version.run, first.signature_name, inputs)
-            if not self.enabled:
+            whole = len(batch) == 1 and batch[0][1] == 0 and batch[0][2] == first.rows
+            if not self.enabled or whole:
+                # One request, all of it: its outputs as the model gave them, as TF Serving
+                # answers (they need no batch dimension to be split along).
                 self._count(rows)
                 if not first.future.done():
                     first.future.set_result(outputs)

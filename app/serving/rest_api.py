@@ -122,6 +122,20 @@ class Limits:
     # Characters of one string input (bytes for {"b64": ...} values).
     max_text_length: int = 1000
 
+    def max_values(self, shape):
+        """The most values one input of the signature shape `shape` (None where its rank is
+        unknown) may hold in a request: `max_instances` rows of `max_values_per_row`. The
+        exports' inputs are vectors, [B]: `max_instances`."""
+        return (1 if shape == () else self.max_instances) * self.max_values_per_row(shape)
+
+    def max_values_per_row(self, shape):
+        """The most values one row of an input of the signature shape `shape` may hold: its
+        fixed inner sizes, a size the signature leaves open counting as `max_text_length`
+        (the longest any one dimension of a request needs to be)."""
+        if shape is None:
+            return self.max_text_length
+        return math.prod(self.max_text_length if size is None else size for size in shape[1:])
+
     def check_rows(self, rows):
         """A 400 `ServingError` where a request of `rows` rows is more than one may hold."""
         if rows > self.max_instances:
@@ -280,7 +294,8 @@ def _read_instances(instances, input_specs, limits):
         for name in names:
             spec = input_specs[name]
             where = f"element {i} key {name} of 'instances'"
-            columns[name].append(_to_array(instance[name], spec.dtype, spec.shape[1:], where, limits))
+            columns[name].append(_to_array(instance[name], spec.dtype, spec.shape[1:], where, limits,
+                                           max_values=limits.max_values_per_row(spec.shape)))
     return {name: np.stack(values) for name, values in columns.items()}
 
 
@@ -301,7 +316,8 @@ def _read_columns(value, input_specs, limits):
     arrays = {}
     for name in names:
         spec = input_specs[name]
-        arrays[name] = _to_array(value[name], spec.dtype, spec.shape, f"input {name} of 'inputs'", limits)
+        arrays[name] = _to_array(value[name], spec.dtype, spec.shape, f"input {name} of 'inputs'", limits,
+                                 max_values=limits.max_values(spec.shape), batch=True)
     return arrays
 
 
@@ -313,14 +329,23 @@ def _is_base64(value):
     return isinstance(value, dict) and len(value) == 1 and isinstance(value.get("b64"), str)
 
 
-def _to_array(value, dtype, shape, where, limits):
-    """A JSON value (nested lists) as an array of `dtype` whose shape fits `shape`."""
+def _to_array(value, dtype, shape, where, limits, max_values, batch=False):
+    """A JSON value (nested lists) as an array of `dtype` whose shape fits `shape`, of at
+    most `max_values` values and, where its first dimension is the `batch`, at most
+    `limits.max_instances` rows: both checked on the lists' lengths, before the array is made."""
     actual = _nested_shape(value, depth=len(shape))
     if actual is None:
         raise ServingError(f"JSON Value: {_short(value)} at {where} is not a dense tensor (lists of unequal lengths)")
     if len(actual) != len(shape) or any(want is not None and want != got for want, got in zip(shape, actual)):
         want = "[" + ",".join("?" if d is None else str(d) for d in shape) + "]"
         raise ServingError(f"JSON Value: {_short(value)} at {where} has shape {list(actual)}, expected {want}")
+    if batch and actual:
+        limits.check_rows(actual[0])
+    if math.prod(actual) > max_values:
+        raise ServingError(
+            f"JSON Value at {where} of shape {list(actual)} holds {math.prod(actual)} values, more than this server "
+            f"accepts ({max_values})"
+        )
     array = np.empty(actual, dtype=dtype)
     array[...] = _convert(value, dtype, where, limits)  # (np.array would nest bytes lists oddly)
     return array

@@ -5,10 +5,15 @@
 
 Without TensorFlow (`tf.make_ndarray` would load its runtime into the server process;
 protos.py says why not). The rules are `tensor_util.MakeNdarray`'s and `Tensor::FromProto`'s:
-values come from `tensor_content` (little-endian bytes) or from the field of their type;
-fewer values than the shape holds repeat the last one (a scalar-filled tensor), none gives
-zeros; more is an error. Strings are bytes, as TensorFlow's.
+values come from `tensor_content` (little-endian bytes; for strings, TensorFlow's encoded
+list) or from the field of their type; fewer values than the shape holds repeat the last
+one (a scalar-filled tensor), none gives zeros; more is an error. Strings are bytes, as
+TensorFlow's. A server reads the declared type and shape first (`declared_dtype`,
+`declared_shape`) and bounds the values (`to_array`'s `max_values`) before any array is
+made: the shape is the client's word, not a measure of the message.
 """
+
+import math
 
 import numpy as np
 
@@ -38,35 +43,86 @@ def dtype_name(dtype):
     return _TYPES[enum][2] if enum is not None else np.dtype(dtype).name
 
 
-def to_array(proto, where):
-    """The array a TensorProto holds; INVALID_ARGUMENT (a 400 `ServingError`) naming `where`
-    for a type this server does not read or values that do not fit the shape."""
+def declared_dtype(proto, where):
+    """The numpy dtype of a TensorProto's `dtype`; INVALID_ARGUMENT (a 400 `ServingError`)
+    naming `where` for a type this server does not read."""
     if proto.dtype not in _TYPES:
         name = types_pb2.DataType.Name(proto.dtype) if proto.dtype in types_pb2.DataType.values() else proto.dtype
         raise ServingError(f"{where}: tensors of type {name} are not supported")
-    dtype, field, _ = _TYPES[proto.dtype]
+    return np.dtype(_TYPES[proto.dtype][0])
+
+
+def declared_shape(proto, where):
+    """The shape a TensorProto declares, as a tuple of Python ints, read from the message
+    alone: nothing of that size exists yet. INVALID_ARGUMENT for an unknown rank or a
+    negative size."""
     if proto.tensor_shape.unknown_rank:
         raise ServingError(f"{where}: the tensor's shape has an unknown rank")
     shape = tuple(dim.size for dim in proto.tensor_shape.dim)
     if any(size < 0 for size in shape):
         raise ServingError(f"{where}: the tensor's shape {list(shape)} has a negative size")
-    count = int(np.prod(shape, dtype=np.int64))
-    if proto.tensor_content and dtype is not np.object_:
-        content = np.frombuffer(proto.tensor_content, dtype=np.dtype(dtype).newbyteorder("<"))
+    return shape
+
+
+def to_array(proto, where, max_values=None):
+    """The array a TensorProto holds; INVALID_ARGUMENT (a 400 `ServingError`) naming `where`
+    for a type this server does not read, values that do not fit the shape, or (with
+    `max_values`) a shape of more values than that, refused before any is made: a message
+    of a few bytes may declare a shape of 10**12 values to be filled by repetition."""
+    dtype = declared_dtype(proto, where)
+    _, field, _ = _TYPES[proto.dtype]
+    shape = declared_shape(proto, where)
+    count = math.prod(shape)  # a Python int: dimensions of up to 2**63 - 1 each cannot overflow it
+    if max_values is not None and count > max_values:
+        raise ServingError(
+            f"{where}: the shape {list(shape)} holds {count} values, more than this server accepts in one request "
+            f"({max_values})"
+        )
+    if proto.tensor_content and dtype == np.object_:
+        return np.array(_decoded_string_list(proto.tensor_content, count, where), dtype=object).reshape(shape)
+    if proto.tensor_content:
+        content = np.frombuffer(proto.tensor_content, dtype=dtype.newbyteorder("<"))
         if content.size != count:
             raise ServingError(f"{where}: tensor_content holds {content.size} values, the shape {list(shape)} {count}")
         return content.astype(dtype).reshape(shape)
-    values = list(getattr(proto, field))
+    values = getattr(proto, field)
     if len(values) > count:
         raise ServingError(f"{where}: {len(values)} values for the shape {list(shape)} of {count}")
-    if dtype is np.object_:
+    if dtype == np.object_:
         array = np.empty(count, dtype=object)
-        array[:] = values + [values[-1] if values else b""] * (count - len(values))
+        array[: len(values)] = list(values)
+        array[len(values):] = values[-1] if values else b""
         return array.reshape(shape)
-    if not values:
+    if not len(values):
         return np.zeros(shape, dtype=dtype)
     values = np.array(values).astype(dtype)
     return np.pad(values, (0, count - len(values)), mode="edge").reshape(shape)
+
+
+def _decoded_string_list(content, count, where):
+    """The `count` strings of a string tensor's `tensor_content`, as TensorFlow encodes them
+    (tensorflow/core/platform/tensor_coding.cc, EncodeStringList): each string's length as a
+    varint, then the strings one after another."""
+    lengths, position = [], 0
+    for _ in range(count):
+        length, shift = 0, 0
+        while True:
+            if position >= len(content) or shift > 28:
+                raise ServingError(f"{where}: tensor_content does not hold {count} strings")
+            byte = content[position]
+            position += 1
+            length |= (byte & 0x7F) << shift
+            shift += 7
+            if byte < 0x80:
+                break
+        lengths.append(length)
+    if position + sum(lengths) != len(content):
+        raise ServingError(f"{where}: tensor_content does not hold {count} strings")
+    strings = []
+    for length in lengths:
+        strings.append(bytes(content[position: position + length]))
+        position += length
+    return strings
 
 
 def to_tensor_proto(array):
