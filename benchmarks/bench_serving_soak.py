@@ -248,7 +248,8 @@ def main(argv=None):
 def write_config(path, base, versions=None, labels=None):
     """The model config file of the served model: the newest version (TF Serving's default
     policy), or `versions` (specific) labelled as `labels` ({label: version})."""
-    lines = ['model_config_list {', '  config {', '    name: "translator"', f'    base_path: "{base}"']
+    lines = ['model_config_list {', '  config {', '    name: "translator"', f'    base_path: "{base}"',
+             '    model_platform: "tensorflow"']
     if versions:
         lines.append("    model_version_policy { specific { " + " ".join(f"versions: {v}" for v in versions) + " } }")
     for label, version in (labels or {}).items():
@@ -259,9 +260,11 @@ def write_config(path, base, versions=None, labels=None):
 
 
 def labelled_version(url, label):
+    """The version `label` names, from its metadata (a status names every version, as TF
+    Serving's does whatever the label)."""
     try:
-        with urllib.request.urlopen(f"{url}/v1/models/translator/labels/{label}", timeout=30) as response:
-            return int(json.loads(response.read())["model_version_status"][0]["version"])
+        with urllib.request.urlopen(f"{url}/v1/models/translator/labels/{label}/metadata", timeout=30) as response:
+            return int(json.loads(response.read())["model_spec"]["version"])
     except urllib.error.HTTPError:
         return None
 
@@ -284,6 +287,11 @@ def move_labels(args, served, config, base, versions, first):
     url, process, failures = served.url, served.process, served.failures
     older, newer = versions
     labels = {"stable": older, "canary": newer}
+    # The versions first, then their labels, as TF Serving takes them: a label may name only
+    # a version already available.
+    write_config(config, base, versions)
+    wait_for(lambda: all(status(url, "translator").get(v, {}).get("state") == "AVAILABLE" for v in versions),
+             "both versions")
     write_config(config, base, versions, labels)
     wait_for(lambda: all(labelled_version(url, label) == v for label, v in labels.items()), "the labels")
     time.sleep(2)

@@ -45,7 +45,7 @@ import sys
 from app.cli.flag_types import add_hidden_alias
 from app.cli.flags import DEFAULT_EXPORT_BASE, DEFAULT_MODEL_NAME
 from app.serving.batching import BatchingParameters
-from app.serving.model_config import ModelConfigError, ServedModel, VersionPolicy
+from app.serving.model_config import ModelConfigError, ServedModel
 from app.serving.rest_api import DEFAULT_READ_TIMEOUT_SECONDS, MODEL_NAME, Limits
 from app.serving.worker_process import CpuThreads
 
@@ -114,6 +114,10 @@ class ServePlan:
     grpc_port: int
     allowed_hosts: str
     allowed_origins: str
+    # The gRPC server's channel arguments ((key, int or str), ...: --grpc_channel_arguments)
+    # and the most calls it handles at once (--grpc_max_threads; None: no limit).
+    grpc_channel_arguments: tuple
+    grpc_max_calls: int | None
     # Requests: how long one may stall (--read_timeout_seconds), and what it may hold
     # (--max_instances, --max_text_length).
     read_timeout_seconds: float
@@ -144,15 +148,15 @@ def plan_serving(args):
 
         try:
             models = read_model_config(args.model_config_file)
+            _check_first_config(models, args.allow_version_labels_for_unavailable_models)
         except ModelConfigError as error:
             raise FlagError(f"--model_config_file: {error}") from None
         if args.model_name is not None or args.model_base_path is not None:
             # TF Serving ignores them beside a config file; its Docker image always passes them.
             log.warning("--model_config_file given: --model_name and --model_base_path are ignored")
     else:
-        models = (ServedModel(
-            args.model_name or DEFAULT_MODEL_NAME, args.model_base_path or DEFAULT_EXPORT_BASE,
-            VersionPolicy(num_versions=args.num_versions),
+        models = (ServedModel.from_flags(
+            args.model_name or DEFAULT_MODEL_NAME, args.model_base_path or DEFAULT_EXPORT_BASE, args.num_versions,
         ),)
     return ServePlan(
         models=models,
@@ -167,12 +171,54 @@ def plan_serving(args):
         grpc_port=args.port,
         allowed_hosts=args.allowed_hosts,
         allowed_origins=args.allowed_origins,
+        grpc_channel_arguments=parse_channel_arguments(args.grpc_channel_arguments),
+        grpc_max_calls=args.grpc_max_threads,
         read_timeout_seconds=args.read_timeout_seconds,
         limits=Limits(args.max_instances, args.max_text_length),
         enable_batching=args.enable_batching,
         batching=batching,
         threads=CpuThreads(args.tensorflow_intra_op_parallelism, args.tensorflow_inter_op_parallelism),
     )
+
+
+def parse_channel_arguments(text):
+    """TF Serving's --grpc_channel_arguments: "key=value,key=value", each value passed as an
+    int where it reads as a 32-bit one, else as a string (server.cc). A part with no "=" is
+    a `FlagError` naming it."""
+    arguments = []
+    for part in filter(None, text.split(",")):
+        key, equals, value = part.partition("=")
+        if not equals or not key:
+            raise FlagError(f"--grpc_channel_arguments: {part!r} is not key=value")
+        try:
+            number = int(value)
+        except ValueError:
+            number = None
+        arguments.append((key, number if number is not None and -(2**31) <= number < 2**31 else value))
+    return tuple(arguments)
+
+
+def _check_first_config(models, allow_labels_for_unavailable):
+    """Refuses, before anything loads, a config file TF Serving would not start on, with its
+    message: its checks (model_config.py), then its labels, which name versions not loaded
+    yet in a first config (allowed by --allow_version_labels_for_unavailable_models only).
+
+    Raises:
+        ModelConfigError: the file, the line and TF Serving's message.
+    """
+    from app.serving.model_config import check_config, check_platforms
+    from app.serving.models import check_labels
+    from app.serving.rest_api import ServingError
+
+    if models is None:  # an empty file: TF Serving starts with no model
+        return
+    check_config(models)
+    for model in models:
+        try:
+            check_labels(model.name, model.label_map, {}, {}, allow_labels_for_unavailable)
+        except ServingError as error:
+            raise model.refused(error.message) from None
+    check_platforms(models)
 
 
 def _add_model_flags(parser):
@@ -240,6 +286,20 @@ def _add_request_flags(parser):
             type=int,
             default=8500,
             help="gRPC port (default 8500, as TF Serving; 0: no gRPC)",
+        ),
+        parser.add_argument(
+            "--grpc_channel_arguments",
+            default="",
+            help="comma-separated key=value arguments for the gRPC server, as TF Serving takes them "
+            "(e.g. grpc.max_receive_message_length=8388608,grpc.max_connection_age_ms=60000); a value that is an "
+            "integer is passed as one. Default max_receive_message_length: the largest request --max_instances and "
+            "--max_text_length allow, plus 1 MiB (TF Serving: 2 GiB); the request limits hold whatever it is",
+        ),
+        parser.add_argument(
+            "--grpc_max_threads",
+            type=int,
+            help="most gRPC calls handled at once; more are answered RESOURCE_EXHAUSTED (default: no limit, the "
+            "batch queue bounds the work; TF Serving's flag sizes its gRPC thread pool, 4 per core)",
         ),
         parser.add_argument(
             "--rest_api_port",
@@ -338,7 +398,8 @@ def _check(parser, args):
         parser.error(f"--file_system_poll_wait_seconds must be >= 0 (0: look once, at start), got {wait}")
     least_values = (
         ("num_versions", 1), ("max_num_load_retries", 0), ("load_retry_interval_micros", 0), ("max_instances", 1),
-        ("max_text_length", 1), ("tensorflow_intra_op_parallelism", 0), ("tensorflow_inter_op_parallelism", 0),
+        ("max_text_length", 1), ("tensorflow_intra_op_parallelism", 0),
+        ("grpc_max_threads", 1), ("tensorflow_inter_op_parallelism", 0),
     )
     for flag, least in least_values:
         if getattr(args, flag) is not None and getattr(args, flag) < least:
@@ -399,7 +460,8 @@ async def serve(plan):
             from app.serving.grpc_api import start_grpc_server
 
             flag, port = "--port", plan.grpc_port
-            grpc_server = await start_grpc_server(core, plan.host, plan.grpc_port, plan.limits)
+            grpc_server = await start_grpc_server(core, plan.host, plan.grpc_port, plan.limits,
+                                                  plan.grpc_channel_arguments, plan.grpc_max_calls)
     except OSError as error:  # taken while the first versions loaded
         await runner.cleanup()
         await core.stop()

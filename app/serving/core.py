@@ -18,8 +18,9 @@ import logging
 import math
 import time
 
-from app.serving.model_config import ModelConfigError, read_model_config
+from app.serving.model_config import ModelConfigError, check_config, check_platforms, read_model_config
 from app.serving.models import LOADING, no_export_yet
+from app.serving.rest_api import ServingError
 
 log = logging.getLogger("app.serve")
 
@@ -47,14 +48,14 @@ class ServerCore:
         self.models = models
         self.start_worker = start_worker
         self.batcher = batcher
-        self.initial_models = tuple(initial_models)
+        self.initial_models = None if initial_models is None else tuple(initial_models)
         self.poll_seconds = poll_seconds
         self.config_file = config_file
         self.config_poll_seconds = config_poll_seconds
         self._changing = None  # asyncio.Lock: one poll or reload at a time
         self._loading = None  # the thread that loads versions
         self._tasks = []
-        self._config_text = None  # the config file's text at its last read
+        self._config_error = None  # what the config file's last poll failed with, logged once
         self._compaction_failed_at = -math.inf  # when a worker for what is served last failed to start
 
     async def start(self):
@@ -63,9 +64,6 @@ class ServerCore:
         self._loading = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="load")
         self.batcher.start()
         await self.reload_config(self.initial_models)
-        if self.config_file:
-            with open(self.config_file, encoding="utf-8") as f:
-                self._config_text = f.read()
         polling = self.poll_seconds > 0  # TF Serving's 0: the versions there at start, no later ones
         for manager in self.models.managers.values():
             if not manager.loaded and not manager.versions_on_disk:
@@ -196,33 +194,48 @@ class ServerCore:
             return None
 
     async def reload_config(self, models):
-        """Serves `models` (`ServedModel`s): loads what is new, swaps it in, unloads what
-        went, then sets the labels (`ModelSet.commit`; its FAILED_PRECONDITION
-        `ServingError` where a label names a version that is not loaded)."""
+        """Serves `models` (`ServedModel`s; None, an empty config file, changes nothing) by
+        TF Serving's `ServerCore::ReloadConfig` (server_core.cc), step by step: its checks
+        (`check_config`), the labels (`ModelSet.set_labels`), the platforms
+        (`check_platforms`), then loads what is new, swaps it in and unloads what went.
+
+        Raises:
+            ServingError: INVALID_ARGUMENT for a config TF Serving refuses, FAILED_PRECONDITION
+                for a label on a version that is not available; nothing is changed then.
+        """
+        if models is None:
+            log.info("Taking no action for empty config.")
+            return
         async with self._changing:
+            try:
+                check_config(models, self.models.config)
+                self.models.set_labels(models)
+                check_platforms(models)
+            except ModelConfigError as error:
+                raise ServingError(str(error)) from None
             change = self.models.change_to(models)
             await self._load_wanted(change.to_poll)
+            changed = models != self.models.config
             self.models.commit(change)
-            log.info("serving %s", "; ".join(
-                f"{m.name} ({m.policy.describe()}) from {m.base_path}" for m in self.models.config) or "no model")
+            if changed:
+                log.info("serving %s", "; ".join(
+                    f"{m.name} ({m.policy.describe()}) from {m.base_path}" for m in self.models.config) or "no model")
 
     async def reread_config_file(self):
-        """Serves the config file anew where its text changed; keeps the config it has
-        where the new one cannot be read or served (logged once per text)."""
-        try:
-            with open(self.config_file, encoding="utf-8") as f:
-                text = f.read()
-        except OSError as error:
-            text = f"unreadable: {error}"
-        if text == self._config_text:
-            return
-        self._config_text = text
+        """Reads the config file and serves it, at every poll, changed or not, as TF Serving
+        does (server.cc, `PollFilesystemAndReloadConfig`): a label refused because its version
+        was not available yet is set at the first poll after it is. A file that cannot be
+        read or served is logged (once until it changes, or its error does) and the config
+        before it stays served."""
         try:
             models = read_model_config(self.config_file)
-        except ModelConfigError as error:
-            log.error("model config not applied, still serving the one before: %s", error)
-            return
-        try:
             await self.reload_config(models)
-        except Exception as error:  # a label on a version that failed to load, say
-            log.error("model config %s applied in part: %s", self.config_file, getattr(error, "message", error))
+        except (ModelConfigError, ServingError) as error:
+            message = getattr(error, "message", str(error))
+            if message != self._config_error:
+                log.error("model config %s not applied, still serving the one before: %s", self.config_file, message)
+            self._config_error = message
+        else:
+            if self._config_error:
+                log.info("model config %s applied", self.config_file)
+            self._config_error = None

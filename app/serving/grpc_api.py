@@ -185,8 +185,12 @@ class ModelService(apis.model_service_pb2_grpc.ModelServiceServicer):
         return await _answer(context, lambda: self._reload(request))
 
     async def _status(self, request):
-        version, label = _version_and_label(request.model_spec)
-        statuses = self.core.models.status_json(request.model_spec.name, version, label)["model_version_status"]
+        # As get_model_status_impl.cc: a ModelSpec is required, and its version_label is
+        # passed over (the status of every version).
+        if not request.HasField("model_spec"):
+            raise ServingError("Missing ModelSpec")
+        version, _ = _version_and_label(request.model_spec)
+        statuses = self.core.models.status_json(request.model_spec.name, version)["model_version_status"]
         response = apis.get_model_status_pb2.GetModelStatusResponse()
         for status in statuses:
             entry = response.model_version_status.add()
@@ -199,8 +203,9 @@ class ModelService(apis.model_service_pb2_grpc.ModelServiceServicer):
     async def _reload(self, request):
         """Serves the request's config as a reload of the config file would, and answers
         with its status (OK, or the error, also as the RPC's status)."""
-        if request.config.WhichOneof("config") != "model_config_list":
-            raise ServingError("ServerCore is being used with a config other than model_config_list")
+        if request.config.WhichOneof("config") != "model_config_list":  # model_service_impl.cc's message
+            raise ServingError("ServerModelConfig type not supported by HandleReloadConfigRequest. "
+                               "Only ModelConfigList is currently supported")
         from google.protobuf import text_format
 
         try:
@@ -213,15 +218,23 @@ class ModelService(apis.model_service_pb2_grpc.ModelServiceServicer):
         return response
 
 
-async def start_grpc_server(core, host, port, limits=Limits()):
+def receive_limit(limits):
+    """The largest message the gRPC server reads by default: what `limits` let through (UTF-8:
+    at most 4 bytes a character) and 1 MiB for the rest of the message."""
+    return 2**20 + limits.max_instances * limits.max_text_length * 4
+
+
+async def start_grpc_server(core, host, port, limits=Limits(), channel_arguments=(), max_calls=None):
     """A started grpc.aio server of both services on `host:port` (in this event loop).
 
-    It receives messages of up to what `limits` let through and some room for the rest (a
-    larger one is RESOURCE_EXHAUSTED before it is read whole), and sends any size, as TF
-    Serving sends."""
-    largest = 2**20 + limits.max_instances * limits.max_text_length * 4  # UTF-8: at most 4 bytes a character
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", largest),
-                                      ("grpc.max_send_message_length", -1)])
+    It receives messages of up to `receive_limit(limits)` (a larger one is
+    RESOURCE_EXHAUSTED before it is read whole) and sends any size, unless
+    `channel_arguments` (--grpc_channel_arguments: (key, value) pairs) say otherwise; the
+    request limits are checked whatever gRPC lets through. `max_calls`
+    (--grpc_max_threads): the most calls handled at once (None: no limit)."""
+    options = {"grpc.max_receive_message_length": receive_limit(limits), "grpc.max_send_message_length": -1}
+    options.update(channel_arguments)
+    server = grpc.aio.server(options=list(options.items()), maximum_concurrent_rpcs=max_calls)
     apis.prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(PredictionService(core, limits), server)
     apis.model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(core), server)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -1,9 +1,10 @@
 """The models a server serves, by name: one `ModelManager` each, changed by a new model config.
 
     models = ModelSet(make_manager)
-    change = models.change_to(read_model_config("models.config"))
+    models.set_labels(config)      # first, all or none, as TF Serving sets them
+    change = models.change_to(config)
     ... load what change.to_poll want (the server awaits its poll) ...
-    models.commit(change)          # swaps the models in, then sets the labels, all or none
+    models.commit(change)          # swaps the models in
 
 A config adds, removes, re-points or re-policies models (model_config.py). As TF Serving, a
 change never fails a request in flight and never leaves a served model without a version
@@ -11,11 +12,14 @@ while its new ones load: a model that is added or re-pointed at another base pat
 manager of its own, loaded beside the one serving, and is swapped in only at `commit`;
 a model whose policy changes keeps its manager, which loads what the new policy asks for
 and unloads what it no longer does once that is available (models.py). Labels are set
-last, when the versions they name are loaded, as TF Serving's ServerCore does.
+first, before anything loads, as TF Serving's ServerCore sets them: a label may name only a
+version available before the config (or, with --allow_version_labels_for_unavailable_models,
+any version if the label is new), so a version and its label come in two configs.
 """
 
 import dataclasses
 
+from app.serving.models import check_labels
 from app.serving.rest_api import ServingError
 
 
@@ -42,6 +46,7 @@ class ModelSet:
         self.allow_labels_for_unavailable = allow_labels_for_unavailable
         self.config = ()  # the ServedModels of the config being served, in its order
         self.managers = {}  # name -> ModelManager
+        self.labels = {}  # name -> {label: version}: the label map of the last config (`set_labels`)
 
     @property
     def default_name(self):
@@ -57,14 +62,14 @@ class ModelSet:
             raise ServingError(f"Servable not found for request: {request}", status=404)
         return manager.get(version, label)
 
-    def status_json(self, name, version=None, label=None):
-        """GetModelStatus's answer for `name` (every version, or `version`, or the one
-        `label` names), as both APIs give it; TF Serving's 404 for a model it lacks."""
+    def status_json(self, name, version=None):
+        """GetModelStatus's answer for `name` (every version, or `version`), as both APIs
+        give it; TF Serving's 404 for a model it lacks. A label is not asked for: TF
+        Serving's GetModelStatus passes over a request's `version_label`
+        (get_model_status_impl.cc), and its REST status of /labels/L with it."""
         manager = self.managers.get(name)
         if manager is None:
             raise ServingError(f"Could not find any versions of model {name}", status=404)
-        if label is not None:
-            version = manager.get(label=label).version
         return manager.status_json(version)
 
     def metadata_json(self, name, version=None, label=None):
@@ -89,13 +94,8 @@ class ModelSet:
 
     def commit(self, change):
         """Serves `change.models`: swaps the fresh managers in (the ones they replace, and
-        the models the config no longer names, are unloaded: requests in flight finish),
-        then sets every model's labels.
-
-        Raises:
-            ServingError: FAILED_PRECONDITION where a label names a version that is not
-                loaded; no label is changed then (the models are).
-        """
+        the models the config no longer names, are unloaded: requests in flight finish)
+        with the labels `set_labels` set for them."""
         names = {model.name for model in change.models}
         for name, manager in list(self.managers.items()):
             if name not in names or name in change.fresh:
@@ -104,13 +104,26 @@ class ModelSet:
         for model in change.models:
             if model.name in change.fresh:
                 self.managers[model.name] = change.fresh[model.name]
+                self.managers[model.name].set_labels(self.labels.get(model.name, {}))
         self.managers = {model.name: self.managers[model.name] for model in change.models}  # the config's order
         self.config = change.models
-        self.set_labels({model.name: model.label_map for model in change.models})
 
-    def set_labels(self, labels):
-        """`{model name: {label: version}}` for every model, all or none (FAILED_PRECONDITION)."""
-        for name, model_labels in labels.items():
-            self.managers[name].check_labels(model_labels, self.allow_labels_for_unavailable)
-        for name, model_labels in labels.items():
-            self.managers[name].set_labels(model_labels, self.allow_labels_for_unavailable)
+    def set_labels(self, models):
+        """Sets the labels of every model of `models` (a config's `ServedModel`s) at once, as
+        TF Serving does before it loads what the config adds (server_core.cc, `ReloadConfig`):
+        each must name a version available now, unless `allow_labels_for_unavailable`
+        lets a label not already in use name any (`ModelManager.check_labels`). A model not
+        served yet has no version available; its labels are set when it is swapped in.
+
+        Raises:
+            ServingError: FAILED_PRECONDITION; no label is changed then.
+        """
+        for model in models:
+            manager = self.managers.get(model.name)
+            available, current = (manager.loaded, manager.labels) if manager else ({}, {})
+            check_labels(model.name, model.label_map, available, current, self.allow_labels_for_unavailable)
+        self.labels = {model.name: model.label_map for model in models}
+        for model in models:
+            if model.name in self.managers:
+                self.managers[model.name].set_labels(model.label_map)
+

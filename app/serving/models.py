@@ -228,6 +228,26 @@ def list_versions(base_path):
     return list(version_directories(base_path))
 
 
+def check_labels(model_name, labels, available, current, allow_unavailable=False):
+    """Whether the labels (label -> version) of model `model_name` may point at their
+    versions, by TF Serving's rule (server_core.cc, `UpdateModelVersionLabelMap`): a label
+    may name only an `available` version, except, with `allow_unavailable`
+    (--allow_version_labels_for_unavailable_models), a label that does not already name
+    another version in `current` (the model's labels now).
+
+    Raises:
+        ServingError: FAILED_PRECONDITION naming the first version that may not be labelled.
+    """
+    for label, version in sorted(labels.items()):
+        moves = label in current and current[label] != version
+        if version in available or (allow_unavailable and not moves):
+            continue
+        raise ServingError(
+            f"Request to assign label to version {version} of model {model_name}, which is not currently "
+            "available for inference", code="FAILED_PRECONDITION",
+        )
+
+
 class ModelManager:
     """The versions of the model `name` under `base_path`.
 
@@ -448,25 +468,11 @@ class ModelManager:
         )
 
     def check_labels(self, labels, allow_unavailable=False):
-        """Whether `set_labels` may point the labels (label -> version) at their versions:
-        a label may name only a loaded version, as TF Serving requires, except, with
-        `allow_unavailable` (--allow_version_labels_for_unavailable_models), a label not yet
-        in use.
+        """`check_labels` of this model's labels (label -> version)."""
+        check_labels(self.name, labels, self.loaded, self.labels, allow_unavailable)
 
-        Raises:
-            ServingError: FAILED_PRECONDITION naming the first version that may not be labelled.
-        """
-        for label, version in sorted(labels.items()):
-            if version in self.loaded or (allow_unavailable and label not in self.labels):
-                continue
-            raise ServingError(
-                f"Request to assign label to version {version} of model {self.name}, which is not currently "
-                "available for inference", code="FAILED_PRECONDITION",
-            )
-
-    def set_labels(self, labels, allow_unavailable=False):
-        """Points the labels (label -> version) at their versions, all or none (`check_labels`)."""
-        self.check_labels(labels, allow_unavailable)
+    def set_labels(self, labels):
+        """Points the labels (label -> version) at their versions (`check_labels` first)."""
         if labels != self.labels:
             log.info("model %s labels: %s", self.name,
                      ", ".join(f"{label} -> {version}" for label, version in sorted(labels.items())) or "none")
@@ -480,13 +486,14 @@ class ModelManager:
             log.info("model %s version %s unloaded", self.name, version)
 
     def status_json(self, version=None):
-        """GetModelStatus's response, newest version first."""
-        if not self.status:
-            raise self.not_found(f"Could not find any versions of model {self.name}")
+        """GetModelStatus's response, newest version first (get_model_status_impl.cc: every
+        version ever seen, or `version`)."""
         if version is not None:
             if version not in self.status:
                 raise ServingError(f"Could not find version {version} of model {self.name}", status=404)
             return {"model_version_status": [self.status[version].to_json(version)]}
+        if not self.status:
+            raise self.not_found(f"Could not find any versions of model {self.name}")
         return {"model_version_status": [self.status[v].to_json(v) for v in sorted(self.status, reverse=True)]}
 
     def metadata_json(self, version=None):

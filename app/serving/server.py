@@ -201,7 +201,7 @@ class Server:
                 raise ServingError("Missing model name in request.")
             if metadata:
                 return _json(self.models.metadata_json(name, version, label))
-            return _json(self.models.status_json(name, version, label))
+            return _json(self.models.status_json(name, version))  # a label is passed over, as TF Serving does
         raise malformed
 
     def _check_name(self, name, version, label=None):

@@ -36,6 +36,8 @@ def test_the_defaults_are_tf_servings_but_for_batching():
         grpc_port=8500,
         allowed_hosts="",
         allowed_origins="",
+        grpc_channel_arguments=(),
+        grpc_max_calls=None,
         read_timeout_seconds=30.0,
         limits=Limits(max_instances=64, max_text_length=1000),
         enable_batching=True,
@@ -55,17 +57,28 @@ def test_each_flag_lands_in_its_field_in_either_spelling(tmp_path):
         "https://b.example", "--read_timeout_seconds", "5", "--max_instances", "4", "--max_text_length", "10",
         "--enable_batching", "false", "--batching_parameters_file", str(parameters),
         "--tensorflow_intra_op_parallelism", "3", "--tensorflow_inter_op_parallelism", "1",
+        "--grpc_channel_arguments", "grpc.max_connection_age_ms=2000,grpc.lb_policy_name=grpclb",
+        "--grpc_max_threads", "16",
     ]
     plan = planned(*flags)
     assert plan == ServePlan(
         models=(ServedModel("en-de", "/srv/en-de", VersionPolicy(LATEST, 2)),), model_config_file=None,
         config_poll_seconds=0.0, allow_labels_for_unavailable=False, poll_wait_seconds=0.0,
         max_num_load_retries=0, load_retry_interval_seconds=1.5, host="0.0.0.0", port=0, grpc_port=9000,
-        allowed_hosts="a.example", allowed_origins="https://b.example", read_timeout_seconds=5.0,
-        limits=Limits(4, 10), enable_batching=False, batching=BatchingParameters(8, 5000, 2, 100),
+        allowed_hosts="a.example", allowed_origins="https://b.example",
+        grpc_channel_arguments=(("grpc.max_connection_age_ms", 2000), ("grpc.lb_policy_name", "grpclb")),
+        grpc_max_calls=16, read_timeout_seconds=5.0, limits=Limits(4, 10), enable_batching=False,
+        batching=BatchingParameters(8, 5000, 2, 100),
         threads=CpuThreads(3, 1),
     )
     assert planned(*(flag.replace("_", "-") if flag.startswith("--") else flag for flag in flags)) == plan
+
+
+def test_a_channel_argument_that_is_not_key_value_exits_2_naming_it(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--grpc_channel_arguments", "grpc.max_connection_age_ms=2000,oops"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith("error: --grpc_channel_arguments: 'oops' is not key=value")
 
 
 def test_a_batching_parameters_file_that_cannot_be_read_exits_2_naming_the_flag(tmp_path, capsys):
@@ -85,7 +98,7 @@ def test_a_model_config_file_names_the_models_and_one_that_cannot_be_served_exit
     (tmp_path / "en-de").mkdir()
     config = tmp_path / "models.config"
     config.write_text(f'model_config_list {{ config {{ name: "en-de" base_path: "{tmp_path / "en-de"}" '
-                      'version_labels { key: "stable" value: 3 } } }\n')
+                      'model_platform: "tensorflow" version_labels { key: "stable" value: 3 } } }\n')
     plan = planned("--model_config_file", str(config), "--model_config_file_poll_wait_seconds", "60",
                    "--allow_version_labels_for_unavailable_models")
     assert plan.models == (ServedModel("en-de", str(tmp_path / "en-de"), VersionPolicy(), (("stable", 3),)),)
@@ -93,12 +106,25 @@ def test_a_model_config_file_names_the_models_and_one_that_cannot_be_served_exit
         str(config), 60.0, True)
     # TF Serving's Docker image always passes --model_name and --model_base_path: ignored, said.
     with caplog.at_level("WARNING", logger="app.serve"):
-        assert planned("--model_config_file", str(config), "--model_name", "x").models == plan.models
+        assert planned("--model_config_file", str(config), "--model_name", "x",
+                       "--allow_version_labels_for_unavailable_models").models == plan.models
     assert "--model_name and --model_base_path are ignored" in caplog.text
-    config.write_text('model_config_list {\n config { name: "en-de" base_path: "/nowhere" } }\n')
-    with pytest.raises(SystemExit) as exit_:
-        main(["--model_config_file", str(config)])
-    assert exit_.value.code == 2
-    error = capsys.readouterr().err.splitlines()[-1]
-    where = f"{config}:2: base_path of model 'en-de'"
-    assert error.endswith(f"error: --model_config_file: {where}: /nowhere does not exist")
+    # What TF Serving would not start on, refused before anything loads, with its message.
+    refused = {
+        # A first config's labels name versions not loaded yet (without the flag).
+        config.read_text(): "Request to assign label to version 3 of model en-de, which is not currently available "
+                            "for inference",
+        'model_config_list {\n config { name: "en-de" base_path: "nowhere" model_platform: "tensorflow" } }\n':
+            "Expected model en-de to have an absolute path or URI; got base_path()=nowhere",
+        'model_config_list {\n config { name: "en-de" base_path: "/nowhere" } }\n':
+            "Illegal setting neither ModelServerConfig::model_type (deprecated) nor "
+            "ModelServerConfig::model_platform.",
+    }
+    for text, message in refused.items():
+        config.write_text(text)
+        with pytest.raises(SystemExit) as exit_:
+            main(["--model_config_file", str(config)])
+        assert exit_.value.code == 2
+        error = capsys.readouterr().err.splitlines()[-1]
+        line = 1 if text.startswith("model_config_list { config") else 2
+        assert error.endswith(f"error: --model_config_file: {config}:{line}: {message}")

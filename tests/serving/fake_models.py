@@ -8,6 +8,7 @@ config reloads and status codes do, without TensorFlow loading a version.
 
 import asyncio
 import contextlib
+import dataclasses
 import http.client
 import json
 import os
@@ -107,15 +108,23 @@ class Servers:
 
 @contextlib.contextmanager
 def serving(models, loader=TaggedVersion, poll_seconds=0.0, config_file=None, config_poll_seconds=0.0,
-            allow_labels_for_unavailable=False, origins=OriginPolicy(), read_timeout_seconds=30.0):
+            allow_labels_for_unavailable=False, origins=OriginPolicy(), read_timeout_seconds=30.0,
+            grpc_channel_arguments=()):
     """`Servers` of the `ServedModel`s `models`, their versions made by `loader`; the REST
-    server with `origins` and `read_timeout_seconds` (the guards' tests)."""
+    server with `origins` and `read_timeout_seconds` (the guards' tests). Labels are set by
+    a second config once the versions are loaded, as TF Serving requires."""
     model_set = ModelSet(
         lambda model: ModelManager(model.name, model.base_path, model.policy, loader=loader,
                                    load_retry_interval_seconds=0),
         allow_labels_for_unavailable,
     )
-    core = ServerCore(model_set, Batcher(), models, poll_seconds, config_file, config_poll_seconds)
+    # A first config's labels must name versions already loaded, which none is yet (TF
+    # Serving's rule), unless allowed: the models start without them, and get them next.
+    if not allow_labels_for_unavailable and models:
+        models_first = tuple(dataclasses.replace(model, labels=()) for model in models)
+    else:
+        models_first = models
+    core = ServerCore(model_set, Batcher(), models_first, poll_seconds, config_file, config_poll_seconds)
     server = Server(core, origins=origins, read_timeout_seconds=read_timeout_seconds)
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
@@ -126,12 +135,14 @@ def serving(models, loader=TaggedVersion, poll_seconds=0.0, config_file=None, co
         from aiohttp import web
 
         await core.start()
+        if models_first != models:  # the labels, once their versions are loaded
+            await core.reload_config(models)
         runner = server.runner()
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         rest_port.append(runner.addresses[0][1])
-        return runner, await start_grpc_server(core, "127.0.0.1", grpc_port)
+        return runner, await start_grpc_server(core, "127.0.0.1", grpc_port, channel_arguments=grpc_channel_arguments)
 
     runner, grpc_server = asyncio.run_coroutine_threadsafe(start(), loop).result(60)
     servers = Servers(core, server, loop, rest_port[0], grpc_port)

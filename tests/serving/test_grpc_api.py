@@ -73,9 +73,13 @@ def test_predict_by_name_version_and_label(two_models):
         assert servers.rest("POST", "/v1/models/en-de/labels/stable:predict", {"instances": ["a man"]})[:2] == (
             200, {"predictions": ["a man |en-de v3"]}
         )
-        assert servers.rest("GET", "/v1/models/en-de/labels/canary")[:2] == (200, {"model_version_status": [
-            {"version": "4", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
-        ]})
+        # A status names every version whatever the label, as TF Serving's GetModelStatus
+        # passes the label over (a label it lacks included).
+        for label in ("canary", "beta"):
+            assert servers.rest("GET", f"/v1/models/en-de/labels/{label}")[:2] == (200, {"model_version_status": [
+                {"version": "4", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}},
+                {"version": "3", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}},
+            ]})
 
 
 def test_errors_carry_tf_servings_codes_and_messages(two_models):
@@ -143,9 +147,14 @@ def test_metadata_and_status(two_models):
         answer = servers.model_stub.GetModelStatus(status, timeout=30)
         available = get_model_status_pb2.ModelVersionStatus.AVAILABLE
         assert [(s.version, s.state) for s in answer.model_version_status] == [(4, available), (3, available)]
+        status.model_spec.version_label = "stable"  # passed over, as TF Serving does
+        answer = servers.model_stub.GetModelStatus(status, timeout=30)
+        assert [(s.version, s.state) for s in answer.model_version_status] == [(4, available), (3, available)]
         status.model_spec.name = "xx"
         assert grpc_error(servers.model_stub.GetModelStatus, status) == (
             grpc.StatusCode.NOT_FOUND, "Could not find any versions of model xx")
+        assert grpc_error(servers.model_stub.GetModelStatus, get_model_status_pb2.GetModelStatusRequest()) == (
+            grpc.StatusCode.INVALID_ARGUMENT, "Missing ModelSpec")
 
 
 def served_version(servers, label):
@@ -155,7 +164,8 @@ def served_version(servers, label):
 def reload_request(*models):
     request = model_management_pb2.ReloadConfigRequest()
     for model in models:
-        config = request.config.model_config_list.config.add(name=model.name, base_path=model.base_path)
+        config = request.config.model_config_list.config.add(name=model.name, base_path=model.base_path,
+                                                             model_platform="tensorflow")
         if model.policy.kind == SPECIFIC:
             config.model_version_policy.specific.versions.extend(model.policy.versions)
         for label, version in model.labels:
@@ -194,7 +204,8 @@ def test_a_new_label_may_name_an_unloaded_version_only_where_allowed(two_models)
 
 def write_config(path, stable, canary, versions):
     config = model_server_config_pb2.ModelServerConfig()
-    entry = config.model_config_list.config.add(name="en-de", base_path=str(path.parent / "en-de"))
+    entry = config.model_config_list.config.add(name="en-de", base_path=str(path.parent / "en-de"),
+                                                model_platform="tensorflow")
     entry.model_version_policy.specific.versions.extend(versions)
     for label, version in (("stable", stable), ("canary", canary)):
         if version is not None:
@@ -247,6 +258,13 @@ def test_a_canary_rollout_fails_no_request(tmp_path):
             time.sleep(0.3)  # let the clients see it
 
         serves("stable", 3)
+        # As TF Serving takes it: a version first, its label once it is loaded (a config that
+        # did both at once would be refused, and re-applied in vain at every poll).
+        write_config(config, 3, None, [3, 4])
+        deadline = time.monotonic() + 30
+        while 4 not in servers.core.models.managers["en-de"].loaded:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
         write_config(config, 3, 4, [3, 4])
         serves("canary", 4)
         write_config(config, 4, 4, [3, 4])
@@ -367,3 +385,17 @@ def test_a_message_larger_than_the_limits_allow_is_refused_before_it_is_read(two
         # ... twice that does not.
         code, _ = grpc_error(servers.predict_stub.Predict, predict_request("en-de", ["x" * 2**20] * 3))
         assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_channel_arguments_raise_the_message_size_but_not_the_request_limits(two_models):
+    """--grpc_channel_arguments, as TF Serving takes it: a larger message gets through gRPC,
+    and is then refused by --max_text_length, not read as a request."""
+    from app.commands.serve import parse_channel_arguments
+
+    arguments = parse_channel_arguments("grpc.max_receive_message_length=8388608,grpc.primary_user_agent=x")
+    assert arguments == (("grpc.max_receive_message_length", 8388608), ("grpc.primary_user_agent", "x"))
+    with serving(two_models, grpc_channel_arguments=arguments) as servers:
+        assert grpc_error(servers.predict_stub.Predict, predict_request("en-de", ["x" * 2**20] * 3)) == (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            'a text of 1048576 characters in input "inputs" is longer than this server accepts '
+            '(--max_text_length=1000)')

@@ -337,7 +337,6 @@ ERRORS = [
     ("unknown path", "GET", "/v2/anything", None, 404, "Not Found"),
     ("no model name", "GET", "/v1/models", None, 400, "^Missing model name in request.$"),
     ("label: predict", "POST", "/v1/models/translator/labels/stable:predict", b'{"instances": ["a"]}', 400, "^Unrecognized servable version label: stable$"),
-    ("label: status", "GET", "/v1/models/translator/labels/stable", None, 400, "^Unrecognized servable version label: stable$"),
     ("label: metadata", "GET", "/v1/models/translator/labels/canary/metadata", None, 400, "^Unrecognized servable version label: canary$"),
     ("version and label", "POST", "/v1/models/translator/versions/1/labels/stable:predict", b'{"instances": ["a"]}', 400, "Malformed request"),
     ("classify", "POST", "/v1/models/translator:classify", b'{"examples": [{}]}', 400, "Expected classification signature method_name to be tensorflow/serving/classify"),
