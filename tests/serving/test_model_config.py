@@ -145,3 +145,19 @@ def test_the_documented_example_is_one_tf_serving_starts_on(tmp_path):
         ServedModel("en-de", f"{tmp_path}/en-de", VersionPolicy(SPECIFIC, versions=(3,))),
         ServedModel("en-fr", f"{tmp_path}/en-fr"),
     )
+
+
+def test_every_config_in_the_docs_is_one_tf_serving_starts_on(tmp_path):
+    """Each model config written out in the docs (a code block opening `model_config_list`)
+    passes TF Serving's checks as a first config, its paths made this machine's."""
+    import pathlib
+    import re
+
+    from app.commands.serve import _check_first_config
+    from tests.tiny_run import ROOT
+
+    blocks = [block for page in sorted(pathlib.Path(ROOT, "docs").rglob("*.md")) + [pathlib.Path(ROOT, "README.md")]
+              for block in re.findall(r"```[a-z]*\n(model_config_list \{.*?)```", page.read_text(), re.S)]
+    assert blocks, "docs/serving.md writes serving/models.config out"
+    for block in blocks:
+        _check_first_config(parse_model_config(block.replace('"/models/', f'"{tmp_path}/')), False)
