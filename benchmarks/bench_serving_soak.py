@@ -11,7 +11,8 @@ It copies one exported version into a base path of its own as version 1, starts
 `python -m app.serve` on it (polling every 0.2 s, no wait between retries) and keeps
 `--clients` threads sending requests of 1-3 sentences. Then, `--reloads` times, it exports
 the next version the documented way (copied to `.tmp-N`, renamed to `N`) and waits until
-that version is AVAILABLE and the previous one's process has ended; then it makes
+that version is AVAILABLE and the previous one unloaded (in the worker that serves it, or
+with a fresh worker where the old one held too much for unloaded versions); then it makes
 `--broken` failed loads (a version whose saved_model.pb is garbage, retried
 `--broken - 1` times). Then it serves the last two good versions (`specific`) labelled
 stable and canary, with `--clients` more threads looping on each label, and `--label-moves`
@@ -201,14 +202,13 @@ def main(argv=None):
         print(f"after the first load: {first / 2**30:.2f} GiB (server {server / 2**30:.2f} GiB)", flush=True)
         version = 1
         for _ in range(args.reloads):
-            old_processes = set(_children_by_parent().get(process.pid, []))
             version += 1
             start = time.monotonic()
             place(export, base, version)
             wait_for(lambda v=version: status(url, "translator").get(v, {}).get("state") == "AVAILABLE",
                      f"version {version}")
-            wait_for(lambda: not old_processes & set(_children_by_parent().get(process.pid, [])),
-                     "the old version's process to end", 60)
+            wait_for(lambda v=version: status(url, "translator").get(v - 1, {}).get("state") == "END",
+                     f"version {version - 1} to be unloaded", 60)
             memory = tree_resident_bytes(process.pid)
             print(f"reload to version {version} in {time.monotonic() - start:.1f} s: {memory / 2**30:.2f} GiB "
                   f"({memory / first - 1:+.1%}), failed requests so far {len(failures)}", flush=True)

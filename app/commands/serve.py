@@ -25,7 +25,7 @@ It serves one model (--model_name, --model_base_path) or those of a TF Serving m
 file, with their version policies and labels, re-read every
 --model_config_file_poll_wait_seconds (app/serving/model_config.py). It switches to a newly
 exported version without a restart (app/serving/models.py), every served version in one
-worker process, replaced as a whole when the set changes so that memory follows what is served
+worker process, which loads a new version beside the others and unloads what goes
 (app/serving/worker_process.py); concurrent requests are batched into one model call, large ones a batch at a time
 (app/serving/batching.py). Binds 127.0.0.1 unless --host says otherwise, and answers only
 requests that name it and pages of its own origin unless --allowed_hosts / --allowed_origins
@@ -45,6 +45,7 @@ import sys
 from app.cli.flag_types import add_hidden_alias
 from app.cli.flags import DEFAULT_EXPORT_BASE, DEFAULT_MODEL_NAME
 from app.serving.batching import BatchingParameters
+from app.serving.core import DEFAULT_RECLAIM_BYTES
 from app.serving.model_config import ModelConfigError, ServedModel
 from app.serving.rest_api import DEFAULT_READ_TIMEOUT_SECONDS, MODEL_NAME, Limits
 from app.serving.worker_process import CpuThreads
@@ -53,6 +54,9 @@ log = logging.getLogger("app.serve")
 
 # How long a stopping server waits for the requests in flight (a second signal: no wait).
 SHUTDOWN_GRACE_SECONDS = 60.0
+# How long a version's load may take (--load_timeout_seconds): the default model's loads
+# take about a minute on 2 cores; a base model's several on a slow disk.
+DEFAULT_LOAD_TIMEOUT_SECONDS = 900.0
 
 
 def _bool(text):
@@ -107,6 +111,10 @@ class ServePlan:
     poll_wait_seconds: float
     max_num_load_retries: int
     load_retry_interval_seconds: float
+    # A load's time limit (--load_timeout_seconds; None: no limit), and the memory the worker
+    # may hold for unloaded versions before a fresh one takes over (--reclaim_unloaded_memory_mb).
+    load_timeout_seconds: float | None
+    reclaim_bytes: int
     # Where it listens (--host; --rest_api_port, 0: a free port; --port for gRPC, 0: none)
     # and who else may call it (--allowed_hosts, --allowed_origins: comma-separated, as given).
     host: str
@@ -166,6 +174,8 @@ def plan_serving(args):
         poll_wait_seconds=args.file_system_poll_wait_seconds,
         max_num_load_retries=args.max_num_load_retries,
         load_retry_interval_seconds=args.load_retry_interval_micros / 1e6,
+        load_timeout_seconds=args.load_timeout_seconds or None,
+        reclaim_bytes=int(args.reclaim_unloaded_memory_mb * 2**20),
         host=args.host,
         port=args.rest_api_port,
         grpc_port=args.port,
@@ -267,6 +277,22 @@ def _add_model_flags(parser):
         ),
         parser.add_argument(
             "--max_num_load_retries", type=int, default=5, help="retries of a version that fails to load (default 5)"
+        ),
+        parser.add_argument(
+            "--load_timeout_seconds",
+            type=float,
+            default=DEFAULT_LOAD_TIMEOUT_SECONDS,
+            help="a version whose load has not ended after this long fails (DEADLINE_EXCEEDED; retried as a failed "
+            "load), and what is served moves to a fresh worker process (default "
+            f"{DEFAULT_LOAD_TIMEOUT_SECONDS:g}: a stalled network mount must not hold the server; 0: no limit)",
+        ),
+        parser.add_argument(
+            "--reclaim_unloaded_memory_mb",
+            type=float,
+            default=DEFAULT_RECLAIM_BYTES / 2**20,
+            help="a new version loads beside the served ones in their worker process; when that process holds more "
+            "than this many MB for versions it unloaded, a fresh one takes what is served and the old one ends, "
+            f"giving its memory back (default {DEFAULT_RECLAIM_BYTES / 2**20:g}; 0: after every unload)",
         ),
         parser.add_argument(
             "--load_retry_interval_micros",
@@ -399,7 +425,8 @@ def _check(parser, args):
     least_values = (
         ("num_versions", 1), ("max_num_load_retries", 0), ("load_retry_interval_micros", 0), ("max_instances", 1),
         ("max_text_length", 1), ("tensorflow_intra_op_parallelism", 0),
-        ("grpc_max_threads", 1), ("tensorflow_inter_op_parallelism", 0),
+        ("grpc_max_threads", 1), ("tensorflow_inter_op_parallelism", 0), ("load_timeout_seconds", 0),
+        ("reclaim_unloaded_memory_mb", 0),
     )
     for flag, least in least_values:
         if getattr(args, flag) is not None and getattr(args, flag) < least:
@@ -421,7 +448,9 @@ async def serve(plan):
     core = ServerCore(
         ModelSet(functools.partial(make_manager, plan), plan.allow_labels_for_unavailable),
         batcher, plan.models, plan.poll_wait_seconds, plan.model_config_file, plan.config_poll_seconds,
-        start_worker=functools.partial(WorkerProcess, threads=plan.threads, max_calls=batcher.threads),
+        start_worker=functools.partial(WorkerProcess, threads=plan.threads, max_calls=batcher.threads,
+                                       timeout=plan.load_timeout_seconds),
+        load_timeout_seconds=plan.load_timeout_seconds, reclaim_bytes=plan.reclaim_bytes,
     )
     server = Server(
         core, plan.limits, OriginPolicy.from_flags(plan.allowed_hosts, plan.allowed_origins, plan.host),

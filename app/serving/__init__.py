@@ -11,8 +11,8 @@
     model_set.py            the served models by name, changed by a new config
     models.py               one model's versions under its base path: loading, hot reload, status,
                             labels, metadata
-    worker_process.py       every served version in one worker process, replaced as a whole
-                            when the set changes, so that memory follows what is served
+    worker_process.py       every served version in one worker process, which loads each new
+                            version beside the others and unloads what goes
     ctranslate2_version.py  a CTranslate2 export served as a version, with the same signatures
     batching.py             dynamic batching of concurrent requests into one model call
     origins.py              which Host and Origin may call the server

@@ -26,6 +26,9 @@ log = logging.getLogger("app.serve")
 
 # How long after a worker for what is served failed to start the next is tried.
 COMPACTION_RETRY_SECONDS = 60.0
+# The memory a worker may hold for versions it unloaded before a fresh one takes what is
+# served (--reclaim_unloaded_memory_mb): about two versions of the default model's size.
+DEFAULT_RECLAIM_BYTES = 1024 * 2**20
 
 
 class ServerCore:
@@ -39,12 +42,17 @@ class ServerCore:
         config_file: the model config file to re-read, or None.
         config_poll_seconds: how often to re-read it (0: never, as TF Serving's default).
         start_worker: `[(model name, version, path), ...] -> WorkerProcess` (worker_process.py):
-            every served version in one worker, replaced when the set changes. None: each
-            manager loads its versions with its own loader (tests' fake models).
+            every served version in one worker, which loads each new version beside the
+            others and unloads what goes; replaced by a fresh one only to give back what
+            unloaded versions left (`_reclaim`). None: each manager loads its versions with
+            its own loader (tests' fake models).
+        load_timeout_seconds: how long a load may take before its version fails
+            (DEADLINE_EXCEEDED) and the change lock is let go (None: no limit).
+        reclaim_bytes: what the worker may hold for unloaded versions (`_reclaim`).
     """
 
     def __init__(self, models, batcher, initial_models, poll_seconds=1.0, config_file=None, config_poll_seconds=0.0,
-                 start_worker=None):
+                 start_worker=None, load_timeout_seconds=None, reclaim_bytes=DEFAULT_RECLAIM_BYTES):
         self.models = models
         self.start_worker = start_worker
         self.batcher = batcher
@@ -57,6 +65,9 @@ class ServerCore:
         self._tasks = []
         self._config_error = None  # what the config file's last poll failed with, logged once
         self._compaction_failed_at = -math.inf  # when a worker for what is served last failed to start
+        self.load_timeout_seconds = load_timeout_seconds
+        self.reclaim_bytes = reclaim_bytes
+        self._worker = None  # the worker's handle new versions load into (worker_process.py)
 
     async def start(self):
         """Loads the first versions, then polls in the background."""
@@ -87,6 +98,8 @@ class ServerCore:
             for loaded in list(manager.loaded.values()):
                 if hasattr(loaded, "close"):  # a version in a worker process: end the worker now
                     loaded.close()
+        if self._worker is not None:
+            self._worker.stop()
         # A version still loading is not waited for: it would be thrown away. (Its thread
         # cannot be stopped; the command exits without joining it.)
         self._loading.shutdown(wait=False, cancel_futures=True)
@@ -114,11 +127,11 @@ class ServerCore:
         if self.start_worker is None:
             await self._load_each(wanted)
         elif wanted:
-            await self._load_in_new_worker(managers, wanted)
+            await self._load_into_worker(managers, wanted)
         for manager in managers:
             manager.unload_removed()
         if self.start_worker is not None:
-            await self._one_worker_for_what_is_served(managers)
+            await self._reclaim(managers)
 
     async def _load_each(self, wanted):
         loop = asyncio.get_running_loop()
@@ -127,6 +140,38 @@ class ServerCore:
                 loaded = await loop.run_in_executor(self._loading, manager.load, version, path)
             except Exception as error:
                 manager.failed(version, error)
+            else:
+                manager.publish(loaded)
+
+    def _live_worker(self):
+        """The worker new versions load into, None where there is none that can take them
+        (none yet, or it died, or a load in it timed out)."""
+        worker = self._worker
+        if worker is None or worker.retiring or worker.channel.died or worker.channel.stopped:
+            return None
+        return worker
+
+    async def _load_into_worker(self, managers, wanted):
+        """Loads the wanted versions, and only them, into the serving worker, whose versions
+        keep answering meanwhile; into a fresh worker where there is no live one."""
+        worker = self._live_worker()
+        if worker is None:
+            await self._load_in_new_worker(managers, wanted)
+            return
+        loop = asyncio.get_running_loop()
+        entries = [(manager.name, version, path) for manager, version, path in wanted]
+        try:
+            versions = await loop.run_in_executor(self._loading, worker.load, entries, self.load_timeout_seconds)
+        except Exception as error:  # the load timed out, or the worker died under it
+            log.error("loading %s: %s", ", ".join(f"{m.name} version {v}" for m, v, _ in wanted),
+                      getattr(error, "message", error))
+            for manager, version, _ in wanted:
+                manager.failed(version, error)
+            return
+        for manager, version, _ in wanted:
+            loaded = versions[(manager.name, version)]
+            if isinstance(loaded, Exception):
+                manager.failed(version, loaded)
             else:
                 manager.publish(loaded)
 
@@ -154,36 +199,50 @@ class ServerCore:
             if not isinstance(loaded, Exception):
                 manager.move(loaded)
 
-    async def _one_worker_for_what_is_served(self, managers):
-        """Where the served versions are spread over several workers, or one holds versions
-        no longer served (unloaded, or of a model that left the config), a fresh worker
-        takes exactly the served set, so that memory follows what is served."""
+    async def _reclaim(self, managers):
+        """A fresh worker takes exactly the served versions, and the old one ends with its
+        last request, giving its memory back, where: the served versions are spread over
+        several workers (a version that moved after a timed-out load, say), the serving
+        worker takes no more loads, or it holds more than `reclaim_bytes` for versions it
+        unloaded (`_Handle.held_for_unloaded`). Otherwise nothing is loaded again: adding
+        a version loads that version only."""
         served = [(manager, version, loaded) for manager in managers for version, loaded in manager.loaded.items()]
-        workers = {id(loaded.worker): loaded.worker for _, _, loaded in served}
-        keys = {(manager.name, version) for manager, version, _ in served}
-        if not served or (len(workers) == 1 and next(iter(workers.values())).keys == keys):
+        if not served:
+            self._worker = None  # no version left: the worker ends (once no request holds one)
             return
+        workers = {id(loaded.worker): loaded.worker for _, _, loaded in served}
+        worker = self._live_worker()
+        held = worker.held_for_unloaded() if worker is not None else 0
+        if worker is not None and len(workers) == 1 and id(worker) in workers and held <= self.reclaim_bytes:
+            return
+        if worker is None and len(workers) == 1:
+            only = next(iter(workers.values()))
+            if not (only.retiring or only.channel.died or only.channel.stopped):
+                self._worker = only
+                return
         if time.monotonic() - self._compaction_failed_at < COMPACTION_RETRY_SECONDS:
             return  # a worker that could not start a moment ago: not again at every poll
-        log.info("moving %d versions to a fresh worker (%d workers, %d versions held now)", len(served),
-                 len(workers), sum(len(worker.keys) for worker in workers.values()))
-        worker = await self._start_worker([(manager, version, loaded.path) for manager, version, loaded in served])
-        if worker is None:
+        why = (f"its worker holds {held / 2**20:.0f} MB for versions it unloaded" if held > self.reclaim_bytes
+               else f"{len(workers)} workers serve them")
+        log.info("moving %d versions to a fresh worker: %s", len(served), why)
+        fresh = await self._start_worker([(manager, version, loaded.path) for manager, version, loaded in served])
+        if fresh is None:
             self._compaction_failed_at = time.monotonic()
             return
         for manager, version, _ in served:
-            loaded = worker.versions.get((manager.name, version))
+            loaded = fresh.versions.get((manager.name, version))
             if loaded is not None and not isinstance(loaded, Exception):
                 manager.move(loaded)
             else:  # it stays where it is served; trying again at every poll would churn
                 self._compaction_failed_at = time.monotonic()
 
     async def _start_worker(self, entries):
-        """A `WorkerProcess` of `entries` ((manager, version, path) each), None where it
-        ended before saying how its loads went (its error logged)."""
+        """A `WorkerProcess` of `entries` ((manager, version, path) each), which becomes the
+        worker later versions load into; None where it ended before saying how its loads
+        went (its error logged)."""
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(
+            worker = await loop.run_in_executor(
                 self._loading, self.start_worker, [(manager.name, version, path) for manager, version, path in entries]
             )
         except Exception as error:
@@ -192,6 +251,8 @@ class ServerCore:
                 if manager.status.get(version) is not None and manager.status[version].state == LOADING:
                     manager.failed(version, error)
             return None
+        self._worker = worker.worker  # the handle, not the WorkerProcess: its `versions` would pin them
+        return worker
 
     async def reload_config(self, models):
         """Serves `models` (`ServedModel`s; None, an empty config file, changes nothing) by

@@ -17,6 +17,7 @@ FAILED_PRECONDITION for a signature the version does not have, UNAVAILABLE (with
 seconds to wait as `retry-after` trailing metadata) while a version is loaded again.
 """
 
+import asyncio
 import logging
 
 import grpc
@@ -212,7 +213,9 @@ class ModelService(apis.model_service_pb2_grpc.ModelServiceServicer):
             models = parse_model_config(text_format.MessageToString(request.config), "the request's config")
         except ModelConfigError as error:
             raise ServingError(str(error)) from None
-        await self.core.reload_config(models)
+        # Shielded: a client that gives up (a deadline, a dropped connection) cancels this
+        # handler, not the reload, which goes on to be applied whole or refused whole.
+        await asyncio.shield(self.core.reload_config(models))
         response = apis.model_management_pb2.ReloadConfigResponse()
         response.status.error_code = error_codes_pb2.OK
         return response

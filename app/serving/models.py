@@ -121,6 +121,13 @@ class LoadedVersion:
             # The model rejected the input (e.g. translate_with_options' options disagree).
             raise ServingError(_first_line(error.message)) from None
 
+    def close(self):
+        """Frees the session (its variables and kernels) and gives the heap back: the
+        version was unloaded from a worker that goes on serving others."""
+        self._session.close()
+        self._session = None
+        _give_back_freed_memory()
+
     def warm_up(self):
         """One call per signature (one row: "" and 1s), so the first request is not the slow one."""
         for name, specs in self.inputs.items():
@@ -412,8 +419,8 @@ class ModelManager:
 
     def failed(self, version, error):
         status = self.status[version]
-        status.state, status.error_code = END, "UNKNOWN"
         type_name = getattr(error, "type_name", type(error).__name__)  # as raised in the version's process
+        status.state, status.error_code = END, "DEADLINE_EXCEEDED" if type_name == "LoadTimeout" else "UNKNOWN"
         status.error_message = f"{type_name}: {_first_line(str(error))}"
         status.failed_loads += 1
         self._failed_at[version] = self._clock()

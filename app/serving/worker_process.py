@@ -1,10 +1,13 @@
-"""Every served version in one worker process, replaced as a whole when the set changes.
+"""Every served version in one worker process, which loads new versions beside the others.
 
     worker = WorkerProcess([("en-de", 3, "models/en-de/3"), ("en-fr", 1, "models/en-fr/1")],
                            CpuThreads(intra_op=1))
     version = worker.versions[("en-de", 3)]      # a WorkerVersion, or the load's RemoteError
     version.run("serving_default", {"inputs": np.array([b"A man."], object)})
-    del worker, version    # the last reference: the process ends, and its memory with it
+    handle = worker.worker                       # keep this, not the WorkerProcess
+    handle.load([("en-de", 4, "models/en-de/4")], timeout=900)   # beside 3, which keeps answering
+    del version            # unloaded in the worker once no request holds it
+    del worker, handle     # the last reference: the process ends, and its memory with it
 
 TensorFlow keeps much of what `tf.saved_model.load` allocates for as long as the process
 lives: loading a version and dropping it grew the process by the version's size every time,
@@ -13,11 +16,14 @@ even with its functions removed from the eager context and malloc trimmed
 the 1.65 GB a process serving the 2.35M-parameter default holds. So the server process never
 imports TensorFlow, and every version it serves runs in one child process (a fresh
 interpreter, no inherited TensorFlow state) that the server talks to over a pipe: a second
-model costs its weights and traced functions, not a second runtime. When the set of served
-versions changes, the server starts a new worker holding the new set, loads and warms it up
-beside the one serving, moves the versions over (ServerCore, core.py), and the old worker
-ends once the last request holding one of its versions has been answered: the operating
-system takes back all of its memory, so reloads do not grow the server.
+model costs its weights and traced functions, not a second runtime. A new version is loaded
+into the serving worker, on a thread of its own while the others answer (`_Handle.load`), and
+a version dropped by the server and by every request is unloaded there (its session closed,
+the heap trimmed): a rollout of one model loads that version only. What unloads leave behind
+(`_Handle.held_for_unloaded`) is bounded: past a threshold the server starts a fresh worker
+holding what is served, moves the versions over (ServerCore, core.py), and the old worker
+ends once the last request holding one of its versions has been answered, the operating
+system taking back all of its memory.
 
 `WorkerVersion` has the interface of `models.LoadedVersion` (version, path, signatures,
 inputs, outputs, signature_def, input_specs, run, warm_up), so the managers, the batcher and
@@ -49,6 +55,8 @@ log = logging.getLogger("app.serve")
 AUTO = "auto"
 # How long an ended worker may take to exit before it is killed.
 EXIT_GRACE_SECONDS = 10.0
+# The worker's own methods, beside a version's (run): load more versions, unload one.
+LOAD, UNLOAD = "__load__", "__unload__"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +80,8 @@ class RemoteError(Exception):
 
 class WorkerProcess:
     """The versions `entries` ((model name, version, path) each) loaded and warmed up in one
-    child process (see the module docstring). Blocks until every one has loaded or failed.
+    child process (see the module docstring). Blocks until every one has loaded or failed,
+    or for `timeout` seconds at most (then the child is killed: RemoteError "LoadTimeout").
 
     Attributes:
         versions: (model name, version) -> `WorkerVersion`, or the `RemoteError` its load raised.
@@ -82,7 +91,7 @@ class WorkerProcess:
         RemoteError: the child ended before it said how its loads went.
     """
 
-    def __init__(self, entries, threads=CpuThreads(), max_calls=1):
+    def __init__(self, entries, threads=CpuThreads(), max_calls=1, timeout=None):
         entries = [(name, int(version), str(path)) for name, version, path in entries]
         # A fresh interpreter, not multiprocessing's spawn, which would run the caller's
         # __main__ again in the child; the pipe is a socket pair passed by descriptor.
@@ -97,6 +106,11 @@ class WorkerProcess:
         described = ", ".join(_describe(name, version) for name, version, _ in entries)
         try:
             connection.send(entries)
+            if timeout is not None and not connection.poll(timeout):  # a load that hangs
+                self._process.kill()
+                self._process.wait()
+                connection.close()
+                raise RemoteError("LoadTimeout", f"the load of {described} did not end in {timeout:g} s")
             results = connection.recv()
         except (EOFError, OSError):
             self._process.wait()
@@ -110,16 +124,21 @@ class WorkerProcess:
         # holds it, and requests in flight hold their version, so replacing a worker never
         # fails them. The finalizer must not hold the handle.
         self._handle = _Handle(channel)
-        self.versions = {}
-        for (name, version, path), (ok, value) in zip(entries, results):
-            if ok:
-                self.versions[(name, version)] = WorkerVersion(self._handle, name, version, path, value)
-            else:
-                self.versions[(name, version)] = RemoteError(*value)
-        self._handle.keys = frozenset(key for key, value in self.versions.items() if isinstance(value, WorkerVersion))
+        self.versions = self._handle.take(entries, results)
+        self._handle.measure_start()
         if not self._handle.keys:  # nothing loaded: the child exits by itself
             self.close()
             _wait(self._process, EXIT_GRACE_SECONDS)
+
+    @property
+    def worker(self):
+        """What this worker's versions share (`WorkerVersion.worker`): keep this, not the
+        `WorkerProcess`, whose `versions` would keep every version it loaded."""
+        return self._handle
+
+    def load(self, entries, timeout=None):
+        """`_Handle.load`."""
+        return self._handle.load(entries, timeout)
 
     def close(self):
         """Ends the child now (the server's shutdown); later calls get a 503."""
@@ -127,12 +146,75 @@ class WorkerProcess:
 
 
 class _Handle:
-    """What a worker's versions share: its channel, ended when the last of them is dropped."""
+    """What a worker's versions share: its channel, ended when the last of them is dropped,
+    and what it holds."""
 
     def __init__(self, channel):
         self.channel = channel
-        self.keys = frozenset()  # (model name, version) of every version it loaded
+        self.keys = frozenset()  # (model name, version) of every version it holds
+        self.retiring = False  # a load timed out: it takes no more (`WorkerProcess.load`)
+        self._costs = {}  # (model name, version) -> bytes its load and warm-up added, while held
+        self._start = 0  # bytes of the worker once its first versions loaded (`measure_start`)
         self._finalizer = weakref.finalize(self, channel.stop)
+
+    def take(self, entries, results):
+        """`{(model name, version): WorkerVersion or RemoteError}` of the child's answer to a load."""
+        versions = {}
+        for (name, version, path), (ok, value) in zip(entries, results):
+            if ok:
+                versions[(name, version)] = WorkerVersion(self, name, version, path, value)
+                self.add(name, version, value.get("cost", 0))
+            else:
+                versions[(name, version)] = RemoteError(*value)
+        return versions
+
+    def load(self, entries, timeout=None):
+        """Loads and warms up more versions in this worker, beside those it serves (which
+        keep answering): `{(model name, version): WorkerVersion or RemoteError}`, as
+        `versions`. Blocks (call from a thread).
+
+        Raises:
+            RemoteError: "LoadTimeout" where the child has not answered in `timeout` seconds
+                (a load that hangs, a stalled network mount): the worker then takes no more
+                loads (`retiring`), and what it serves moves to a fresh one.
+        """
+        entries = [(name, int(version), str(path)) for name, version, path in entries]
+        try:
+            results = self.channel.call(LOAD, None, entries, timeout=timeout)
+        except concurrent.futures.TimeoutError:
+            self.retiring = True
+            described = ", ".join(_describe(name, version) for name, version, _ in entries)
+            raise RemoteError("LoadTimeout", f"the load of {described} did not end in {timeout:g} s") from None
+        return self.take(entries, results)
+
+    def add(self, name, version, cost):
+        self.keys |= {(name, version)}
+        self._costs[(name, version)] = cost
+
+    def measure_start(self):
+        """Notes the worker's memory once its first versions loaded: what it grows by later
+        is accounted for by later loads (`held_for_unloaded`). The first versions count as
+        costing nothing: their loads also set TensorFlow's runtime up, which no unload
+        gives back, so their costs are no measure of what unloading them frees."""
+        self._start = _resident_bytes(self.channel.pid)
+        self._costs = dict.fromkeys(self._costs, 0)
+
+    def unload(self, key):
+        """Unloads a version no request holds any more (its `WorkerVersion` was dropped)."""
+        if key not in self.keys:
+            return
+        self.keys -= {key}
+        self._costs.pop(key, None)
+        self.channel.unload(key)
+
+    def held_for_unloaded(self):
+        """Bytes the worker has grown by since its first versions loaded beyond what the
+        later loads of the versions it serves took: what the versions it unloaded left
+        behind (TensorFlow and the allocator keep some of what a load allocated) and the
+        model's caches for the shapes of requests."""
+        if self.channel.died or self.channel.stopped:
+            return 0
+        return max(0, _resident_bytes(self.channel.pid) - self._start - sum(self._costs.values()))
 
     def stop(self):
         self._finalizer()
@@ -150,6 +232,9 @@ class WorkerVersion:
         self.inputs = description["inputs"]
         self.outputs = description["outputs"]
         self.signature_def = description["signature_def"]
+        # Dropped by the server and by every request (a version unloaded, or moved to
+        # another worker): unloaded from this worker, which goes on serving the others.
+        weakref.finalize(self, handle.unload, (model_name, version))
 
     @property
     def worker(self):
@@ -206,7 +291,30 @@ class _Channel:
         self.died = False
         threading.Thread(target=self._read_answers, name=f"worker-{process.pid}-answers", daemon=True).start()
 
-    def call(self, method, key, *args):
+    @property
+    def stopped(self):
+        return self._stopped
+
+    def call(self, method, key, *args, timeout=None):
+        """The child's answer to `method` of version `key` (or the worker's own LOAD and
+        UNLOAD); `concurrent.futures.TimeoutError` after `timeout` seconds (its answer,
+        should it come, is then dropped)."""
+        future = self.send(method, key, *args)
+        try:
+            ok, value = future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            with self._lock:
+                self._pending = {n: pending for n, pending in self._pending.items() if pending[0] is not future}
+            raise
+        if ok:
+            return value
+        type_name, message, status = value
+        if type_name == "ServingError":
+            raise ServingError(message, status=status)
+        raise RemoteError(type_name, message)
+
+    def send(self, method, key, *args):
+        """Sends a call; the future of its (ok, value) answer."""
         future = concurrent.futures.Future()
         with self._lock:
             if self._stopped or self.died:
@@ -217,17 +325,20 @@ class _Channel:
                 self._connection.send((number, method, key, args))
             except (OSError, ValueError):  # the pipe broke: the reader fails what is pending
                 pass
-        ok, value = future.result()
-        if ok:
-            return value
-        type_name, message, status = value
-        if type_name == "ServingError":
-            raise ServingError(message, status=status)
-        raise RemoteError(type_name, message)
+        return future
+
+    def unload(self, key):
+        """Tells the child to unload version `key`, not waiting for its answer (this runs
+        when the version's last reference goes, in whatever thread that is)."""
+        try:
+            self.send(UNLOAD, key)
+        except ServingError:  # stopped or dead: nothing to unload
+            pass
 
     def _gone(self, key):
         what = "was unloaded" if self._stopped and not self.died else "ended unexpectedly"
-        return ServingError(f"the process of {_describe(*key)} {what}; try again", status=503, retry_after=1)
+        whose = _describe(*key) if key else "the worker"
+        return ServingError(f"the process of {whose} {what}; try again", status=503, retry_after=1)
 
     def _read_answers(self):
         while True:
@@ -302,19 +413,27 @@ def _child_main(connection, threads, max_calls):
         entries = connection.recv()
     except (EOFError, OSError):
         os._exit(1)
-    loaded, results = {}, []
+    loaded = {}
     _set_threads(entries, threads, max_calls)
-    for name, version, path in entries:
-        try:
-            loaded[(name, version)] = _load(version, path, threads, max_calls)
-            description = loaded[(name, version)]
-            results.append((True, {"inputs": description.inputs, "outputs": description.outputs,
-                                   "signature_def": description.signature_def}))
-        except BaseException as error:  # noqa: BLE001 (whatever it was, the server reports it)
-            log.warning("%s version %s did not load: %s", name, version, error)
-            results.append((False, (type(error).__name__, _first_line(str(error)))))
+
+    def load_each(entries):
+        """Loads and warms up each entry; (ok, description or error) each, as the server reads them."""
+        results = []
+        for name, version, path in entries:
+            before = _resident_bytes()
+            try:
+                loaded[(name, version)] = _load(version, path, threads, max_calls)
+                description = loaded[(name, version)]
+                results.append((True, {"inputs": description.inputs, "outputs": description.outputs,
+                                       "signature_def": description.signature_def,
+                                       "cost": _resident_bytes() - before}))
+            except BaseException as error:  # noqa: BLE001 (whatever it was, the server reports it)
+                log.warning("%s version %s did not load: %s", name, version, error)
+                results.append((False, (type(error).__name__, _first_line(str(error)))))
+        return results
+
     try:
-        connection.send(results)
+        connection.send(load_each(entries))
     except (OSError, ValueError):
         os._exit(1)
     if not loaded:
@@ -323,7 +442,16 @@ def _child_main(connection, threads, max_calls):
 
     def answer(number, method, key, args):
         try:
-            result = (True, getattr(loaded[key], method)(*args))
+            if method == LOAD:
+                result = (True, load_each(*args))
+            elif method == UNLOAD:
+                version = loaded.pop(key)
+                if hasattr(version, "close"):
+                    version.close()
+                del version
+                result = (True, None)
+            else:
+                result = (True, getattr(loaded[key], method)(*args))
         except ServingError as error:
             result = (False, ("ServingError", error.message, error.status))
         except Exception as error:  # noqa: BLE001 (sent back as the request's 500)
@@ -331,7 +459,9 @@ def _child_main(connection, threads, max_calls):
         with sending:
             connection.send((number,) + result)
 
-    with concurrent.futures.ThreadPoolExecutor(max_calls, thread_name_prefix="model") as calls:
+    # Loads run on a thread of their own, so that the versions already served keep answering.
+    with concurrent.futures.ThreadPoolExecutor(max_calls, thread_name_prefix="model") as calls, \
+            concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="load") as loads:
         while True:
             try:
                 message = connection.recv()
@@ -339,12 +469,23 @@ def _child_main(connection, threads, max_calls):
                 break
             if message is None:
                 break
-            if max_calls == 1:  # one call at a time: run it here, a thread handoff less per call
+            if message[1] == LOAD:
+                loads.submit(answer, *message)
+            elif max_calls == 1:  # one call at a time: run it here, a thread handoff less per call
                 answer(*message)
             else:
                 calls.submit(answer, *message)
     # Not a return: TensorFlow's teardown at interpreter exit is slow and may log.
     os._exit(0)
+
+
+def _resident_bytes(pid="self"):
+    """Resident memory of a process (this one by default), in bytes; 0 where /proc does not say."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+    except (OSError, StopIteration, ValueError):
+        return 0
 
 
 def _set_threads(entries, threads, max_calls):

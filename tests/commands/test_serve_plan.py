@@ -31,6 +31,8 @@ def test_the_defaults_are_tf_servings_but_for_batching():
         poll_wait_seconds=1.0,
         max_num_load_retries=5,
         load_retry_interval_seconds=60.0,
+        load_timeout_seconds=900.0,
+        reclaim_bytes=1024 * 2**20,
         host="127.0.0.1",
         port=8501,
         grpc_port=8500,
@@ -52,6 +54,7 @@ def test_each_flag_lands_in_its_field_in_either_spelling(tmp_path):
     flags = [
         "--model_name", "en-de", "--model_base_path", "/srv/en-de", "--file_system_poll_wait_seconds", "0",
         "--num_versions", "2", "--max_num_load_retries", "0", "--load_retry_interval_micros", "1500000",
+        "--load_timeout_seconds", "0", "--reclaim_unloaded_memory_mb", "0.5",
         "--host", "0.0.0.0", "--rest_api_port", "0", "--port", "9000",
         "--allowed_hosts", "a.example", "--allowed_origins",
         "https://b.example", "--read_timeout_seconds", "5", "--max_instances", "4", "--max_text_length", "10",
@@ -64,7 +67,8 @@ def test_each_flag_lands_in_its_field_in_either_spelling(tmp_path):
     assert plan == ServePlan(
         models=(ServedModel("en-de", "/srv/en-de", VersionPolicy(LATEST, 2)),), model_config_file=None,
         config_poll_seconds=0.0, allow_labels_for_unavailable=False, poll_wait_seconds=0.0,
-        max_num_load_retries=0, load_retry_interval_seconds=1.5, host="0.0.0.0", port=0, grpc_port=9000,
+        max_num_load_retries=0, load_retry_interval_seconds=1.5, load_timeout_seconds=None, reclaim_bytes=2**19,
+        host="0.0.0.0", port=0, grpc_port=9000,
         allowed_hosts="a.example", allowed_origins="https://b.example",
         grpc_channel_arguments=(("grpc.max_connection_age_ms", 2000), ("grpc.lb_policy_name", "grpclb")),
         grpc_max_calls=16, read_timeout_seconds=5.0, limits=Limits(4, 10), enable_batching=False,

@@ -207,9 +207,11 @@ def test_a_port_in_use_is_one_line_naming_the_flag_before_anything_loads(tmp_pat
     assert result.stderr.strip() == f"app.serve: --port {port} on --host 127.0.0.1: Address already in use"
 
 
-def test_every_served_version_runs_in_one_worker_replaced_when_the_set_changes(stand_in_export, tmp_path):
-    """Two models share one worker; a new version, a model leaving the config and a killed
-    worker each give one fresh worker holding exactly what is served, and the one before ends."""
+def test_a_new_version_loads_alone_into_the_worker_that_serves_the_others(stand_in_export, tmp_path):
+    """Two models share one worker; a new version of one is loaded into it, the other's
+    version answering throughout, untouched; what goes is unloaded in place; a fresh worker
+    takes what is served only to give back what unloaded versions left, or after the worker
+    died; and the worker ends with the last version served."""
     import asyncio
     import functools
 
@@ -237,26 +239,32 @@ def test_every_served_version_runs_in_one_worker_replaced_when_the_set_changes(s
         await core.start()
         (_, first), (_, same) = pids(core).values()
         assert first == same, "two models, one worker"
-        # A new version of en-de: one fresh worker holds it and en-fr's version 1.
+        en_fr = core.models.get("en-fr")
+        # A new version of en-de: loaded into the same worker, en-fr's version not reloaded.
         os.symlink(stand_in_export, bases["en-de"] / "2")
         await core.poll()
-        assert pids(core)["en-de"][0] == 2
-        second = pids(core)["en-de"][1]
-        assert pids(core)["en-fr"][1] == second != first
-        assert gone(first), "the worker before ends once none of its versions is served"
-        # en-fr leaves the config: a fresh worker holds en-de's version 2 alone.
+        assert pids(core) == {"en-de": (2, first), "en-fr": (1, first)}
+        assert core.models.get("en-fr") is en_fr
+        assert en_fr.worker.keys == {("en-de", 2), ("en-fr", 1)}, "version 1 of en-de unloaded in place"
+        # en-fr leaves the config: unloaded in place too.
         await core.reload_config([ServedModel.from_flags("en-de", str(bases["en-de"]))])
-        third = pids(core)["en-de"][1]
-        assert third != second and list(core.models.managers) == ["en-de"]
+        del en_fr
+        assert list(core.models.managers) == ["en-de"] and pids(core)["en-de"] == (2, first)
         assert core.models.get("en-de").worker.keys == {("en-de", 2)}
-        assert gone(second)
+        # Past what the worker may hold for unloaded versions: a fresh one takes what is served.
+        core.reclaim_bytes = 0
+        await core.poll()
+        second = pids(core)["en-de"][1]
+        assert second != first and core.models.get("en-de").worker.keys == {("en-de", 2)}
+        assert gone(first), "the worker before ends once none of its versions is served"
+        core.reclaim_bytes = 2**40
         # The worker killed: loaded again at the next poll, without the retry interval.
-        os.kill(third, signal.SIGKILL)
+        os.kill(second, signal.SIGKILL)
         dead = core.models.get("en-de")
         while dead.alive:
             await asyncio.sleep(0.05)
         await core.poll()
-        assert pids(core)["en-de"][0] == 2 and pids(core)["en-de"][1] != third
+        assert pids(core)["en-de"][0] == 2 and pids(core)["en-de"][1] != second
         answer = await asyncio.to_thread(core.models.get("en-de").run, "greedy", row)
         assert answer["translations"].shape == (1,)
         last = pids(core)["en-de"][1]
@@ -264,3 +272,46 @@ def test_every_served_version_runs_in_one_worker_replaced_when_the_set_changes(s
         return last
 
     assert gone(asyncio.run(scenario()))
+
+
+def test_a_load_that_hangs_times_out_and_lets_the_server_go_on(stand_in_export, tmp_path):
+    """A version whose saved_model.pb never finishes reading (a FIFO: a stalled network mount)
+    fails after --load_timeout_seconds with DEADLINE_EXCEEDED, the change lock is let go,
+    the served version answers throughout, and it moves to a fresh worker."""
+    import asyncio
+    import functools
+
+    from app.serving.batching import Batcher
+    from app.serving.core import ServerCore
+    from app.serving.model_config import ServedModel
+    from app.serving.model_set import ModelSet
+    from app.serving.worker_process import WorkerProcess
+
+    base = tmp_path / "en-de"
+    base.mkdir()
+    os.symlink(stand_in_export, base / "1")
+    row = {"inputs": np.array([b"a"], dtype=object)}
+
+    async def scenario():
+        models = ModelSet(lambda m: ModelManager(m.name, m.base_path, m.policy, load_retry_interval_seconds=3600))
+        core = ServerCore(models, Batcher(), [ServedModel.from_flags("en-de", str(base))], poll_seconds=3600,
+                          start_worker=functools.partial(WorkerProcess, threads=CpuThreads(1, 1), timeout=120),
+                          load_timeout_seconds=3)
+        await core.start()
+        first = core.models.get("en-de").pid
+        stalled = base / "2"
+        stalled.mkdir()
+        for name in os.listdir(stand_in_export):
+            if name != "saved_model.pb":
+                os.symlink(os.path.join(stand_in_export, name), stalled / name)
+        os.mkfifo(stalled / "saved_model.pb")
+        await asyncio.wait_for(core.poll(), 60)
+        status = core.models.status_json("en-de", 2)["model_version_status"][0]
+        assert (status["state"], status["status"]["error_code"]) == ("END", "DEADLINE_EXCEEDED")
+        assert "did not end in 3 s" in status["status"]["error_message"]
+        served = core.models.get("en-de")
+        assert served.version == 1 and served.pid != first, "what is served moved to a fresh worker"
+        assert (await asyncio.to_thread(served.run, "greedy", row))["translations"].shape == (1,)
+        await core.stop()
+
+    asyncio.run(scenario())
