@@ -259,11 +259,11 @@ def write_config(path, base, versions=None, labels=None):
     os.replace(temporary, path)  # whole, as the server may read it any moment
 
 
-def labelled_version(url, label):
-    """The version `label` names, from its metadata (a status names every version, as TF
-    Serving's does whatever the label)."""
+def labelled_version(url, label, model="translator"):
+    """The version `label` of `model` names, from its metadata (a status names every
+    version, as TF Serving's does whatever the label)."""
     try:
-        with urllib.request.urlopen(f"{url}/v1/models/translator/labels/{label}/metadata", timeout=30) as response:
+        with urllib.request.urlopen(f"{url}/v1/models/{model}/labels/{label}/metadata", timeout=30) as response:
             return int(json.loads(response.read())["model_spec"]["version"])
     except urllib.error.HTTPError:
         return None

@@ -460,8 +460,10 @@ def _child_main(connection, threads, max_calls):
             connection.send((number,) + result)
 
     # Loads run on a thread of their own, so that the versions already served keep answering.
-    with concurrent.futures.ThreadPoolExecutor(max_calls, thread_name_prefix="model") as calls, \
-            concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="load") as loads:
+    # At the end the calls in flight are answered, but a load is not waited for: one that
+    # hangs (a stalled mount) must not keep the process alive.
+    loads = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="load")
+    with concurrent.futures.ThreadPoolExecutor(max_calls, thread_name_prefix="model") as calls:
         while True:
             try:
                 message = connection.recv()

@@ -374,6 +374,30 @@ def test_a_model_is_added_repointed_and_removed_by_a_config_reload(two_models, t
             404, {"error": "Could not find any versions of model de-en"})
 
 
+class SlowVersion(TaggedVersion):
+    """A version whose load takes a second."""
+
+    def __init__(self, version, path):
+        time.sleep(1.0)
+        super().__init__(version, path)
+
+
+def test_a_reload_whose_client_gives_up_is_still_applied_whole(two_models, tmp_path):
+    """A client's deadline ends its HandleReloadConfigRequest, not the reload: the model it
+    adds loads and is served, as the status then shows."""
+    added = ServedModel("de-en", versions(tmp_path / "de-en", 1))
+    with serving(two_models, loader=SlowVersion) as servers:
+        request = reload_request(*two_models, added)
+        code, _ = grpc_error(lambda r, timeout: servers.model_stub.HandleReloadConfigRequest(r, timeout=0.2), request)
+        assert code == grpc.StatusCode.DEADLINE_EXCEEDED
+        deadline = time.monotonic() + 30
+        while "de-en" not in servers.core.models.managers:
+            assert time.monotonic() < deadline, "the reload was dropped with its call"
+            time.sleep(0.05)
+        assert servers.rest("GET", "/v1/models/de-en")[1]["model_version_status"][0]["state"] == "AVAILABLE"
+        assert servers.core.models.managers["en-de"].labels == {"canary": 4, "stable": 3}
+
+
 def test_a_message_larger_than_the_limits_allow_is_refused_before_it_is_read(two_models):
     with serving(two_models) as servers:
         # 64 texts of 1,000 characters of 4 UTF-8 bytes each, and 1 MB for the rest, fit ...
