@@ -318,8 +318,9 @@ def _add_request_flags(parser):
             default="",
             help="comma-separated key=value arguments for the gRPC server, as TF Serving takes them "
             "(e.g. grpc.max_receive_message_length=8388608,grpc.max_connection_age_ms=60000); a value that is an "
-            "integer is passed as one. Default max_receive_message_length: the largest request --max_instances and "
-            "--max_text_length allow, plus 1 MiB (TF Serving: 2 GiB); the request limits hold whatever it is",
+            "integer is passed as one (default none: max_receive_message_length is the largest request "
+            "--max_instances and --max_text_length allow, plus 1 MiB, where TF Serving's is 2 GiB; the request "
+            "limits hold whatever it is)",
         ),
         parser.add_argument(
             "--grpc_max_threads",

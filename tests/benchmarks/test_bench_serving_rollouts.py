@@ -1,9 +1,9 @@
-"""benchmarks/bench_serving_rollouts.py on the tiny export: a canary rollout of one model of
-three, in TF Serving's steps, loads that version only and fails no request."""
+"""benchmarks/bench_serving_rollouts.py: the configs of its steps are ones TF Serving takes.
 
-import re
-
-import pytest
+Its run (a minute on the tiny export) is not repeated here: a new version loading alone into
+the worker that serves the others, on real workers, is
+tests/serving/test_worker_process.py's, and the rollout steps under load are
+tests/serving/test_grpc_api.py's canary test."""
 
 from benchmarks import bench_serving_rollouts
 
@@ -19,12 +19,3 @@ def test_the_config_of_a_step_is_one_tf_serving_takes(tmp_path):
     check_platforms(models)
     assert [(m.name, m.policy.versions, m.labels) for m in models] == [
         ("en-de", (3, 4), (("canary", 4), ("stable", 3))), ("en-fr", (), ()), ("de-en", (), ())]
-
-
-@pytest.mark.slow
-def test_a_rollout_loads_one_version_and_fails_no_request(exported, capsys):
-    _, _, path, _ = exported
-    assert bench_serving_rollouts.main(["--export", path, "--rollouts", "1"]) == 0
-    out = capsys.readouterr().out
-    assert re.search(r"rollout to version 2: 1 load\(s\), 0 moved to a fresh worker", out), out
-    assert re.search(r"answered \d+ requests, failed 0;", out), out

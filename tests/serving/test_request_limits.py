@@ -206,7 +206,7 @@ def read_rest_body(body):
     return parse_predict_request(parse_json_body(body), "scored", SPECS, LIMITS)
 
 
-@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.one_of(REQUEST_BODIES.map(lambda document: json.dumps(document).encode()), st.binary(max_size=300)))
 def test_any_json_body_is_read_or_refused_as_a_client_error_within_bounded_memory(body):
     result, peak = traced_peak(lambda: read_rest_body(body))
