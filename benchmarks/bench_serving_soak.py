@@ -43,17 +43,9 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_serving import ServerFailed, export_tiny, post, start_server  # noqa: E402
 from app.cli.flag_types import int_at_least  # noqa: E402
+from app.serving.worker_process import resident_bytes  # noqa: E402
 
 SENTENCES = ["A man rides a bike.", "Two dogs play in the snow.", "A woman reads a book on a bench."]
-
-
-def resident_bytes(pid):
-    """Resident memory of `pid` alone, in bytes (from /proc); 0 once it has exited."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
-    except (FileNotFoundError, StopIteration):
-        return 0
 
 
 def tree_resident_bytes(pid):

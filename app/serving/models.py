@@ -474,12 +474,8 @@ class ModelManager:
             f"retry in {wait} s", status=503, retry_after=wait,
         )
 
-    def check_labels(self, labels, allow_unavailable=False):
-        """`check_labels` of this model's labels (label -> version)."""
-        check_labels(self.name, labels, self.loaded, self.labels, allow_unavailable)
-
     def set_labels(self, labels):
-        """Points the labels (label -> version) at their versions (`check_labels` first)."""
+        """Points the labels (label -> version) at their versions (the module's `check_labels` first)."""
         if labels != self.labels:
             log.info("model %s labels: %s", self.name,
                      ", ".join(f"{label} -> {version}" for label, version in sorted(labels.items())) or "none")

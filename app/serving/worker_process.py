@@ -110,7 +110,7 @@ class WorkerProcess:
                 self._process.kill()
                 self._process.wait()
                 connection.close()
-                raise RemoteError("LoadTimeout", f"the load of {described} did not end in {timeout:g} s")
+                raise _load_timeout(described, timeout)
             results = connection.recv()
         except (EOFError, OSError):
             self._process.wait()
@@ -135,10 +135,6 @@ class WorkerProcess:
         """What this worker's versions share (`WorkerVersion.worker`): keep this, not the
         `WorkerProcess`, whose `versions` would keep every version it loaded."""
         return self._handle
-
-    def load(self, entries, timeout=None):
-        """`_Handle.load`."""
-        return self._handle.load(entries, timeout)
 
     def close(self):
         """Ends the child now (the server's shutdown); later calls get a 503."""
@@ -184,7 +180,7 @@ class _Handle:
         except concurrent.futures.TimeoutError:
             self.retiring = True
             described = ", ".join(_describe(name, version) for name, version, _ in entries)
-            raise RemoteError("LoadTimeout", f"the load of {described} did not end in {timeout:g} s") from None
+            raise _load_timeout(described, timeout) from None
         return self.take(entries, results)
 
     def add(self, name, version, cost):
@@ -196,7 +192,7 @@ class _Handle:
         is accounted for by later loads (`held_for_unloaded`). The first versions count as
         costing nothing: their loads also set TensorFlow's runtime up, which no unload
         gives back, so their costs are no measure of what unloading them frees."""
-        self._start = _resident_bytes(self.channel.pid)
+        self._start = resident_bytes(self.channel.pid)
         self._costs = dict.fromkeys(self._costs, 0)
 
     def unload(self, key):
@@ -214,7 +210,7 @@ class _Handle:
         model's caches for the shapes of requests."""
         if self.channel.died or self.channel.stopped:
             return 0
-        return max(0, _resident_bytes(self.channel.pid) - self._start - sum(self._costs.values()))
+        return max(0, resident_bytes(self.channel.pid) - self._start - sum(self._costs.values()))
 
     def stop(self):
         self._finalizer()
@@ -385,6 +381,12 @@ def _describe(model_name, version):
     return f"{model_name} version {version}" if model_name else f"version {version}"
 
 
+def _load_timeout(described, timeout):
+    """The RemoteError of a load of `described` versions that did not end in `timeout` s
+    (`ModelManager.failed` reads its type as DEADLINE_EXCEEDED)."""
+    return RemoteError("LoadTimeout", f"the load of {described} did not end in {timeout:g} s")
+
+
 def _wait(process, seconds):
     """The exit code of `process` once it has ended, or None if it runs `seconds` later."""
     try:
@@ -420,13 +422,13 @@ def _child_main(connection, threads, max_calls):
         """Loads and warms up each entry; (ok, description or error) each, as the server reads them."""
         results = []
         for name, version, path in entries:
-            before = _resident_bytes()
+            before = resident_bytes()
             try:
                 loaded[(name, version)] = _load(version, path, threads, max_calls)
                 description = loaded[(name, version)]
                 results.append((True, {"inputs": description.inputs, "outputs": description.outputs,
                                        "signature_def": description.signature_def,
-                                       "cost": _resident_bytes() - before}))
+                                       "cost": resident_bytes() - before}))
             except BaseException as error:  # noqa: BLE001 (whatever it was, the server reports it)
                 log.warning("%s version %s did not load: %s", name, version, error)
                 results.append((False, (type(error).__name__, _first_line(str(error)))))
@@ -481,8 +483,9 @@ def _child_main(connection, threads, max_calls):
     os._exit(0)
 
 
-def _resident_bytes(pid="self"):
-    """Resident memory of a process (this one by default), in bytes; 0 where /proc does not say."""
+def resident_bytes(pid="self"):
+    """Resident memory of a process (this one by default), in bytes; 0 once it has exited or
+    where /proc does not say."""
     try:
         with open(f"/proc/{pid}/status") as f:
             return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
