@@ -207,6 +207,7 @@ def test_a_port_in_use_is_one_line_naming_the_flag_before_anything_loads(tmp_pat
     assert result.stderr.strip() == f"app.serve: --port {port} on --host 127.0.0.1: Address already in use"
 
 
+@pytest.mark.slow
 def test_a_new_version_loads_alone_into_the_worker_that_serves_the_others(stand_in_export, tmp_path):
     """Two models share one worker; a new version of one is loaded into it, the other's
     version answering throughout, untouched; what goes is unloaded in place; a fresh worker
@@ -274,6 +275,7 @@ def test_a_new_version_loads_alone_into_the_worker_that_serves_the_others(stand_
     assert gone(asyncio.run(scenario()))
 
 
+@pytest.mark.slow
 def test_a_load_that_hangs_times_out_and_lets_the_server_go_on(stand_in_export, tmp_path):
     """A version whose saved_model.pb never finishes reading (a FIFO: a stalled network mount)
     fails after --load_timeout_seconds with DEADLINE_EXCEEDED, the change lock is let go,
