@@ -1,7 +1,8 @@
 """The documentation's links hold: every relative link in a Markdown file names a file
-that exists and, with an anchor, a heading of that file (GitHub's slugs); every lab
-notebook entry is named by its date and listed in the notebook's index; docs/layout.md's
-tree and tables name every package and module, and only ones that exist."""
+that exists and, with an anchor, a heading of that file (GitHub's slugs); every page of
+docs/ is at most `MAX_PAGE_LINES` long; every lab notebook entry is named by its date and
+listed in the notebook's index; docs/layout.md's tree and tables name every package and
+module, and only ones that exist. (tests/test_doc_examples.py runs the pages' Python.)"""
 
 import re
 import subprocess
@@ -72,6 +73,20 @@ def test_relative_links_resolve(path):
             elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
                 broken.append(f"{target}: no heading with that anchor")
     assert not broken, f"{path.relative_to(REPO_ROOT)}: " + "; ".join(broken)
+
+
+# A page a reader can hold in mind; a longer one is split by topic, each part linking the other.
+MAX_PAGE_LINES = 800
+
+
+def test_every_docs_page_is_at_most_max_page_lines():
+    lengths = {
+        str(path.relative_to(REPO_ROOT)): len(path.read_text(encoding="utf-8").splitlines())
+        for path in (REPO_ROOT / "docs").rglob("*.md")
+    }
+    assert lengths
+    too_long = {page: lines for page, lines in sorted(lengths.items()) if lines > MAX_PAGE_LINES}
+    assert not too_long, f"pages over {MAX_PAGE_LINES} lines: {too_long}: split each by topic"
 
 
 def test_every_notebook_entry_is_dated_and_in_the_index():
