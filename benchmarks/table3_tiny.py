@@ -140,7 +140,7 @@ def train_command(args, row, seed=1):
 
 def final_evaluation(model_dir, steps):
     """The last evaluation record of a run that reached `steps`, or None."""
-    from app.commands.pictures import read_metrics
+    from app.visualization.curves import read_metrics
 
     path = os.path.join(model_dir, "metrics.jsonl")
     if not os.path.exists(path):

@@ -14,6 +14,7 @@ NOT_FROM_TRAINING = [
     "app/commands/client.py",
     "app/commands/translate.py", "app/commands/score.py",
     "app/model", "app/decoding", "app/model_dir", "app/cli",
+    "app/visualization",
 ]
 
 
@@ -40,7 +41,7 @@ FLOORS = [
     ["app.model"],
     ["app.decoding", "app.model_dir", "app.evaluation"],
     ["app.cli"],
-    ["app.training", "app.export", "app.serving"],
+    ["app.training", "app.export", "app.serving", "app.visualization"],
     ["app.commands"],
 ]
 

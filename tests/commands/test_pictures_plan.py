@@ -1,13 +1,14 @@
 """app.pictures' flags made into an `AttentionPlan` or a `CurvesPlan` (app/commands/pictures.py),
-the flags left as parsed. The pictures: test_pictures.py."""
+the flags left as parsed. The command: test_pictures.py; the pictures: tests/visualization/."""
 
 import copy
 import os
 
 import pytest
 
-from app.commands.pictures import AttentionPlan, CurvesPlan, PicturesError, parse_args, plan_pictures
+from app.commands.pictures import AttentionPlan, CurvesPlan, parse_args, plan_pictures
 from app.decoding.config import DecodingConfig
+from app.visualization.output import PicturesError
 
 
 def planned(*argv):
