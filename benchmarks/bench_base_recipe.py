@@ -108,7 +108,7 @@ def newest_checkpoint(model_dir):
 
 def resume_state(path):
     """Every variable of a checkpoint a resumed step depends on (not its clock or save count)."""
-    from app.cli.quiet_tensorflow import import_tensorflow
+    from app.runtime.quiet_tensorflow import import_tensorflow
 
     import_tensorflow()  # without its start-up lines in the benchmark's output
     import tensorflow as tf

@@ -28,7 +28,7 @@ norm.
 The "keras-adam" ones update with Keras's `Adam` instead of `app.training.fused_adam.FusedAdam`.
 The "1-thread-per-op" ones give each op one CPU thread (`train.py --intra-op-threads 1`)
 where TensorFlow gives it every core; TensorFlow still runs one op at a time per core
-(`app.cli.threads`).
+(`app.runtime.threads`).
 """
 
 import argparse
@@ -100,7 +100,7 @@ def run_one(args):
     import keras
     import tensorflow as tf
 
-    from app.cli.threads import set_cpu_threads
+    from app.runtime.threads import set_cpu_threads
 
     # Before any op: TensorFlow makes its thread pools once, at its first.
     set_cpu_threads(intra_op=SETTINGS[args.setting].get("intra_op_threads"))

@@ -15,7 +15,7 @@ os.environ["TRANSFORMER_VOCAB_CACHE"] = tempfile.mkdtemp(prefix="vocab-cache-")
 
 # TensorFlow's start-up lines ignore TF_CPP_MIN_LOG_LEVEL. One pytest process hides them in
 # its capture of collection, but pytest-xdist's workers would print them after the summary.
-from app.cli.quiet_tensorflow import import_tensorflow  # noqa: E402
+from app.runtime.quiet_tensorflow import import_tensorflow  # noqa: E402
 
 import_tensorflow()
 

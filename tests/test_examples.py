@@ -8,6 +8,7 @@ import numpy as np
 
 from tests.conftest import SENTENCES
 
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Sentences of the shared export's test set that print on one line each.
 SHOWN = [SENTENCES[0], SENTENCES[3], SENTENCES[4]]

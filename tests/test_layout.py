@@ -40,8 +40,11 @@ FLOORS = [
     ["data"],
     ["app.model"],
     ["app.decoding", "app.model_dir", "app.evaluation"],
-    ["app.cli"],
+    ["app.runtime"],
     ["app.training", "app.export", "app.serving", "app.visualization"],
+    # The commands' own floor: their shared flags, then the commands. The library never
+    # imports either (`test_the_library_never_imports_the_commands_or_their_flags`).
+    ["app.cli"],
     ["app.commands"],
 ]
 
@@ -72,6 +75,23 @@ def test_imports_only_look_down():
                 if floor is not None and floor > own:
                     upward.append(f"{path.relative_to(ROOT)} (floor {own}) imports {imported} (floor {floor})")
     assert not upward, sorted(set(upward))
+
+
+# Every package below the commands' floors.
+LIBRARY = [package.replace(".", "/") for floor in FLOORS[: FLOORS.index(["app.cli"])] for package in floor]
+
+
+@pytest.mark.parametrize("place", LIBRARY)
+def test_the_library_never_imports_the_commands_or_their_flags(place):
+    # A default the commands show in --help lives with the library code that owns it (the
+    # export base in app/export/locate.py); the flags import it, never the reverse.
+    upward = [
+        f"{path.relative_to(ROOT)} imports {module}"
+        for path in python_files(place)
+        for module in imported_modules(path)
+        if module.split(".")[:2] in (["app", "cli"], ["app", "commands"])
+    ]
+    assert not upward
 
 
 @pytest.mark.parametrize("place", NOT_FROM_TRAINING)

@@ -1,3 +1,4 @@
-"""What the commands share: flag groups (`flags`) and argparse types (`flag_types`), progress
-display, TensorFlow's quiet import and CPU thread pools, the threads decoding gets, a warning
-for a GPU TensorFlow cannot see, and the `--output` file written whole."""
+"""What the commands share, and only they: flag groups (`flags`), which weights a command
+reads (`model_source`), argparse's types and the one `FlagError` (`flag_types`), and the
+`--output` file written whole (`output_file`). The library never imports this package
+(tests/test_layout.py): its defaults live with their owners."""

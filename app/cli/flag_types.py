@@ -1,8 +1,9 @@
 """argparse types for count and list flags: whole (or finite) numbers with a least value,
 and comma-separated lists of whole numbers or of known names.
 
-`add_hidden_alias` gives a flag a second name that --help does not list. Standard library
-only: app.client uses them too.
+`add_hidden_alias` gives a flag a second name that --help does not list, and `FlagError`
+is the one error of a flag's value that only a command's plan can find. Standard library
+only (with app/export/locate.py, which is too): app.client uses them.
 
 A bad value fails in `parse_args`, so argparse names the flag in its message and the
 command exits (status 2) before it loads TensorFlow, prepares data or starts a process:
@@ -14,7 +15,14 @@ command exits (status 2) before it loads TensorFlow, prepares data or starts a p
 
 import argparse
 import math
-import re
+
+from app.export.locate import MODEL_NAME
+
+
+class FlagError(ValueError):
+    """A flag's value that cannot be used, found when a command plans its work (a missing
+    path, flags that contradict each other) or once the model is known: the command exits
+    2 with the message, as argparse does for a value it refuses."""
 
 
 def _whole_number(text):
@@ -91,11 +99,6 @@ def name_list(known, what):
 
     parse.__name__ = f"{what}_list"
     return parse
-
-
-# A model name: a directory under saved_models/ and the <name> of the REST API's
-# /v1/models/<name> (app.serving.rest_api), so no '/' and no leading '.'.
-MODEL_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 
 
 def model_name(text):

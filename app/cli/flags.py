@@ -1,6 +1,7 @@
 """Command-line flags shared by the commands: the model's configuration and the data
-(train.py, app.preflight, app.prepare), which of a run's weights to load and how to decode
-them (export.py, app.evaluate, app.translate, app.pictures), and TensorFlow's threads.
+(train.py, app.preflight, app.prepare), how to decode (export.py, app.evaluate,
+app.translate, app.pictures), and TensorFlow's threads. Which weights to load:
+app/cli/model_source.py.
 
     parser = argparse.ArgumentParser()
     add_data_arguments(parser)
@@ -11,7 +12,6 @@ None of this imports TensorFlow: `--help` and a bad value answer at once.
 """
 
 import argparse
-import os
 
 from app.decoding.config import DecodingConfig
 from app.model.config import (
@@ -19,6 +19,7 @@ from app.model.config import (
     ModelConfig, split_table3_row,
 )
 from app.cli.flag_types import float_at_least, int_at_least, positive_int
+from app.runtime.threads import CpuThreads
 from data.config import DEFAULT_MAX_LENGTH, DEFAULT_VOCAB_SIZE, SUBWORD_MODELS, DataConfig
 
 _fraction = float_at_least(0)
@@ -230,54 +231,11 @@ def data_config_from_args(args: argparse.Namespace) -> DataConfig:
     return DataConfig(**{field: value for field, value in values.items() if value is not None})
 
 
-def add_model_source_arguments(parser: argparse.ArgumentParser):
-    """--saved-model PATH or --model-dir DIR (one of them), and --checkpoint/--average-last
-    for the latter: where app.translate and app.score read the model. --saved-model is
-    None when neither is given; the command then reads `DEFAULT_EXPORT_BASE`."""
-    model = parser.add_mutually_exclusive_group()
-    model.add_argument(
-        "--saved-model",
-        metavar="PATH",
-        help=f"an export: its base directory (its newest version) or one version (default {DEFAULT_EXPORT_BASE})",
-    )
-    model.add_argument("--model-dir", metavar="DIR", help="a training run's directory")
-    add_weights_arguments(parser, applies_to="with --model-dir: ")
-
-
-def add_weights_arguments(parser: argparse.ArgumentParser, applies_to: str = ""):
-    """--checkpoint and --average-last: which of a training run's weights to load.
-
-    With neither, `app.export.saved_model.load_translator` takes the run's own choice, written in its
-    settings.json. `applies_to` prefixes the help, e.g. "with --model-dir: ".
-    """
-    parser.add_argument(
-        "--checkpoint",
-        help=f"{applies_to}'best' (by validation BLEU), 'latest', a checkpoint path, or the "
-        "name of a kept one such as ckpt-16000 (default: as the run's settings.json says)",
-    )
-    parser.add_argument(
-        "--average-last",
-        type=int_at_least(0),
-        metavar="K",
-        help=f"{applies_to}average the newest K kept checkpoints; 0: do not "
-        "(default: as the run's settings.json says)",
-    )
-
-
-def export_base(model_name):
-    """Where export.py writes the versions of the model `model_name` (TF Serving's base path,
-    `--model_base_path`): saved_models/<name>."""
-    return os.path.join("saved_models", model_name)
-
-
-# The model's name in export.py, the server and the client (`/v1/models/<name>`).
-DEFAULT_MODEL_NAME = "translator"
-# export.py's default base, which the server and the commands read when given none.
-DEFAULT_EXPORT_BASE = export_base(DEFAULT_MODEL_NAME)
-
-
 def add_decoding_arguments(
-    parser: argparse.ArgumentParser, beam_size_help: str = "beams; 1 is greedy", alpha_chosen_by: str = None
+    parser: argparse.ArgumentParser,
+    beam_size_help: str = "beams; 1 is greedy",
+    alpha_chosen_by: str = None,
+    max_extra_length_from: str = None,
 ):
     """--beam-size, --alpha and --max-extra-length, with the paper's values as defaults
     (`DecodingConfig`'s).
@@ -285,6 +243,7 @@ def add_decoding_arguments(
     `beam_size_help` says what --beam-size means to this command; the default is appended.
     `alpha_chosen_by`: for a command that chooses alpha itself when --alpha is not given
     (export.py, on validation), what it does, for the help; --alpha is then None by default.
+    `max_extra_length_from`: the same for --max-extra-length (a SavedModel's own).
     """
     parser.add_argument(
         "--beam-size",
@@ -302,15 +261,16 @@ def add_decoding_arguments(
     parser.add_argument(
         "--max-extra-length",
         type=positive_int,
-        default=DecodingConfig.max_extra_length,
-        help=f"output length limit beyond the input's (default {DecodingConfig.max_extra_length})",
+        default=None if max_extra_length_from else DecodingConfig.max_extra_length,
+        help="output length limit beyond the input's "
+        f"(default {max_extra_length_from or DecodingConfig.max_extra_length})",
     )
 
 
 def add_thread_arguments(parser, advice=None, decoding=False):
     """`--intra-op-threads` and `--inter-op-threads`: TensorFlow's two CPU thread pools
-    (`app.cli.threads.set_threads_from_flags`), each left to TensorFlow unless given, but
-    for a `decoding` command's threads per op (app/cli/decoding_threads.py). `advice`, if
+    (`cpu_threads_from_args`, `app.runtime.threads.CpuThreads`), each left to TensorFlow unless given, but
+    for a `decoding` command's threads per op (app/runtime/decoding_threads.py). `advice`, if
     any, ends the first one's help: where to read which pool size suits the command."""
     intra_op_help = "threads one op may use on the CPU (default, 0: TensorFlow's choice, every core)"
     if decoding:
@@ -330,3 +290,9 @@ def add_thread_arguments(parser, advice=None, decoding=False):
         metavar="N",
         help="ops run at once on the CPU (default, 0: TensorFlow's choice, one per core)",
     )
+
+
+def cpu_threads_from_args(args, decoding=False):
+    """The `CpuThreads` of `add_thread_arguments`' flags; a `decoding` command's ops get
+    decoding's threads where --intra-op-threads is not given."""
+    return CpuThreads(args.intra_op_threads, args.inter_op_threads, decoding)

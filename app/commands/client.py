@@ -23,7 +23,7 @@ import urllib.request
 from typing import Optional
 
 from app.cli.flag_types import add_hidden_alias, float_at_least, int_at_least, model_name, positive_int
-from app.cli.flags import DEFAULT_MODEL_NAME
+from app.export.locate import DEFAULT_MODEL_NAME
 from app.decoding.config import DecodingConfig
 
 

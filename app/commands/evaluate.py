@@ -24,32 +24,26 @@ import sys
 import time
 from typing import Optional
 
-from app.cli.flags import add_decoding_arguments, add_thread_arguments
-from app.cli.flags import add_weights_arguments
-from app.cli.flag_types import positive_int
+from app.cli.flags import cpu_threads_from_args, add_decoding_arguments, add_thread_arguments
+from app.cli.flag_types import FlagError, positive_int
+from app.cli.model_source import add_model_source_arguments, model_source_from_args, weights_flags_conflict
 from app.cli.output_file import output_file_problem, write_output
-from app.cli.quiet_tensorflow import import_tensorflow
+from app.runtime.quiet_tensorflow import import_tensorflow
 from app.decoding.config import DecodingConfig
 from app.decoding.truncation import subwords_kept
 from app.evaluation.in_order import in_length_order
+from app.runtime.threads import CpuThreads
 from app.evaluation.metrics import score
-from app.export.export_info import EXPORT_INFO, read_export_info
-from app.export.locate import saved_model_version
+from app.export.export_info import EXPORT_INFO, exported_decoding, read_export_info
+from app.export.model_source import ModelSource
 
 # Names a user may give a split, per the dataset's own names.
 SPLIT_ALIASES = {"val": "validation", "valid": "validation", "dev": "validation", "test_2016_flickr": "test"}
 
 
-def parse_args(argv=None):
+def build_parser():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--model-dir", help="a training run's directory")
-    source.add_argument(
-        "--saved-model",
-        help="an export: its base directory, as app.serve's --model_base_path (its newest version is scored), "
-        "or one version directory in it",
-    )
-    add_weights_arguments(parser, applies_to="with --model-dir: ")
+    add_model_source_arguments(parser, required=True)
     parser.add_argument(
         "--split", help="validation (default), test_2016_flickr / test, train; not with --source/--reference"
     )
@@ -76,6 +70,8 @@ def parse_args(argv=None):
         beam_size_help="beams, with --model-dir; a SavedModel uses its exported beam size",
         alpha_chosen_by="with --saved-model the alpha it was exported with (export_info.json), "
         f"else {DecodingConfig.alpha}",
+        max_extra_length_from="with --saved-model the one it was exported with (export_info.json), "
+        f"else {DecodingConfig.max_extra_length}",
     )
     parser.add_argument(
         "--batch-size", type=positive_int, default=64, help="sentences per decoding batch (default 64)"
@@ -88,6 +84,12 @@ def parse_args(argv=None):
     add_thread_arguments(parser.add_argument_group("CPU threads"), decoding=True)
     # None: not given, so that a flag which cannot apply is told apart from its default.
     parser.set_defaults(beam_size=None)
+    return parser
+
+
+def parse_args(argv=None):
+    """The parsed flags: exits 2 naming a flag argparse refuses, or one that contradicts another."""
+    parser = build_parser()
     args = parser.parse_args(argv)
     conflict = conflicting_flags(args)
     if conflict:
@@ -99,13 +101,9 @@ def parse_args(argv=None):
 class EvaluationPlan:
     """One evaluation, as its flags describe it (`plan_evaluation`)."""
 
-    # The weights: a training run (--model-dir, with --checkpoint and --average-last; None:
-    # as its settings.json says) or one SavedModel version (--saved-model: its newest
-    # version where it names an export base).
-    model_dir: Optional[str]
-    saved_model: Optional[str]
-    checkpoint: Optional[str]
-    average_last: Optional[int]
+    # The weights: a training run (--model-dir, with --checkpoint and --average-last) or
+    # one SavedModel version (--saved-model: its newest version where it names an export base).
+    model: ModelSource
     # The data: a split (--split, validation unless --source is given) of --dataset, the
     # run's or the export's own where None; with --saved-model, --source-lang and
     # --target-lang override its export_info.json. Or the files --source and --reference,
@@ -118,7 +116,7 @@ class EvaluationPlan:
     reference: Optional[str]
     test_set: Optional[str]
     # How it decodes: --beam-size (with --model-dir; a SavedModel decodes with its own),
-    # --alpha (a SavedModel's own, as exported, where not given) and --max-extra-length.
+    # --alpha and --max-extra-length (a SavedModel's own, as exported, where not given).
     decoding: DecodingConfig
     # Sentences per decoding call (--batch-size), the first N only (--limit; None: all).
     batch_size: int
@@ -126,30 +124,31 @@ class EvaluationPlan:
     # Where the translations are written (--output; None: nowhere), and --json.
     output: Optional[str]
     json: bool
+    # TensorFlow's CPU thread pools (--intra-op-threads, --inter-op-threads).
+    threads: CpuThreads
 
 
 def plan_evaluation(args):
     """The `EvaluationPlan` of parsed app.evaluate flags `args` (left as they are). Reads
-    the disk for a SavedModel: its newest version, and the alpha its export_info.json says
-    it was exported with.
+    the disk: whether --model-dir is there; for a SavedModel, its newest version and the
+    alpha and extra length its export_info.json says it decodes with.
 
     Raises:
-        FileNotFoundError: no SavedModel where --saved-model says (`locate.ExportNotFound`).
-        ValueError: an unreadable export_info.json, or an alpha `DecodingConfig` refuses.
+        FlagError: no model directory or no SavedModel where the flag says.
+        ValueError: an unreadable export_info.json, or a setting `DecodingConfig` refuses.
     """
-    saved_model = saved_model_version(args.saved_model) if args.saved_model else None
-    alpha = args.alpha
-    if alpha is None and saved_model:
-        # The alpha the export chose on validation (or was given), as it serves.
-        alpha = read_export_info(saved_model).get("alpha", DecodingConfig.alpha)
+    model = model_source_from_args(args)
+    # A SavedModel decodes as it serves: the alpha the export chose on validation (or was
+    # given) and its extra length, unless the flags say otherwise.
+    exported = exported_decoding(model.saved_model) if model.saved_model else None
+    alpha, max_extra_length = args.alpha, args.max_extra_length
     if alpha is None:
-        alpha = DecodingConfig.alpha
+        alpha = exported.alpha if exported and exported.alpha is not None else DecodingConfig.alpha
+    if max_extra_length is None:
+        max_extra_length = exported.max_extra_length if exported else DecodingConfig.max_extra_length
     beam_size = DecodingConfig.beam_size if args.beam_size is None else args.beam_size
     return EvaluationPlan(
-        model_dir=args.model_dir,
-        saved_model=saved_model,
-        checkpoint=args.checkpoint,
-        average_last=args.average_last,
+        model=model,
         split="validation" if args.split is None and not (args.source or args.test_set) else args.split,
         dataset=args.dataset,
         source_lang=args.source_lang,
@@ -157,11 +156,12 @@ def plan_evaluation(args):
         source=args.source,
         reference=args.reference,
         test_set=args.test_set,
-        decoding=DecodingConfig(beam_size, alpha, args.max_extra_length),
+        decoding=DecodingConfig(beam_size, alpha, max_extra_length),
         batch_size=args.batch_size,
         limit=args.limit,
         output=args.output,
         json=args.json,
+        threads=cpu_threads_from_args(args, decoding=True),
     )
 
 
@@ -176,10 +176,10 @@ def conflicting_flags(args):
     files = args.source or args.reference
     if files and not (args.source and args.reference):
         return "--source and --reference go together"
+    problem = weights_flags_conflict(args)
+    if problem:
+        return problem
     if args.saved_model:
-        for flag, value in (("--checkpoint", args.checkpoint), ("--average-last", args.average_last)):
-            if value is not None:
-                return f"{flag} applies to --model-dir only; a SavedModel holds the weights it was exported with"
         if args.beam_size is not None:
             return (
                 "--beam-size applies to --model-dir only; a SavedModel decodes with the beam size it was "
@@ -248,13 +248,13 @@ def read_sacrebleu_test_set(plan, data_config):
     if data_config is not None:
         source_lang, target_lang = data_config.source_lang, data_config.target_lang
     else:  # a SavedModel: its export_info.json, or the flags
-        info = read_export_info(plan.saved_model)
+        info = read_export_info(plan.model.saved_model)
         source_lang = plan.source_lang or info.get("source_lang")
         target_lang = plan.target_lang or info.get("target_lang")
         if not (source_lang and target_lang):
             raise DataError(
-                f"{os.path.join(plan.saved_model, EXPORT_INFO)} does not name the languages of "
-                f"{plan.saved_model}; give --source-lang and --target-lang for --test-set"
+                f"{os.path.join(plan.model.saved_model, EXPORT_INFO)} does not name the languages of "
+                f"{plan.model.saved_model}; give --source-lang and --target-lang for --test-set"
             )
     if plan.test_set in NOTES:
         print(f"note: {NOTES[plan.test_set]}", file=sys.stderr)
@@ -271,8 +271,8 @@ def saved_model_data_config(plan):
     from data.config import DataConfig
     from data.errors import DataError
 
-    path = os.path.join(plan.saved_model, EXPORT_INFO)
-    info = read_export_info(plan.saved_model)
+    path = os.path.join(plan.model.saved_model, EXPORT_INFO)
+    info = read_export_info(plan.model.saved_model)
     fields = {
         "dataset": plan.dataset or info.get("dataset"),
         "source_lang": plan.source_lang or info.get("source_lang"),
@@ -281,7 +281,7 @@ def saved_model_data_config(plan):
     missing = ["--" + name.replace("_", "-") for name, value in fields.items() if not value]
     if missing:
         raise DataError(
-            f"{path} does not say which data {plan.saved_model} was trained on; "
+            f"{path} does not say which data {plan.model.saved_model} was trained on; "
             f"give {', '.join(missing)} for --split, or use --source/--reference"
         )
     return DataConfig(**fields, lowercase=bool(info.get("lowercase", False)))
@@ -296,7 +296,7 @@ def output_language(plan, data_config):
     """
     if data_config is not None:
         return data_config.target_lang, data_config.lowercase
-    info = read_export_info(plan.saved_model) if plan.saved_model else {}
+    info = read_export_info(plan.model.saved_model) if plan.model.saved_model else {}
     return plan.target_lang or info.get("target_lang"), info.get("lowercase")
 
 
@@ -316,11 +316,11 @@ def read_data_config(plan):
     """The DataConfig of the data the weights were trained on; None where none is needed
     (a SavedModel scored on --source/--reference files). Reads settings.json or
     export_info.json only: nothing heavy loads."""
-    if plan.saved_model:
+    if plan.model.saved_model:
         return None if (plan.source or plan.reference or plan.test_set) else saved_model_data_config(plan)
     from app.model_dir.settings import load_settings
 
-    _, data_config, _ = load_settings(plan.model_dir)
+    _, data_config, _ = load_settings(plan.model.model_dir)
     return data_config
 
 
@@ -334,10 +334,8 @@ def make_translate_fn(plan):
     """
     import tensorflow as tf
 
-    if plan.saved_model:
-        import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
-
-        loaded = tf.saved_model.load(plan.saved_model)
+    if plan.model.saved_model:
+        loaded = plan.model.load_saved_model()
         signature = loaded.signatures["translate_with_options"]
         source_lengths = getattr(loaded, "source_lengths", None)
         if source_lengths is not None:
@@ -356,11 +354,9 @@ def make_translate_fn(plan):
             )
             return [t.decode("utf-8") for t in out["translations"].numpy()]
 
-        return translate, _measure_fn(source_lengths), plan.saved_model
+        return translate, _measure_fn(source_lengths), plan.model.saved_model
 
-    from app.export.saved_model import load_translator
-
-    translator, weights = load_translator(plan.model_dir, plan.checkpoint, plan.average_last, plan.decoding)
+    translator, weights = plan.model.load_translator(plan.decoding)
 
     def translate(sentences):
         out = translator.serve(tf.constant(sentences))
@@ -412,11 +408,17 @@ def paper_bleu_label(target_lang):
 
 def main(argv=None):
     args = parse_args(argv)
+    try:
+        # The flags' checks first, TensorFlow's import after (seconds).
+        plan = plan_evaluation(args)
+    except FlagError as error:
+        build_parser().error(str(error))
+    except ValueError as error:  # an export_info.json or a decoding setting that cannot be used
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     import_tensorflow()
-    from app.cli.threads import set_threads_from_flags
-
-    set_threads_from_flags(args, decoding=True)  # before TensorFlow runs an op: its pools are made then
-    from app.cli.progress import CountProgress
+    plan.threads.apply()  # before TensorFlow runs an op: its pools are made then
+    from app.runtime.progress import CountProgress
     from app.export.saved_model import ExportError
     from data.errors import DataError
 
@@ -424,7 +426,6 @@ def main(argv=None):
         # Every check before the model loads, so a mistake costs seconds, not a load.
         # The decoding options too for a SavedModel, whose signature would refuse bad
         # ones only once it runs, with a graph assertion instead of a message.
-        plan = plan_evaluation(args)
         data_config = read_data_config(plan)
         sources, references, description = read_references(plan, data_config)
         if plan.output:
@@ -474,7 +475,7 @@ def results(plan, description, sources, hypotheses, *, references, target_lang, 
         "data": description,
         "sentences": len(sources),
         "weights": weights,
-        "beam_size": plan.decoding.beam_size if plan.model_dir else "as exported",
+        "beam_size": plan.decoding.beam_size if plan.model.model_dir else "as exported",
         "alpha": plan.decoding.alpha,
         "max_extra_length": plan.decoding.max_extra_length,
         **score(hypotheses, references, target_lang),

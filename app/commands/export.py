@@ -31,8 +31,11 @@ from typing import Optional
 
 # None of these imports TensorFlow: --help and a bad value answer at once.
 from app.cli.flag_types import add_hidden_alias, model_name, positive_int
-from app.cli.flags import DEFAULT_MODEL_NAME, add_decoding_arguments, add_weights_arguments, export_base
+from app.cli.flags import add_decoding_arguments
+from app.cli.model_source import add_weights_arguments, model_source_from_args
+from app.export.locate import DEFAULT_MODEL_NAME, export_base
 from app.decoding.config import DecodingConfig
+from app.export.model_source import ModelSource
 
 
 def parse_args(argv=None):
@@ -87,11 +90,9 @@ def parse_args(argv=None):
 class ExportPlan:
     """One export, as its flags describe it (`plan_export`)."""
 
-    # The training run whose weights are exported (--model-dir).
-    model_dir: str
-    # Which of its weights (--checkpoint, --average-last); None: as its settings.json says.
-    checkpoint: Optional[str]
-    average_last: Optional[int]
+    # The training run whose weights are exported (--model-dir), and which of its weights
+    # (--checkpoint, --average-last).
+    model: ModelSource
     # How the default signatures decode. Without --alpha, alpha is the paper's until the
     # search on validation chooses one (`choose_alpha`).
     decoding: DecodingConfig
@@ -112,6 +113,7 @@ def plan_export(args):
     """The `ExportPlan` of parsed export.py flags `args` (left as they are).
 
     Raises:
+        FlagError: no model directory where --model-dir says.
         ValueError: a decoding setting `DecodingConfig` refuses.
     """
     base = args.model_base_path or export_base(args.model_name)
@@ -121,9 +123,7 @@ def plan_export(args):
         # Beside the SavedModel versions: TF Serving passes over a non-numeric directory.
         base = os.path.join(base, SUBDIRECTORY)
     return ExportPlan(
-        model_dir=args.model_dir,
-        checkpoint=args.checkpoint,
-        average_last=args.average_last,
+        model=model_source_from_args(args),
         decoding=DecodingConfig(
             args.beam_size, DecodingConfig.alpha if args.alpha is None else args.alpha, args.max_extra_length,
             args.parallel_searches,
@@ -140,22 +140,22 @@ def run_export(plan):
     """Loads the weights once, chooses alpha on validation unless the plan holds one, and
     writes the version; returns `(its path, a description of the weights)`."""
     from app.export.alpha_search import choose_on_validation
-    from app.export.saved_model import check_export_base, export, export_metadata, load_trained
+    from app.export.saved_model import check_export_base, export, export_metadata
 
     if plan.format == "ctranslate2":
         from app.export import ctranslate2
 
-        ctranslate2.check_model_dir(plan.model_dir)  # before the slow part
+        ctranslate2.check_model_dir(plan.model.model_dir)  # before the slow part
     check_export_base(plan.base)  # before the slow part
-    print(f"loading the weights of {plan.model_dir}")  # averaging many checkpoints takes a while
-    trained = load_trained(plan.model_dir, plan.checkpoint, plan.average_last)
+    print(f"loading the weights of {plan.model.model_dir}")  # averaging many checkpoints takes a while
+    trained = plan.model.load_trained()
     decoding, alpha_search = plan.decoding, None
     if plan.choose_alpha:
         # A translator of the same weights, whose translate_with_options decodes every alpha.
-        alpha_search = choose_on_validation(trained.translator(decoding), plan.model_dir)
+        alpha_search = choose_on_validation(trained.translator(decoding), plan.model.model_dir)
         decoding = dataclasses.replace(decoding, alpha=alpha_search["chosen"])
     translator = trained.translator(decoding)
-    metadata = {**export_metadata(plan.model_dir, trained.weights, decoding), "alpha_search": alpha_search}
+    metadata = {**export_metadata(plan.model.model_dir, trained.weights, decoding), "alpha_search": alpha_search}
     if plan.format == "ctranslate2":
         print(f"writing the CTranslate2 model under {plan.base}")
         return ctranslate2.export_ctranslate2(translator, plan.base, plan.version, metadata), trained.weights
@@ -164,11 +164,11 @@ def run_export(plan):
 
 def main(argv=None):
     args = parse_args(argv)
-    from app.cli.quiet_tensorflow import import_tensorflow
+    from app.runtime.quiet_tensorflow import import_tensorflow
 
     started = time.monotonic()
     import_tensorflow()
-    from app.cli.progress import format_seconds
+    from app.runtime.progress import format_seconds
     from app.export.saved_model import ExportError
 
     try:

@@ -40,10 +40,12 @@ import os
 import sys
 from typing import Optional
 
-from app.cli.flags import add_decoding_arguments, add_weights_arguments
-from app.cli.quiet_tensorflow import import_tensorflow
+from app.cli.flags import add_decoding_arguments
+from app.cli.model_source import add_weights_arguments, model_source_from_args
 from app.decoding.config import DecodingConfig
 from app.decoding.truncation import subwords_kept
+from app.export.model_source import ModelSource
+from app.runtime.quiet_tensorflow import import_tensorflow
 from app.visualization.attention import sentence_attention, write_attention_pictures
 from app.visualization.curves import plot_curves, read_metrics
 from app.visualization.output import PicturesError, prepare_output
@@ -78,11 +80,8 @@ def parse_args(argv=None):
 class AttentionPlan:
     """`attention`: the pictures of one sentence, as its flags describe them."""
 
-    # The training run (--model-dir) and which of its weights (--checkpoint,
-    # --average-last; None: as its settings.json says).
-    model_dir: str
-    checkpoint: Optional[str]
-    average_last: Optional[int]
+    # The training run (--model-dir) and which of its weights (--checkpoint, --average-last).
+    model: ModelSource
     # The source (--sentence), and the translation shown instead of the model's (--target), or None.
     sentence: str
     target: Optional[str]
@@ -110,6 +109,7 @@ def plan_pictures(args):
     Raises:
         PicturesError: an empty --sentence or --target, with nothing to attend over but
             the end token.
+        FlagError: no model directory where --model-dir says (attention).
     """
     if args.command == "curves":
         return CurvesPlan(args.model_dir, args.output or os.path.join(args.model_dir, "pictures", "curves.png"))
@@ -117,9 +117,7 @@ def plan_pictures(args):
         if text is not None and not text.strip():
             raise PicturesError(f"{flag} is empty ({text!r}); give the text to draw")
     return AttentionPlan(
-        model_dir=args.model_dir,
-        checkpoint=args.checkpoint,
-        average_last=args.average_last,
+        model=model_source_from_args(args),
         sentence=args.sentence,
         target=args.target,
         output=args.output or os.path.join(args.model_dir, "pictures", "attention"),
@@ -129,11 +127,11 @@ def plan_pictures(args):
 
 
 def run_attention(plan):
-    from app.export.saved_model import ExportError, load_translator
+    from app.export.saved_model import ExportError
 
     prepare_output(plan.output, "directory")  # before the model loads
     try:
-        translator, weights = load_translator(plan.model_dir, plan.checkpoint, plan.average_last)
+        translator, weights = plan.model.load_translator()
     except ExportError as error:  # no vocabulary, no checkpoint yet, ...
         raise PicturesError(str(error)) from error
     warn_if_truncated(translator, plan.sentence, plan.target)

@@ -56,15 +56,10 @@ class PreflightPlan:
 
 
 def parse_args(argv=None):
-    from app.cli.flags import add_data_arguments, add_model_arguments
-    from app.commands.train_plan import add_training_arguments
+    from app.commands.train_plan import add_run_arguments
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_model_arguments(parser)
-    add_data_arguments(parser)
-    add_training_arguments(parser)
-    # What train.py's plan reads of the flags this command leaves out: a run from scratch that trains.
-    parser.set_defaults(init_from=None, init_checkpoint=None, dry_run=False)
+    add_run_arguments(parser)  # train.py's, but fine-tuning's and --dry-run: a run from scratch that trains
     group = parser.add_argument_group("preflight")
     group.add_argument(
         "--preflight-steps", type=positive_int, default=20,
@@ -85,25 +80,26 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)  # no TensorFlow yet: a bad flag costs no import
-    from app.cli.quiet_tensorflow import import_tensorflow
+    from app.runtime.quiet_tensorflow import import_tensorflow
 
     import_tensorflow()
-    from app.cli.threads import set_cpu_threads
-    from app.training.strategy import make_strategy
+    from app.commands.train_plan import device_config_from_args
+    from app.training.devices import start_devices
 
     try:
-        set_cpu_threads(args.intra_op_threads, args.inter_op_threads)
-        strategy = make_strategy(args.strategy, args.cpu_replicas)
-        plan = plan_preflight(args)  # after the strategy: --precision auto may time matrix products
+        devices = device_config_from_args(args)
+        strategy = start_devices(devices, log=None)  # its report says what it runs on
+        plan = plan_preflight(args, devices)  # after the strategy: --precision auto may time matrix products
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     return run(plan, strategy)
 
 
-def plan_preflight(args):
-    """The `PreflightPlan` of parsed flags `args` (left as they are): the run as train.py
-    plans it (`app.commands.train_plan.plan_run`), without reading a corpus. The vocabulary
+def plan_preflight(args, devices):
+    """The `PreflightPlan` of parsed flags `args` (left as they are) on `devices`
+    (`train_plan.device_config_from_args`): the run as train.py plans it
+    (`app.commands.train_plan.plan_run`), without reading a corpus. The vocabulary
     is --vocab-size, the run's own (its settings.json, if --model-dir holds one), or the
     size's.
 
@@ -113,7 +109,7 @@ def plan_preflight(args):
     from app.commands.train_plan import plan_run
 
     return PreflightPlan(
-        run=plan_run(args), steps=args.preflight_steps, max_seconds=args.preflight_seconds,
+        run=plan_run(args, devices), steps=args.preflight_steps, max_seconds=args.preflight_seconds,
         length=args.preflight_length,
     )
 
@@ -123,7 +119,7 @@ def run(plan, strategy, out=print, started=None):
     returns the exit code. `started`: `time.monotonic()` when the command began."""
     import tensorflow as tf
 
-    from app.cli.gpu_warning import nvidia_gpu_present, unseen_gpu_warning
+    from app.runtime.gpu_warning import nvidia_gpu_present, unseen_gpu_warning
     from app.training.precision import choose_auto_precision
     from app.training.rehearsal import gpu_names
 

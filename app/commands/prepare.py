@@ -84,7 +84,7 @@ def plan_prepare(args):
 def main(argv=None) -> int:
     started = time.monotonic()
     args = parse_args(argv)
-    from app.cli.quiet_tensorflow import import_tensorflow
+    from app.runtime.quiet_tensorflow import import_tensorflow
 
     import_tensorflow()  # before the data modules, which import it
     from data.dataset import prepare_shards

@@ -30,22 +30,19 @@ token are not scored, and `tokens` says how many were). Such lines are named on 
 
 import argparse
 import dataclasses
-import os
 import sys
 from typing import Optional
 
-from app.cli.flag_types import positive_int
-from app.cli.flags import DEFAULT_EXPORT_BASE, add_model_source_arguments, add_thread_arguments
+from app.cli.flag_types import FlagError, positive_int
+from app.cli.flags import cpu_threads_from_args, add_thread_arguments
+from app.cli.model_source import add_model_source_arguments, model_source_from_args
 from app.cli.output_file import STDIN, output_file_problem, write_output
 from app.evaluation.in_order import in_length_order
-from app.export.locate import ExportNotFound, saved_model_version
+from app.runtime.threads import CpuThreads
+from app.export.model_source import ModelSource
 
 # Digits after the point in every number of the output.
 DECIMALS = 6
-
-
-class FlagError(ValueError):
-    """A flag's value that cannot be used: exits 2, as argparse does."""
 
 
 def parse_args(argv=None):
@@ -75,11 +72,8 @@ class ScorePlan:
 
     # The model: one SavedModel version (--saved-model, its base's newest version;
     # saved_models/translator by default), or a training run (--model-dir, with
-    # --checkpoint and --average-last; None: as its settings.json says).
-    saved_model: Optional[str]
-    model_dir: Optional[str]
-    checkpoint: Optional[str]
-    average_last: Optional[int]
+    # --checkpoint and --average-last).
+    model: ModelSource
     # The pairs scored: line n of --source with line n of --target (STDIN: standard input).
     source: str
     target: str
@@ -88,6 +82,8 @@ class ScorePlan:
     # Pairs per forward pass (--batch-size); a fourth column, the mean (--normalize).
     batch_size: int
     normalize: bool
+    # TensorFlow's CPU thread pools (--intra-op-threads, --inter-op-threads).
+    threads: CpuThreads
 
 
 def plan_scoring(args):
@@ -101,19 +97,7 @@ def plan_scoring(args):
     from data.errors import DataError
     from data.text_files import check_readable
 
-    saved_model = None
-    if not args.model_dir:
-        for flag, value in (("--checkpoint", args.checkpoint), ("--average-last", args.average_last)):
-            if value is not None:
-                raise FlagError(
-                    f"{flag} applies to --model-dir only; a SavedModel holds the weights it was exported with"
-                )
-        try:
-            saved_model = saved_model_version(args.saved_model or DEFAULT_EXPORT_BASE)
-        except ExportNotFound as error:
-            raise FlagError(f"--saved-model: {error}") from None
-    elif not os.path.isdir(args.model_dir):
-        raise FlagError(f"--model-dir: no such directory: {args.model_dir}")
+    model = model_source_from_args(args)
     if args.source == STDIN and args.target == STDIN:
         raise FlagError("--source and --target cannot both read standard input (-)")
     for flag, path in (("--source", args.source), ("--target", args.target)):
@@ -128,15 +112,13 @@ def plan_scoring(args):
     if problem:
         raise FlagError(problem)
     return ScorePlan(
-        saved_model=saved_model,
-        model_dir=args.model_dir,
-        checkpoint=args.checkpoint,
-        average_last=args.average_last,
+        model=model,
         source=args.source,
         target=args.target,
         output=args.output,
         batch_size=args.batch_size,
         normalize=args.normalize,
+        threads=cpu_threads_from_args(args),
     )
 
 
@@ -190,13 +172,11 @@ def make_score_fn(plan):
 
     from app.export.saved_model import ExportError
 
-    if plan.saved_model:
-        import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
-
-        loaded = tf.saved_model.load(plan.saved_model)
+    if plan.model.saved_model:
+        loaded = plan.model.load_saved_model()
         if "score" not in loaded.signatures:
             raise ExportError(
-                f"{plan.saved_model} has no score signature (it was exported before there was one): "
+                f"{plan.model.saved_model} has no score signature (it was exported before there was one): "
                 "export the run again with python export.py, or score with --model-dir"
             )
         signature = loaded.signatures["score"]
@@ -205,11 +185,9 @@ def make_score_fn(plan):
             outputs = signature(inputs=tf.constant(sources, tf.string), targets=tf.constant(targets, tf.string))
             return {name: value.numpy() for name, value in outputs.items()}
 
-        return score, plan.saved_model
+        return score, plan.model.saved_model
 
-    from app.export.saved_model import load_translator
-
-    translator, weights = load_translator(plan.model_dir, plan.checkpoint, plan.average_last)
+    translator, weights = plan.model.load_translator()
 
     def score(sources, targets):
         outputs = translator.serve_score(tf.constant(sources, tf.string), tf.constant(targets, tf.string))
@@ -271,20 +249,19 @@ def main(argv=None, stdin=None):
     except DataError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    from app.cli.quiet_tensorflow import import_tensorflow
+    from app.runtime.quiet_tensorflow import import_tensorflow
 
     import_tensorflow()
-    from app.cli.threads import set_threads_from_flags
     from app.export.saved_model import ExportError
 
-    set_threads_from_flags(args)  # before TensorFlow runs an op: its pools are made then
+    plan.threads.apply()  # before TensorFlow runs an op: its pools are made then
 
     try:
         score, _ = make_score_fn(plan)
     except (ExportError, FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    from app.cli.progress import CountProgress
+    from app.runtime.progress import CountProgress
 
     if sources:
         score(sources[:1], targets[:1])  # traced once, so the progress line's rate is scoring only

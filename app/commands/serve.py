@@ -42,8 +42,8 @@ import signal
 import socket
 import sys
 
-from app.cli.flag_types import add_hidden_alias
-from app.cli.flags import DEFAULT_EXPORT_BASE, DEFAULT_MODEL_NAME
+from app.cli.flag_types import FlagError, add_hidden_alias
+from app.export.locate import DEFAULT_EXPORT_BASE, DEFAULT_MODEL_NAME
 from app.serving.batching import BatchingParameters
 from app.serving.core import DEFAULT_RECLAIM_BYTES
 from app.serving.model_config import ModelConfigError, ServedModel
@@ -85,10 +85,6 @@ def parse_args(argv=None, parser=None):
     args = parser.parse_args(argv)
     _check(parser, args)
     return args
-
-
-class FlagError(ValueError):
-    """A flag's value that cannot be used: exits 2, as argparse does."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,14 +20,11 @@ import sys  # noqa: E402
 
 
 def parse_args(argv=None):
-    from app.cli.flags import add_data_arguments, add_model_arguments
-    from app.commands.train_plan import add_init_arguments, add_training_arguments
+    from app.commands.train_plan import add_init_arguments, add_run_arguments
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     # None of these imports TensorFlow: --help and a bad value answer at once.
-    add_model_arguments(parser)
-    add_data_arguments(parser)
-    add_training_arguments(parser)
+    add_run_arguments(parser)
     add_init_arguments(parser)
     parser.add_argument(
         "--dry-run", action="store_true", help="print the model and data summary, then exit (default: train)"
@@ -38,36 +35,21 @@ def parse_args(argv=None):
 def main(argv=None, started=None):
     """`started`: the time.monotonic() a --time-budget counts from (default: this module's import)."""
     args = parse_args(argv)  # no TensorFlow yet: a bad flag costs no import
-    from app.cli.gpu_warning import warn_if_gpu_unseen
-    from app.cli.quiet_tensorflow import import_tensorflow
+    from app.runtime.gpu_warning import warn_if_gpu_unseen
+    from app.runtime.quiet_tensorflow import import_tensorflow
 
     import_tensorflow()
     warn_if_gpu_unseen()
-    from app.commands.train_plan import plan_run
+    from app.commands.train_plan import device_config_from_args, plan_train
+    from app.training.devices import start_devices
 
     try:
-        strategy = start_devices(args)  # before TensorFlow runs an op: the plan may time some
-        plan = plan_run(args)
+        devices = device_config_from_args(args)
+        strategy = start_devices(devices)  # before TensorFlow runs an op: the plan may time some
+        plan = plan_train(args, devices)
     except ValueError as error:
         return fail(error)
     return run(plan, strategy, started=STARTED if started is None else started)
-
-
-def start_devices(args):
-    """Sets TensorFlow's CPU thread pools and makes the tf.distribute strategy the flags ask
-    for: both before TensorFlow runs an op or touches a device. Returns the strategy.
-
-    Raises:
-        ValueError: a strategy or thread setting that cannot be had, named.
-    """
-    from app.cli.threads import describe_cpu_threads, set_cpu_threads
-    from app.training.strategy import make_strategy
-
-    set_cpu_threads(args.intra_op_threads, args.inter_op_threads)
-    strategy = make_strategy(args.strategy, args.cpu_replicas)
-    if args.intra_op_threads or args.inter_op_threads:
-        print(describe_cpu_threads())
-    return strategy
 
 
 def run(plan, strategy, started=None):

@@ -1,10 +1,12 @@
 """train.py's flags, and `plan_run`: the parsed flags made into a `RunPlan`, once.
 
     args = app.commands.train.parse_args(["--size", "base", "--train-steps", "100"])
-    plan = plan_run(args)     # configurations, model directory, --init-from run
+    devices = device_config_from_args(args)      # the strategy and CPU threads
+    strategy = app.training.devices.start_devices(devices)
+    plan = plan_train(args, devices)             # configurations, model directory, --init-from run
     app.commands.train.run(plan, strategy)
 
-train.py and `python -m app.preflight` take these flags and plan with `plan_run`;
+train.py (`plan_train`) and `python -m app.preflight` take these flags and plan with `plan_run`;
 `python -m app.prepare` names its model directory with `default_model_dir`.
 
 A flag whose value the run may take from elsewhere parses as None when it is not given
@@ -23,16 +25,15 @@ import os
 import re
 
 from app.cli.flag_types import float_at_least, int_at_least, positive_int
-from app.cli.flags import add_thread_arguments, data_config_from_args, model_config_from_args
+from app.cli.flags import add_data_arguments, add_model_arguments, add_thread_arguments, cpu_threads_from_args
+from app.cli.flags import data_config_from_args, model_config_from_args
 from app.model.config import DEFAULT_SIZE, ModelConfig, split_table3_row
 from app.model_dir.settings import load_settings
 from app.training.precision import AUTO, BFLOAT16_MIN_SPEEDUP, PRECISIONS, resolve_precision
+from app.training.devices import STRATEGIES, DeviceConfig
 from app.training.recipes import RECIPES, recipe_for
 from data.config import DataConfig
 
-# app.training.strategy.STRATEGIES, written out: that module imports TensorFlow, and the
-# flags are parsed before it loads (a test pins the two equal).
-STRATEGIES = ("auto", "mirrored", "multi-worker")
 non_negative_int = int_at_least(0)
 non_negative_float = float_at_least(0)
 
@@ -199,6 +200,19 @@ def _add_device_arguments(group):
     )
 
 
+def device_config_from_args(args):
+    """The `DeviceConfig` of the strategy and thread flags (`_add_device_arguments`)."""
+    return DeviceConfig(args.strategy, args.cpu_replicas, cpu_threads_from_args(args))
+
+
+def add_run_arguments(parser):
+    """Every flag a run's plan reads but fine-tuning's: the model, the data, training and
+    devices (train.py adds --init-from and --dry-run; app.preflight rehearses the same run)."""
+    add_model_arguments(parser)
+    add_data_arguments(parser)
+    add_training_arguments(parser)
+
+
 def add_init_arguments(parser):
     """--init-from and --init-checkpoint: fine-tuning (app/training/init_from.py)."""
     group = parser.add_argument_group("fine-tuning")
@@ -224,8 +238,11 @@ def _per_size(field, none="0"):
 
 # The plan.
 
-def plan_run(args):
-    """The `RunPlan` of parsed train.py flags `args` (an argparse namespace, left as it is).
+def plan_run(args, devices, init_from=None, init_checkpoint=None, dry_run=False):
+    """The `RunPlan` of parsed `add_run_arguments` flags `args` (an argparse namespace, left
+    as it is), run on `devices` (`device_config_from_args`, started first: --precision auto
+    may time matrix products): fine-tuned from the run `init_from` (--init-from, with
+    --init-checkpoint), or only summarized (--dry-run).
 
     Raises:
         ValueError: a flag that contradicts another, the --init-from run or the data, or a
@@ -236,10 +253,10 @@ def plan_run(args):
     from app.training.run_plan import RunPlan
 
     init = None
-    if args.init_from:
-        init = read_init_run(args.init_from, args.init_checkpoint)
-    elif args.init_checkpoint:
-        raise ValueError(f"--init-checkpoint {args.init_checkpoint} names the weights of --init-from: give both")
+    if init_from:
+        init = read_init_run(init_from, init_checkpoint)
+    elif init_checkpoint:
+        raise ValueError(f"--init-checkpoint {init_checkpoint} names the weights of --init-from: give both")
     flags = resolved_flags(args, init)
     flags = _with(flags, vocab_size=resolved_vocab_size(flags, flags.model_dir))
     data_config = data_config_from_args(flags)
@@ -253,8 +270,15 @@ def plan_run(args):
         )
     return RunPlan(
         size=flags.size, variant=flags.variant, model_dir=flags.model_dir, model_config=model_config,
-        data_config=data_config, train_config=train_config, init=init, dry_run=flags.dry_run,
-        bleu=not flags.no_bleu, auto_precision=flags.precision == AUTO,
+        data_config=data_config, train_config=train_config, init=init, dry_run=dry_run,
+        bleu=not flags.no_bleu, auto_precision=flags.precision == AUTO, devices=devices,
+    )
+
+
+def plan_train(args, devices):
+    """train.py's `RunPlan`: `plan_run` with its fine-tuning flags and --dry-run."""
+    return plan_run(
+        args, devices, init_from=args.init_from, init_checkpoint=args.init_checkpoint, dry_run=args.dry_run
     )
 
 

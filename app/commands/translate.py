@@ -42,50 +42,43 @@ import os
 import sys
 from typing import Optional
 
-from app.cli.flag_types import int_at_least, positive_int
-from app.cli.flags import DEFAULT_EXPORT_BASE, add_decoding_arguments, add_model_source_arguments
+from app.cli.flag_types import FlagError, int_at_least, positive_int
+from app.cli.flags import cpu_threads_from_args, add_decoding_arguments
+from app.cli.model_source import add_model_source_arguments, model_source_from_args, weights_flags_conflict
 from app.cli.flags import add_thread_arguments
 from app.cli.output_file import STDIN, output_file_problem, write_output
-from app.decoding.config import DecodingConfig, broken_rule
+from app.decoding.config import DecodingConfig, SamplingConfig, broken_rule
 from app.evaluation.in_order import in_length_order
-from app.export.locate import ExportNotFound, saved_model_version
+from app.runtime.threads import CpuThreads
+from app.export.model_source import ModelSource
 
 # Digits after the point of every score.
 DECIMALS = 6
-# Line n samples with seed --seed * SEED_STRIDE + n: a stream per line, and per seed.
-SEED_STRIDE = 2**32
-MAX_SEED = 2**31 - 1
-
-
-class FlagError(ValueError):
-    """A flag that cannot apply, found before or once the model is known: exits 2, as argparse does."""
-
-
-def _top_p(text):
-    return _sampling_setting("top_p", text)
-
-
-def _temperature(text):
-    return _sampling_setting("temperature", text)
-
-
-def _sampling_setting(name, text):
-    """`text` as a number within the rules of the sampling setting `name` (app/decoding/config.py)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    rule = broken_rule(name, value)
-    if rule is not None:
-        raise argparse.ArgumentTypeError(f"{rule.phrase}, got {text}")
-    return value
 
 
 def _seed(text):
     value = int_at_least(0)(text)
-    if value > MAX_SEED:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_SEED}, got {value}")
+    if value > SamplingConfig.MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be at most {SamplingConfig.MAX_SEED}, got {value}")
     return value
+
+
+def _sampling_type(name):
+    """The argparse type of the sampling setting `name`: a number within its rules
+    (app/decoding/config.py), or argparse's error naming the flag."""
+
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        rule = broken_rule(name, value)
+        if rule is not None:
+            raise argparse.ArgumentTypeError(f"{rule.phrase}, got {text}")
+        return value
+
+    parse.__name__ = name
+    return parse
 
 
 def build_parser():
@@ -111,22 +104,26 @@ def build_parser():
     )
     parser.add_argument("--scores", action="store_true", help="write each translation's score before it")
     sampling = parser.add_argument_group("sampling (one random translation per line, instead of beam search)")
+    default = SamplingConfig()
     sampling.add_argument(
         "--sampling-topk",
         type=int_at_least(0),
         metavar="K",
-        help="draw among the K most likely tokens; 0: all (the default)",
+        help=f"draw among the K most likely tokens; 0: all (default {default.top_k})",
     )
     sampling.add_argument(
         "--sampling-topp",
-        type=_top_p,
+        type=_sampling_type("top_p"),
         metavar="P",
-        help="draw among the fewest most likely tokens whose probability reaches P (default 1: all)",
+        help=f"draw among the fewest most likely tokens whose probability reaches P (default {default.top_p:g}: all)",
     )
     sampling.add_argument(
-        "--sampling-temperature", type=_temperature, metavar="T", help="divide the logits by T (default 1)"
+        "--sampling-temperature",
+        type=_sampling_type("temperature"),
+        metavar="T",
+        help=f"divide the logits by T (default {default.temperature:g})",
     )
-    sampling.add_argument("--seed", type=_seed, help="the random seed (default 0)")
+    sampling.add_argument("--seed", type=_seed, help=f"the random seed (default {default.seed})")
     add_thread_arguments(parser.add_argument_group("CPU threads"), decoding=True)
     # None: not given, so that a flag that cannot apply is told apart from its default.
     parser.set_defaults(beam_size=None, max_extra_length=None)
@@ -141,20 +138,6 @@ def parse_args(argv=None):
     if problem:
         parser.error(problem)
     return parser, args
-
-
-@dataclasses.dataclass(frozen=True)
-class Sampling:
-    """One random translation per line instead of beam search (app/decoding/sampling.py)."""
-
-    # Draw among the K most likely tokens (--sampling-topk); 0: all of them.
-    top_k: int = 0
-    # Among the fewest most likely tokens whose probability reaches P (--sampling-topp); 1: all.
-    top_p: float = 1.0
-    # The logits are divided by T (--sampling-temperature).
-    temperature: float = 1.0
-    # Line n draws with the seed `seed * SEED_STRIDE + n` (--seed).
-    seed: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,11 +156,8 @@ class TranslatePlan:
 
     # The model: one SavedModel version (--saved-model, its base's newest version;
     # saved_models/translator by default), or a training run (--model-dir, with
-    # --checkpoint and --average-last; None: as its settings.json says).
-    saved_model: Optional[str]
-    model_dir: Optional[str]
-    checkpoint: Optional[str]
-    average_last: Optional[int]
+    # --checkpoint and --average-last).
+    model: ModelSource
     # The lines read (--input; STDIN: standard input) and where the output goes (--output;
     # None: standard output).
     input: str
@@ -192,7 +172,9 @@ class TranslatePlan:
     decoding: Optional[DecodingConfig]
     overrides: Optional[ExportOverrides]
     # Sampling instead of beam search (--sampling-topk, -topp, -temperature, --seed), or None.
-    sampling: Optional[Sampling]
+    sampling: Optional[SamplingConfig]
+    # TensorFlow's CPU thread pools (--intra-op-threads, --inter-op-threads).
+    threads: CpuThreads
 
 
 def plan_translation(args):
@@ -204,14 +186,7 @@ def plan_translation(args):
         FlagError: naming the flag: no export where --saved-model says, no --model-dir
             directory, an --input that is no file, an --output that cannot be written.
     """
-    saved_model = None
-    if args.model_dir is None:
-        try:
-            saved_model = saved_model_version(args.saved_model or DEFAULT_EXPORT_BASE)
-        except ExportNotFound as error:
-            raise FlagError(f"--saved-model: {error}") from None
-    elif not os.path.isdir(args.model_dir):
-        raise FlagError(f"--model-dir {args.model_dir}: no such directory")
+    model = model_source_from_args(args)
     if args.input != STDIN and os.path.isdir(args.input):
         raise FlagError(f"--input {args.input}: is a directory; give the file of sentences to translate")
     if args.input != STDIN and not os.path.isfile(args.input):
@@ -219,11 +194,9 @@ def plan_translation(args):
     problem = args.output and output_file_problem(args.output, {"--input": args.input}, "the translations")
     if problem:
         raise FlagError(problem)
+    saved_model = model.saved_model
     return TranslatePlan(
-        saved_model=saved_model,
-        model_dir=args.model_dir,
-        checkpoint=args.checkpoint,
-        average_last=args.average_last,
+        model=model,
         input=args.input,
         output=args.output,
         batch_size=args.batch_size,
@@ -236,19 +209,17 @@ def plan_translation(args):
         ),
         overrides=ExportOverrides(args.beam_size, args.alpha, args.max_extra_length) if saved_model else None,
         sampling=sampling_from_flags(args),
+        threads=cpu_threads_from_args(args, decoding=True),
     )
 
 
 def sampling_from_flags(args):
-    """The `Sampling` the flags ask for, its defaults where not given; None: beam search."""
+    """The `SamplingConfig` the flags ask for, its defaults where not given; None: beam search."""
     if not sampling_on(args):
         return None
-    return Sampling(
-        top_k=args.sampling_topk or 0,
-        top_p=1.0 if args.sampling_topp is None else args.sampling_topp,
-        temperature=args.sampling_temperature or 1.0,
-        seed=args.seed or 0,
-    )
+    given = dict(top_k=args.sampling_topk, top_p=args.sampling_topp, temperature=args.sampling_temperature,
+                 seed=args.seed)
+    return SamplingConfig(**{name: value for name, value in given.items() if value is not None})
 
 
 def sampling_on(args):
@@ -257,10 +228,9 @@ def sampling_on(args):
 
 def conflicting_flags(args):
     """What is wrong with a combination of flags, or None."""
-    if args.model_dir is None:
-        for flag, value in (("--checkpoint", args.checkpoint), ("--average-last", args.average_last)):
-            if value is not None:
-                return f"{flag} applies to --model-dir only; a SavedModel holds the weights it was exported with"
+    problem = weights_flags_conflict(args)
+    if problem:
+        return problem
     if sampling_on(args):
         for flag, given in (("--nbest", args.nbest), ("--beam-size", args.beam_size), ("--alpha", args.alpha)):
             if given is not None:
@@ -358,9 +328,9 @@ def make_decoder(plan):
     Raises:
         FlagError: a flag the SavedModel cannot apply (its beam size is another).
     """
-    if plan.model_dir:
-        return _model_dir_decoder(plan), plan.model_dir
-    return _saved_model_decoder(plan), plan.saved_model
+    if plan.model.model_dir:
+        return _model_dir_decoder(plan), plan.model.path
+    return _saved_model_decoder(plan), plan.model.path
 
 
 def _sampling_inputs(sampling, sentences, line_numbers, max_extra_length):
@@ -369,7 +339,7 @@ def _sampling_inputs(sampling, sentences, line_numbers, max_extra_length):
     n = len(sentences)
     return dict(
         inputs=tf.constant(sentences),
-        seed=tf.constant([sampling.seed * SEED_STRIDE + number for number in line_numbers], tf.int64),
+        seed=tf.constant([sampling.sentence_seed(number) for number in line_numbers], tf.int64),
         top_k=tf.fill([n], sampling.top_k),
         top_p=tf.fill([n], float(sampling.top_p)),
         temperature=tf.fill([n], float(sampling.temperature)),
@@ -393,9 +363,7 @@ def _hypotheses(outputs, count=1):
 def _model_dir_decoder(plan):
     import tensorflow as tf
 
-    from app.export.saved_model import load_translator
-
-    translator, _ = load_translator(plan.model_dir, plan.checkpoint, plan.average_last, plan.decoding)
+    translator, _ = plan.model.load_translator(plan.decoding)
     if plan.sampling:
 
         def decode(sentences, line_numbers):
@@ -417,19 +385,19 @@ def exported_beam_size(loaded):
 
 def _saved_model_decoder(plan):
     import tensorflow as tf
-    import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
 
-    from app.export.export_info import EXPORT_INFO, read_export_info
+    from app.export.export_info import EXPORT_INFO, exported_decoding
 
-    info = read_export_info(plan.saved_model)
-    loaded = tf.saved_model.load(plan.saved_model)
+    saved_model = plan.model.saved_model
+    exported = exported_decoding(saved_model)
+    loaded = plan.model.load_saved_model()
     signatures = loaded.signatures
     asked = plan.overrides
-    max_extra_length = asked.max_extra_length or info.get("max_extra_length", DecodingConfig.max_extra_length)
+    max_extra_length = asked.max_extra_length or exported.max_extra_length
     if plan.sampling:
         if "sample" not in signatures:
             raise FlagError(
-                f"{plan.saved_model} was exported before sampling existed (no sample signature); export "
+                f"{saved_model} was exported before sampling existed (no sample signature); export "
                 "it again, or give --model-dir"
             )
         sample = signatures["sample"]
@@ -442,13 +410,13 @@ def _saved_model_decoder(plan):
     beam_size = exported_beam_size(loaded)
     if asked.beam_size not in (None, beam_size, 1):
         raise FlagError(
-            f"--beam-size {asked.beam_size}: {plan.saved_model} was exported with beam size {beam_size}; give "
+            f"--beam-size {asked.beam_size}: {saved_model} was exported with beam size {beam_size}; give "
             f"--beam-size {beam_size} or 1 (greedy), export again with --beam-size {asked.beam_size}, "
             "or give --model-dir"
         )
     if plan.nbest is not None and plan.nbest > beam_size:
         raise FlagError(
-            f"--nbest {plan.nbest} asks for more translations than the beam size {plan.saved_model} "
+            f"--nbest {plan.nbest} asks for more translations than the beam size {saved_model} "
             f"was exported with ({beam_size})"
         )
     options = asked.alpha is not None or asked.max_extra_length is not None
@@ -461,10 +429,10 @@ def _saved_model_decoder(plan):
         greedy = signatures["greedy"]
         return lambda sentences, numbers: _hypotheses(greedy(inputs=tf.constant(sentences)))
     if options:
-        alpha = asked.alpha if asked.alpha is not None else info.get("alpha")
+        alpha = asked.alpha if asked.alpha is not None else exported.alpha
         if alpha is None:
             raise FlagError(
-                f"--max-extra-length: {plan.saved_model}'s {EXPORT_INFO} does not record the alpha it was "
+                f"--max-extra-length: {saved_model}'s {EXPORT_INFO} does not record the alpha it was "
                 "exported with, which translate_with_options needs; give --alpha too"
             )
         from app.decoding.model_search import checked_alpha
@@ -492,13 +460,11 @@ def main(argv=None):
         plan = plan_translation(args)
     except FlagError as error:
         parser.error(str(error))
-    from app.cli.quiet_tensorflow import import_tensorflow
+    from app.runtime.quiet_tensorflow import import_tensorflow
 
     import_tensorflow()
-    from app.cli.threads import set_threads_from_flags
-
-    set_threads_from_flags(args, decoding=True)  # before TensorFlow runs an op: its pools are made then
-    from app.cli.progress import CountProgress  # (imports Keras)
+    plan.threads.apply()  # before TensorFlow runs an op: its pools are made then
+    from app.runtime.progress import CountProgress  # (imports Keras)
     from app.export.saved_model import ExportError
     from data.errors import DataError
 

@@ -1,6 +1,7 @@
 """How to decode, and the one rule of each decoding setting.
 
     DecodingConfig(beam_size=4, alpha=0.6, max_extra_length=50, parallel_searches=2)
+    SamplingConfig(top_k=0, top_p=0.9, temperature=1.0, seed=0)
 
 `RULES` says which values each setting may take, once: `DecodingConfig` checks its
 Python values with them (`check`), the export's signatures check a request's tensors
@@ -88,3 +89,34 @@ class DecodingConfig:
     def __post_init__(self):
         for field in dataclasses.fields(self):
             check(field.name, getattr(self, field.name))
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingConfig:
+    """One random translation per sentence instead of beam search: top-k / nucleus sampling
+    (app/decoding/sampling.py, the export's `sample` signature). The defaults draw from the
+    whole distribution. Checked by `RULES`."""
+
+    # Draw among the K most likely tokens; 0: all of them.
+    top_k: int = 0
+    # Among the fewest most likely tokens whose probability reaches P; 1: all.
+    top_p: float = 1.0
+    # The logits are divided by T before the draw.
+    temperature: float = 1.0
+    # Sentence n of a run draws with `sentence_seed(n)`: a stream per sentence, and per seed.
+    seed: int = 0
+
+    # The distance between two seeds' streams: a run never reaches the next seed's.
+    SEED_STRIDE: typing.ClassVar[int] = 2**32
+    # The largest seed: `sentence_seed` stays an int64 for any sentence number below 2**32.
+    MAX_SEED: typing.ClassVar[int] = 2**31 - 1
+
+    def __post_init__(self):
+        for name in ("top_k", "top_p", "temperature"):
+            check(name, getattr(self, name))
+        if not 0 <= self.seed <= self.MAX_SEED:
+            raise ValueError(f"seed must be in [0, {self.MAX_SEED}], got {self.seed!r}")
+
+    def sentence_seed(self, number):
+        """The seed sentence `number` draws with (an int64)."""
+        return self.seed * self.SEED_STRIDE + number

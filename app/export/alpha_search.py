@@ -32,7 +32,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from app.cli.progress import format_seconds
+from app.runtime.progress import format_seconds
 from app.decoding.config import DecodingConfig
 from app.evaluation import significance
 from app.evaluation.in_order import in_length_order

@@ -1,7 +1,7 @@
 """export_info.json: what an export records beside its weights, and the one reader of it.
 
     info = read_export_info("saved_models/translator/1")   # {} for an export older than it
-    alpha = info.get("alpha", DecodingConfig.alpha)
+    exported_decoding("saved_models/translator/1").alpha  # how it decodes, None where unrecorded
 
 export.py writes it into every version, SavedModel or CTranslate2 (app/export/saved_model.py's
 `export_metadata`): where the weights came from, how the export decodes (beam size,
@@ -14,9 +14,12 @@ or not a JSON object, or a known field of the wrong type is refused, naming the 
 the field ("lowercase": "no" would otherwise read as true). Imports no TensorFlow.
 """
 
+import dataclasses
 import json
 import os
+from typing import Optional
 
+from app.decoding.config import DecodingConfig
 from data.errors import DataError
 
 EXPORT_INFO = "export_info.json"
@@ -68,6 +71,30 @@ def read_export_info(directory):
         if field in info and not _is_a(info[field], kinds):
             raise DataError(f"{path}: {field!r} must be {wanted}, not {json.dumps(info[field])}")
     return info
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportedDecoding:
+    """How a version decodes by default, as its export_info.json records it."""
+
+    # The length penalty exponent; None for an export that does not record it.
+    alpha: Optional[float]
+    # Its output length limit beyond the input's: DecodingConfig's where unrecorded, as
+    # every export made before the field existed decoded with it.
+    max_extra_length: int
+    # Its beams; None where unrecorded (the nbest signature's K says).
+    beam_size: Optional[int]
+
+
+def exported_decoding(directory):
+    """The `ExportedDecoding` of the version in `directory`: the one reader of a SavedModel's
+    own decoding settings, for the commands that decode it (`read_export_info`'s errors)."""
+    info = read_export_info(directory)
+    return ExportedDecoding(
+        alpha=info.get("alpha"),
+        max_extra_length=info.get("max_extra_length", DecodingConfig.max_extra_length),
+        beam_size=info.get("beam_size"),
+    )
 
 
 def _is_a(value, kinds):

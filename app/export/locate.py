@@ -13,10 +13,25 @@ import os
 import re
 
 SAVED_MODEL_FILE = "saved_model.pb"
+# A model name: a directory under saved_models/ and the <name> of the REST API's
+# /v1/models/<name>[/versions/<v>] (app/serving/rest_api.py), so no '/' and no leading '.'.
+MODEL_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+# The model's name in export.py, the server and the client (`/v1/models/<name>`).
+DEFAULT_MODEL_NAME = "translator"
 # A version's name: ASCII digits ("\d" would take other scripts' digits too).
 _VERSION_NAME = re.compile(r"[0-9]+")
 # TF Serving's versions are int64: a longer number names no version it would serve.
 MAX_VERSION = 2**63 - 1
+
+
+def export_base(model_name):
+    """Where export.py writes the versions of the model `model_name` (TF Serving's base path,
+    `--model_base_path`): saved_models/<name>."""
+    return os.path.join("saved_models", model_name)
+
+
+# export.py's default base, which the server and the commands read when given none.
+DEFAULT_EXPORT_BASE = export_base(DEFAULT_MODEL_NAME)
 
 
 class ExportNotFound(FileNotFoundError):

@@ -49,7 +49,7 @@ import typing
 
 import tensorflow as tf
 
-from app.cli.flags import DEFAULT_EXPORT_BASE
+from app.export.locate import DEFAULT_EXPORT_BASE
 from app.decoding.beam_search import length_penalty
 from app.decoding.config import DecodingConfig
 from app.decoding.forced import forced_log_probs, target_ids

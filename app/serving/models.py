@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from app.cli.flags import DEFAULT_EXPORT_BASE
+from app.export.locate import DEFAULT_EXPORT_BASE
 from app.export.locate import versions
 from app.serving.model_config import VersionPolicy
 from app.serving.rest_api import ServingError, TensorSpec, signature_def_json
@@ -61,7 +61,7 @@ class LoadedVersion:
     Loaded as TF Serving's C++ loader loads it, into a graph and a session
     (`tf.compat.v1.saved_model.load`), not with `tf.saved_model.load`: the same graph and
     kernels run (the answers are the same), but a second version in a process then costs
-    250 MB rather than 385 MB (the tests' tiny export, docs/serving.md#memory), since no
+    250 MB rather than 385 MB (the tests' tiny export, docs/local-server.md#memory), since no
     Python function object is rebuilt for each of the export's functions.
     """
 

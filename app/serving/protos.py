@@ -4,11 +4,11 @@
     request = apis.predict_pb2.PredictRequest()
     text_format.Parse(text, config.model_server_config_pb2.ModelServerConfig())
 
-The generated modules import their TensorFlow messages as `tensorflow.core.framework.tensor_pb2`
-and so on, and importing any `tensorflow.*` module first runs `tensorflow/__init__.py`, which
-loads the whole runtime: 2.7 s and 540 MB more in a process that only reads and writes
-messages (measured on the 2-core Xeon, docs/serving.md#grpc). The server process never runs
-a model (each runs in a worker process), so where TensorFlow is not imported yet, the
+The generated modules import their TensorFlow messages as
+`tensorflow.core.framework.tensor_pb2` and so on, and importing any `tensorflow.*` module
+first runs `tensorflow/__init__.py`, which loads the whole runtime: seconds and hundreds of
+megabytes more in a process that only reads and writes messages. The server process never
+runs a model (each runs in a worker process), so where TensorFlow is not imported yet, the
 messages are imported under a stand-in `tensorflow` package whose path is the real one: its
 `core/` protos load, its runtime does not. The stand-in is removed at once, so that a later
 `import tensorflow` (a test beside the server's code) still gets the real package, which

@@ -27,7 +27,7 @@ import re
 
 import numpy as np
 
-from app.cli import flag_types
+from app.export import locate
 
 ROW, COLUMNAR = "row", "columnar"
 DEFAULT_SIGNATURE = "serving_default"
@@ -105,7 +105,7 @@ def signature_of_specs(name, inputs, outputs):
 
 # A model name: one part of /v1/models/<name>[/versions/<v>]:predict, and the directory
 # saved_models/<name> that export.py writes to; with the flags that take one.
-MODEL_NAME = flag_types.MODEL_NAME
+MODEL_NAME = locate.MODEL_NAME
 
 
 # Seconds a connection may stall mid-request, or stay idle between requests, before it is

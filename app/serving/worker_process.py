@@ -12,7 +12,7 @@
 TensorFlow keeps much of what `tf.saved_model.load` allocates for as long as the process
 lives: loading a version and dropping it grew the process by the version's size every time,
 even with its functions removed from the eager context and malloc trimmed
-(docs/serving.md#memory). And TensorFlow's runtime is most of a process: about 1.6 GB of
+(docs/local-server.md#memory). And TensorFlow's runtime is most of a process: about 1.6 GB of
 the 1.65 GB a process serving the 2.35M-parameter default holds. So the server process never
 imports TensorFlow, and every version it serves runs in one child process (a fresh
 interpreter, no inherited TensorFlow state) that the server talks to over a pipe: a second
@@ -62,7 +62,7 @@ LOAD, UNLOAD = "__load__", "__unload__"
 @dataclasses.dataclass(frozen=True)
 class CpuThreads:
     """TensorFlow's two CPU pools in the worker (0: TensorFlow's choice). None for
-    `intra_op`: what decoded fastest (app/cli/decoding_threads.py), for the searches that
+    `intra_op`: what decoded fastest (app/runtime/decoding_threads.py), for the searches that
     may run at once in the worker. CTranslate2 versions take `intra_op` as their threads
     per call (None: the cores, shared among the calls that may run at once)."""
 
@@ -497,7 +497,7 @@ def _set_threads(entries, threads, max_calls):
     """Sizes TensorFlow's pools once, before the first SavedModel loads: for the most
     searches any of the versions runs side by side. Nothing where every version is a
     CTranslate2 export (TensorFlow is then never imported)."""
-    from app.cli.decoding_threads import decoding_intra_op_threads
+    from app.runtime.decoding_threads import decoding_intra_op_threads
     from app.serving.models import is_ctranslate2
 
     saved_models = [path for _, _, path in entries if not is_ctranslate2(path)]
@@ -506,10 +506,10 @@ def _set_threads(entries, threads, max_calls):
     intra_op = threads.intra_op
     if intra_op is None:
         intra_op = decoding_intra_op_threads(max_calls * max(_parallel_searches(path) for path in saved_models))
-    from app.cli.quiet_tensorflow import import_tensorflow
+    from app.runtime.quiet_tensorflow import import_tensorflow
 
     import_tensorflow()
-    from app.cli.threads import describe_cpu_threads, set_cpu_threads
+    from app.runtime.threads import describe_cpu_threads, set_cpu_threads
 
     set_cpu_threads(intra_op, threads.inter_op)
     log.info("worker: %s", describe_cpu_threads())
@@ -517,7 +517,7 @@ def _set_threads(entries, threads, max_calls):
 
 def _load(version, path, threads, max_calls):
     """One version, loaded and warmed up."""
-    from app.cli.decoding_threads import cpu_cores
+    from app.runtime.decoding_threads import cpu_cores
     from app.serving.models import is_ctranslate2, load_version
 
     if is_ctranslate2(path):

@@ -23,7 +23,7 @@ from typing import Callable, Optional
 import keras
 import tensorflow as tf
 
-from app.cli.progress import make_progress
+from app.runtime.progress import make_progress
 from app.model.transformer import Transformer, build_transformer
 from app.model_dir import checkpoints
 from app.training.interrupts import InterruptFlag, stop_check

@@ -1,6 +1,8 @@
 """`RunPlan`: what one training run needs, every decision its flags leave open made.
 
-    plan = app.commands.train_plan.plan_run(args)     # the flags of `python train.py`
+    devices = app.commands.train_plan.device_config_from_args(args)   # the flags of `python train.py`
+    strategy = app.training.devices.start_devices(devices)
+    plan = app.commands.train_plan.plan_train(args, devices)
     app.training.loop.train(plan, data, strategy)      # once the data is prepared
 
 The command makes it from its flags once (app/commands/train_plan.py); the training
@@ -12,6 +14,7 @@ from typing import Optional
 
 from app.model.config import ModelConfig
 from app.training.config import TrainConfig
+from app.training.devices import DeviceConfig
 from app.training.init_from import InitRun
 from data.config import DataConfig
 
@@ -40,3 +43,6 @@ class RunPlan:
     bleu: bool = True
     # --precision auto chose train_config.precision (the run says why).
     auto_precision: bool = False
+    # The strategy and CPU threads it runs with (started before the plan is made:
+    # `app.training.devices.start_devices`).
+    devices: DeviceConfig = DeviceConfig()

@@ -13,7 +13,7 @@ import os
 
 import tensorflow as tf
 
-STRATEGIES = ("auto", "mirrored", "multi-worker")
+from app.training.devices import STRATEGIES
 
 
 def make_strategy(kind="auto", cpu_replicas=None):

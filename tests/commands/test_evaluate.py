@@ -19,12 +19,24 @@ from app.commands.evaluate import (
     saved_model_data_config,
 )
 from app.decoding.config import DecodingConfig
+from app.export.model_source import ModelSource
+from app.runtime.threads import CpuThreads
 from app.evaluation.metrics import score
 from data.config import DataConfig
 from data.errors import DataError
 
 # Each export is loaded once per test process (conftest.py), however many tests load it.
 pytestmark = pytest.mark.usefixtures("load_each_export_once")
+
+
+@pytest.fixture(autouse=True)
+def runs(tmp_path_factory, monkeypatch):
+    """A working directory holding the model directories `x` and `d` the plans name: a plan
+    checks that --model-dir is there."""
+    work = tmp_path_factory.mktemp("work")
+    monkeypatch.chdir(work)
+    for name in ("x", "d"):
+        (work / name).mkdir()
 
 
 def planned(argv):
@@ -181,17 +193,28 @@ def test_a_saved_model_path_that_is_no_saved_model_is_refused_before_anything_lo
     (tmp_path / "r").write_text("b\n", encoding="utf-8")
     files = ["--source", str(tmp_path / "s"), "--reference", str(tmp_path / "r")]
     empty = "yet: run python export.py (it holds no saved_model.pb and no numbered version directory with one)"
+
+    def refused(*argv):
+        """The error line of app.evaluate `argv`, which exits 2 as argparse does."""
+        with pytest.raises(SystemExit) as exited:
+            main(list(argv))
+        assert exited.value.code == 2
+        return capsys.readouterr().err.strip().splitlines()[-1].split(" error: ", 1)[1]
+
     for data in (["--split", "test"], files):
-        assert main(["--saved-model", str(base), *data]) == 1
-        assert capsys.readouterr().err.strip() == f"error: no model exported under {base} {empty}"
-        assert main(["--saved-model", str(tmp_path / "missing"), *data]) == 1
-        assert capsys.readouterr().err.strip() == (
-            f"error: no model exported under {tmp_path / 'missing'} yet: run python export.py (no such directory)"
+        assert refused("--saved-model", str(base), *data) == f"--saved-model: no model exported under {base} {empty}"
+        assert refused("--saved-model", str(tmp_path / "missing"), *data) == (
+            f"--saved-model: no model exported under {tmp_path / 'missing'} yet: run python export.py "
+            "(no such directory)"
         )
-    assert main(["--saved-model", str(base / "1"), *files]) == 1
-    assert capsys.readouterr().err.strip() == f"error: no model exported under {base / '1'} {empty}"
-    assert main(["--saved-model", str(tmp_path / "s"), *files]) == 1
-    assert capsys.readouterr().err.strip() == f"error: {tmp_path / 's'} is a file, not an export directory"
+    assert refused("--saved-model", str(base / "1"), *files) == (
+        f"--saved-model: no model exported under {base / '1'} {empty}"
+    )
+    assert refused("--saved-model", str(tmp_path / "s"), *files) == (
+        f"--saved-model: {tmp_path / 's'} is a file, not an export directory"
+    )
+    missing = tmp_path / "missing"
+    assert refused("--model-dir", str(missing), *files) == f"--model-dir {missing}: no such directory"
 
 
 def test_a_saved_model_is_scored_at_the_alpha_it_was_exported_with_unless_one_is_given(exported, tmp_path, capsys):
@@ -339,23 +362,25 @@ def test_the_flags_that_do_apply_are_taken_and_defaults_filled_in(tmp_path):
     saved = planned(["--saved-model", str(tmp_path / "export"), *FILES, "--target-lang", "de", *decoding])
     # The newest version of the base; the beam size unused by a SavedModel, but DecodingConfig checks it.
     assert saved == EvaluationPlan(
-        model_dir=None, saved_model=export, checkpoint=None, average_last=None, split=None, dataset=None,
+        model=ModelSource(saved_model=export), split=None, dataset=None,
         source_lang=None, target_lang="de", source="s.en", reference="r.de", test_set=None,
         decoding=DecodingConfig(4, 1.0, 9),
-        batch_size=64, limit=None, output=None, json=False,
+        batch_size=64, limit=None, output=None, json=False, threads=CpuThreads(decoding=True),
     )
     split = planned(["--saved-model", export, "--dataset", "multi30k", "--source-lang", "en", "--target-lang", "de"])
     assert (split.split, split.dataset, split.decoding) == ("validation", "multi30k", DecodingConfig(4, 1.4, 50))
     run = planned(["--model-dir", "d", "--checkpoint", "best", "--beam-size", "1", "--split", "test"])
     assert run == EvaluationPlan(
-        model_dir="d", saved_model=None, checkpoint="best", average_last=None, split="test", dataset=None,
+        model=ModelSource(model_dir="d", checkpoint="best"), split="test", dataset=None,
         source_lang=None, target_lang=None, source=None, reference=None, test_set=None,
         decoding=DecodingConfig(1, 0.6, 50),
-        batch_size=64, limit=None, output=None, json=False,
+        batch_size=64, limit=None, output=None, json=False, threads=CpuThreads(decoding=True),
     )
     other = planned(["--model-dir", "d", "--average-last", "3", "--limit", "7", "--batch-size", "8", "--json",
                      "--output", "out.de"])
-    assert (other.average_last, other.limit, other.batch_size, other.json, other.output) == (3, 7, 8, True, "out.de")
+    assert (other.model.average_last, other.limit, other.batch_size, other.json, other.output) == (
+        3, 7, 8, True, "out.de"
+    )
     assert (other.split, other.decoding) == ("validation", DecodingConfig())
     test_set = planned(["--saved-model", export, "--test-set", "wmt14/full", "--source-lang", "en"])
     assert (test_set.test_set, test_set.split, test_set.source_lang) == ("wmt14/full", None, "en")
@@ -410,7 +435,6 @@ def test_an_alpha_past_a_saved_models_limit_is_refused_by_name_before_decoding(e
             "error: alpha must be at most 40.72 for a model of 48 positions: beyond it the length penalty "
             "((5 + length) / 6) ** alpha of its longest outputs overflows float32; got 41"
         )
-
 
 
 def test_a_sacrebleu_test_set_is_scored_in_the_models_pair_from_the_cache_offline(

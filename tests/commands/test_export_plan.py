@@ -4,9 +4,21 @@ parsed. The export itself: tests/export/."""
 import copy
 import os
 
+import pytest
+
 import export
 from app.commands.export import ExportPlan, plan_export
 from app.decoding.config import DecodingConfig
+from app.export.model_source import ModelSource
+
+
+@pytest.fixture(autouse=True)
+def runs(tmp_path, monkeypatch):
+    """A working directory holding the default run's directory and `run`: the plan checks
+    that --model-dir is there."""
+    monkeypatch.chdir(tmp_path)
+    for run in (os.path.join("runs", "tiny-multi30k-en-de"), "run"):
+        os.makedirs(run)
 
 
 def planned(*argv):
@@ -20,9 +32,7 @@ def planned(*argv):
 
 def test_without_flags_the_default_run_goes_to_a_new_version_of_saved_models_translator():
     assert planned() == ExportPlan(
-        model_dir=os.path.join("runs", "tiny-multi30k-en-de"),
-        checkpoint=None,
-        average_last=None,
+        model=ModelSource(model_dir=os.path.join("runs", "tiny-multi30k-en-de")),
         decoding=DecodingConfig(beam_size=4, alpha=0.6, max_extra_length=50, parallel_searches=2),
         choose_alpha=True,  # the 0.6 above until the search on validation chooses
         format="savedmodel",
@@ -36,12 +46,12 @@ def test_an_alpha_given_is_not_searched_and_each_flag_lands_in_its_field():
     flags = ["--model-dir", "run", "--checkpoint", "best", "--alpha", "1.0", "--beam-size", "5",
              "--max-extra-length", "20", "--parallel-searches", "1", "--version", "3", "--model-name", "en-de"]
     assert planned(*flags) == ExportPlan(
-        model_dir="run", checkpoint="best", average_last=None, decoding=DecodingConfig(5, 1.0, 20, 1),
+        model=ModelSource(model_dir="run", checkpoint="best"), decoding=DecodingConfig(5, 1.0, 20, 1),
         choose_alpha=False, format="savedmodel", base=os.path.join("saved_models", "en-de"), version=3,
         model_name="en-de",
     )
     averaged = planned("--average-last", "5", "--alpha", "0")
-    assert (averaged.average_last, averaged.decoding.alpha, averaged.choose_alpha) == (5, 0.0, False)
+    assert (averaged.model.average_last, averaged.decoding.alpha, averaged.choose_alpha) == (5, 0.0, False)
 
 
 def test_the_base_path_given_wins_and_a_ctranslate2_export_goes_beside_the_savedmodel_versions():
@@ -52,3 +62,8 @@ def test_the_base_path_given_wins_and_a_ctranslate2_export_goes_beside_the_saved
         "saved_models", "en-de", "ctranslate2"
     )
     assert planned("--format", "ctranslate2", "--model-base-path", "/srv/ct2").base == "/srv/ct2"
+
+
+def test_a_model_directory_that_is_not_there_is_named():
+    with pytest.raises(ValueError, match="^--model-dir nowhere: no such directory$"):
+        planned("--model-dir", "nowhere")

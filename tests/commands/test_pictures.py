@@ -54,10 +54,12 @@ def test_an_empty_target_and_an_output_that_is_a_file_are_errors_before_the_mode
     assert "--target is empty ('')" in capsys.readouterr().err
     assert not output.exists()
     output.write_text("mine")
-    # A model directory that does not exist: the output is checked first.
+    assert main(["attention", "--model-dir", model_dir, "--sentence", "A man.", "--output", str(output)]) == 1
+    assert f"error: --output {output} is a file; name a directory for the PNGs" in capsys.readouterr().err
+    # A model directory that does not exist: named before anything else.
     assert main(["attention", "--model-dir", str(tmp_path / "nope"), "--sentence", "A man.",
                  "--output", str(output)]) == 1
-    assert f"error: --output {output} is a file; name a directory for the PNGs" in capsys.readouterr().err
+    assert f"error: --model-dir {tmp_path / 'nope'}: no such directory" in capsys.readouterr().err
     assert output.read_text() == "mine"
 
 

@@ -7,7 +7,9 @@ import os
 import pytest
 
 from app.commands.pictures import AttentionPlan, CurvesPlan, parse_args, plan_pictures
+from app.cli.flag_types import FlagError
 from app.decoding.config import DecodingConfig
+from app.export.model_source import ModelSource
 from app.visualization.output import PicturesError
 
 
@@ -19,15 +21,22 @@ def planned(*argv):
     return plan
 
 
+@pytest.fixture(autouse=True)
+def run(tmp_path, monkeypatch):
+    """A working directory with the model directory `run`: the attention plan checks it is there."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run").mkdir()
+
+
 def test_attention_pictures_go_under_the_run_unless_told():
     assert planned("attention", "--model-dir", "run", "--sentence", "A man.") == AttentionPlan(
-        model_dir="run", checkpoint=None, average_last=None, sentence="A man.", target=None,
+        model=ModelSource(model_dir="run"), sentence="A man.", target=None,
         output=os.path.join("run", "pictures", "attention"), per_layer=False, decoding=DecodingConfig(4, 0.6, 50),
     )
     flags = ["--target", "Ein Mann.", "--output", "out", "--per-layer", "--checkpoint", "latest", "--beam-size", "2",
              "--alpha", "0", "--max-extra-length", "5"]
     assert planned("attention", "--model-dir", "run", "--sentence", "A man.", *flags) == AttentionPlan(
-        model_dir="run", checkpoint="latest", average_last=None, sentence="A man.", target="Ein Mann.",
+        model=ModelSource(model_dir="run", checkpoint="latest"), sentence="A man.", target="Ein Mann.",
         output="out", per_layer=True, decoding=DecodingConfig(2, 0.0, 5),
     )
 
@@ -42,3 +51,8 @@ def test_an_empty_sentence_or_target_is_refused_by_name():
                                                                             "--target is empty")):
         with pytest.raises(PicturesError, match=message):
             plan_pictures(parse_args(["attention", "--model-dir", "run", *flags]))
+
+
+def test_a_model_directory_that_is_not_there_is_named():
+    with pytest.raises(FlagError, match="^--model-dir nowhere: no such directory$"):
+        plan_pictures(parse_args(["attention", "--model-dir", "nowhere", "--sentence", "A man."]))

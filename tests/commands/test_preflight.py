@@ -13,7 +13,7 @@ import pytest
 
 import train
 from app.commands.preflight import PreflightPlan, parse_args, plan_preflight
-from app.commands.train_plan import plan_run
+from app.commands.train_plan import device_config_from_args, plan_train
 from data.config import DataConfig
 from tests.training.test_rehearsal import _rehearsal
 
@@ -30,16 +30,20 @@ def test_the_run_rehearsed_is_the_one_train_py_plans_from_the_same_flags(flags, 
     monkeypatch.chdir(tmp_path)  # the default model directory, runs/..., is relative: none here
     args = parse_args([*flags, "--preflight-steps", "4", "--preflight-seconds", "30", "--preflight-length", "16"])
     before = copy.deepcopy(vars(args))
-    plan = plan_preflight(args)
+    devices = device_config_from_args(args)
+    plan = plan_preflight(args, devices)
     assert vars(args) == before
-    assert plan == PreflightPlan(run=plan_run(train.parse_args(flags)), steps=4, max_seconds=30, length=16)
-    assert plan_preflight(parse_args(flags)) == dataclasses.replace(plan, steps=20, max_seconds=60, length=32)
+    train_args = train.parse_args(flags)
+    train_plan = plan_train(train_args, device_config_from_args(train_args))
+    assert plan == PreflightPlan(run=train_plan, steps=4, max_seconds=30, length=16)
+    assert plan_preflight(parse_args(flags), devices) == dataclasses.replace(plan, steps=20, max_seconds=60, length=32)
 
 
 def test_what_train_py_would_refuse_the_preflight_refuses(tmp_path):
     # The run's own plan (app.commands.train_plan.plan_run), so the same errors.
     with pytest.raises(ValueError, match=r"--max-length 300 is longer than the model's 256 positions"):
-        plan_preflight(parse_args(["--max-length", "300", "--model-dir", str(tmp_path / "a")]))
+        args = parse_args(["--max-length", "300", "--model-dir", str(tmp_path / "a")])
+        plan_preflight(args, device_config_from_args(args))
 
 
 def test_a_rehearsal_over_two_cpu_replicas_reports_and_passes_and_writes_nothing(tmp_path):

@@ -161,7 +161,7 @@ def test_standard_input_of_another_length_is_named_as_such(files, capsys):
         (["--batch-size", "0"], "argument --batch-size: must be at least 1, got 0"),
         (["--checkpoint", "best"], "--checkpoint applies to --model-dir only"),
         (["--saved-model", "nowhere"], "--saved-model: no model exported under nowhere yet"),
-        (["--model-dir", "nowhere"], "--model-dir: no such directory: nowhere"),
+        (["--model-dir", "nowhere"], "--model-dir nowhere: no such directory"),
     ],
 )
 def test_bad_flags_exit_2_naming_the_flag(files, exported, tmp_path, capsys, flags, message):

@@ -7,6 +7,8 @@ import pytest
 
 from app.cli.output_file import STDIN
 from app.commands.score import FlagError, ScorePlan, parse_args, plan_scoring
+from app.export.model_source import ModelSource
+from app.runtime.threads import CpuThreads
 
 
 def planned(*argv):
@@ -31,8 +33,8 @@ def test_a_saved_model_base_is_scored_by_its_newest_version(tmp_path, files):
         (tmp_path / "en-de" / version / "saved_model.pb").write_bytes(b"")
     source, target = files
     assert planned("--saved-model", str(tmp_path / "en-de"), "--source", source, "--target", target) == ScorePlan(
-        saved_model=str(tmp_path / "en-de" / "12"), model_dir=None, checkpoint=None, average_last=None,
-        source=source, target=target, output=None, batch_size=64, normalize=False,
+        model=ModelSource(saved_model=str(tmp_path / "en-de" / "12")), source=source, target=target, output=None,
+        batch_size=64, normalize=False, threads=CpuThreads(),
     )
 
 
@@ -41,8 +43,8 @@ def test_a_training_run_and_every_other_flag(tmp_path, files):
     flags = ["--model-dir", str(tmp_path), "--average-last", "2", "--source", source, "--target", STDIN,
              "--output", str(tmp_path / "scores.tsv"), "--batch-size", "16", "--normalize"]
     assert planned(*flags) == ScorePlan(
-        saved_model=None, model_dir=str(tmp_path), checkpoint=None, average_last=2, source=source, target=STDIN,
-        output=str(tmp_path / "scores.tsv"), batch_size=16, normalize=True,
+        model=ModelSource(model_dir=str(tmp_path), average_last=2), source=source, target=STDIN,
+        output=str(tmp_path / "scores.tsv"), batch_size=16, normalize=True, threads=CpuThreads(),
     )
     _, args = parse_args(["--model-dir", str(tmp_path), "--source", STDIN, "--target", STDIN])
     with pytest.raises(FlagError, match="--source and --target cannot both read standard input"):

@@ -10,7 +10,8 @@ import pytest
 import train
 from app.cli.flags import model_config_from_args
 from app.commands.train_plan import (
-    INHERITED_DATA_FLAGS, MODEL_FLAGS, NOT_GIVEN, given_flags, plan_run, resolved_flags, train_config_from_args,
+    INHERITED_DATA_FLAGS, MODEL_FLAGS, NOT_GIVEN, device_config_from_args, given_flags, plan_train, resolved_flags,
+    train_config_from_args,
 )
 from app.model.config import ModelConfig
 from app.training.config import TrainConfig
@@ -24,7 +25,7 @@ def planned(*flags):
     """`(plan, args)`: the plan of train.py's `flags`, after checking it left `args` as parsed."""
     args = train.parse_args(list(flags))
     before = copy.deepcopy(vars(args))
-    plan = plan_run(args)
+    plan = plan_train(args, device_config_from_args(args))
     assert vars(args) == before
     return plan, args
 
@@ -130,7 +131,8 @@ def test_what_the_flags_leave_open_is_decided_in_a_copy(monkeypatch, tmp_path):
     }
     # The vocabulary is the model directory's run's, else the size's for the pair: plan_run reads it.
     assert flags.vocab_size is None
-    assert plan_run(args).data_config == DataConfig(target_lang="fr", vocab_size=8000, batch_tokens=2048)
+    planned_data = plan_train(args, device_config_from_args(args)).data_config
+    assert planned_data == DataConfig(target_lang="fr", vocab_size=8000, batch_tokens=2048)
 
 
 # The configurations the plan is made of.

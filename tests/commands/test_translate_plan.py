@@ -6,8 +6,10 @@ import copy
 import pytest
 
 from app.cli.output_file import STDIN
-from app.commands.translate import ExportOverrides, FlagError, Sampling, TranslatePlan, parse_args, plan_translation
-from app.decoding.config import DecodingConfig
+from app.commands.translate import ExportOverrides, FlagError, TranslatePlan, parse_args, plan_translation
+from app.decoding.config import DecodingConfig, SamplingConfig
+from app.export.model_source import ModelSource
+from app.runtime.threads import CpuThreads
 
 
 def planned(*argv):
@@ -30,8 +32,8 @@ def base(tmp_path):
 
 def test_a_saved_model_decodes_as_exported_but_for_the_flags_given(base):
     assert planned("--saved-model", str(base)) == TranslatePlan(
-        saved_model=str(base / "2"), model_dir=None, checkpoint=None, average_last=None, input=STDIN, output=None,
-        batch_size=64, nbest=None, scores=False, decoding=None, overrides=ExportOverrides(), sampling=None,
+        model=ModelSource(saved_model=str(base / "2")), input=STDIN, output=None, batch_size=64, nbest=None,
+        scores=False, decoding=None, overrides=ExportOverrides(), sampling=None, threads=CpuThreads(decoding=True),
     )
     assert planned("--saved-model", str(base / "1"), "--beam-size", "1").overrides == ExportOverrides(1, None, None)
     given = planned("--saved-model", str(base), "--alpha", "1.0", "--max-extra-length", "9", "--scores")
@@ -43,9 +45,10 @@ def test_a_training_run_decodes_with_the_flags_over_the_papers_settings(tmp_path
     flags = ["--model-dir", str(tmp_path), "--checkpoint", "best", "--input", str(tmp_path / "in.en"),
              "--output", str(tmp_path / "out.de"), "--batch-size", "8", "--nbest", "3", "--alpha", "1.0"]
     assert planned(*flags) == TranslatePlan(
-        saved_model=None, model_dir=str(tmp_path), checkpoint="best", average_last=None,
+        model=ModelSource(model_dir=str(tmp_path), checkpoint="best"),
         input=str(tmp_path / "in.en"), output=str(tmp_path / "out.de"), batch_size=8, nbest=3, scores=False,
         decoding=DecodingConfig(beam_size=4, alpha=1.0, max_extra_length=50), overrides=None, sampling=None,
+        threads=CpuThreads(decoding=True),
     )
     assert planned("--model-dir", str(tmp_path), "--beam-size", "6", "--max-extra-length", "7").decoding == (
         DecodingConfig(6, 0.6, 7)
@@ -53,9 +56,9 @@ def test_a_training_run_decodes_with_the_flags_over_the_papers_settings(tmp_path
 
 
 def test_any_sampling_flag_samples_with_the_others_defaults(tmp_path):
-    assert planned("--model-dir", str(tmp_path), "--sampling-topp", "0.9").sampling == Sampling(0, 0.9, 1.0, 0)
+    assert planned("--model-dir", str(tmp_path), "--sampling-topp", "0.9").sampling == SamplingConfig(0, 0.9, 1.0, 0)
     flags = ["--sampling-topk", "5", "--sampling-temperature", "0.5", "--seed", "7"]
-    assert planned("--model-dir", str(tmp_path), *flags).sampling == Sampling(
+    assert planned("--model-dir", str(tmp_path), *flags).sampling == SamplingConfig(
         top_k=5, top_p=1.0, temperature=0.5, seed=7
     )
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # A module-global iterator read right up to the end: batches are being assembled when

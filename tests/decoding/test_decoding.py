@@ -3,6 +3,7 @@ forward pass, batching changes nothing, tf.function and SavedModel."""
 
 import importlib
 import math
+import os
 import re
 
 import keras
@@ -332,16 +333,20 @@ def test_decoding_config_checks_its_fields():
         ("app.commands.pictures", ["attention", "--model-dir", "run", "--sentence", "A dog."], "plan_pictures"),
     ],
 )
-def test_every_command_line_decodes_by_default_as_decoding_config(module_name, argv, plan_function):
+def test_every_command_line_decodes_by_default_as_decoding_config(module_name, argv, plan_function, tmp_path,
+                                                                  monkeypatch):
     # The flags take their defaults from DecodingConfig (app/cli/flags.py, without
     # TensorFlow, for --help); each command's plan must hold the paper's decoding.
+    monkeypatch.chdir(tmp_path)  # the plans check that the model directories are there
+    for run in (os.path.join("runs", "tiny-multi30k-en-de"), "run"):
+        os.makedirs(run)
     module = importlib.import_module(module_name)
     plan = getattr(module, plan_function)(module.parse_args(argv))
     # The export chooses alpha on validation unless given (app/export/alpha_search.py),
     # holding the paper's until then.
     assert plan.decoding == DecodingConfig()
     assert getattr(plan, "choose_alpha", True)
-    assert (plan.checkpoint, plan.average_last) == (None, None)
+    assert (plan.model.checkpoint, plan.model.average_last) == (None, None)
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.4])

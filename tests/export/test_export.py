@@ -274,7 +274,7 @@ def test_export_command_reports_a_missing_model_dir(tmp_path, capsys):
     import export as export_script
 
     assert export_script.main(["--model-dir", str(tmp_path / "nope"), "--output", str(tmp_path / "out")]) == 1
-    assert f"{tmp_path / 'nope'} is not a model directory: no settings.json in it" in capsys.readouterr().err
+    assert f"error: --model-dir {tmp_path / 'nope'}: no such directory" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
 

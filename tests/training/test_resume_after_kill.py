@@ -25,6 +25,7 @@ from app.model_dir import checkpoints
 from app.model_dir.checkpoints import WEIGHTS_ONLY
 from tests.tiny_run import ROOT, write_multi30k_slice
 
+
 STEPS = 24
 CHECKPOINT_FILE = r"ckpt-\d+(\.weights)?\.(index|data-.*)"
 KEEP = 3

@@ -1,8 +1,8 @@
-"""app.cli.progress: Keras's bar on a terminal, plain lines in a log."""
+"""app.runtime.progress: Keras's bar on a terminal, plain lines in a log."""
 
 import io
 
-from app.cli.progress import CountProgress, LineProgress, TerminalProgress, format_seconds, make_progress
+from app.runtime.progress import CountProgress, LineProgress, TerminalProgress, format_seconds, make_progress
 
 VALUES = [("loss", 4.12345), ("lr", 0.00031), ("tok/s", 9876.4)]
 

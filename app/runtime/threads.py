@@ -14,12 +14,12 @@ there, the export's beam search ran fastest with one thread per op and its paral
 searches side by side on the inter-op threads (docs/serving.md#threads).
 """
 
+import dataclasses
 import sys
+from typing import Optional
 
-import tensorflow as tf
-
-from app.cli.decoding_threads import decoding_intra_op_threads
 from app.decoding.config import DecodingConfig
+from app.runtime.decoding_threads import decoding_intra_op_threads
 
 
 def set_cpu_threads(intra_op=None, inter_op=None):
@@ -31,6 +31,8 @@ def set_cpu_threads(intra_op=None, inter_op=None):
     Raises:
         ValueError: a negative count, or TensorFlow already started with other pools.
     """
+    import tensorflow as tf
+
     for flag, value in (("--intra-op-threads", intra_op), ("--inter-op-threads", inter_op)):
         if value is not None and value < 0:
             raise ValueError(f"{flag} must be 0 (TensorFlow's choice) or more, got {value}")
@@ -48,6 +50,8 @@ def set_cpu_threads(intra_op=None, inter_op=None):
 
 def describe_cpu_threads():
     """One line for the log: the pools as set (0 in TensorFlow's terms: its own choice)."""
+    import tensorflow as tf
+
     intra = tf.config.threading.get_intra_op_parallelism_threads()
     inter = tf.config.threading.get_inter_op_parallelism_threads()
     per_op = f"{intra} per op" if intra else "every core per op (TensorFlow's choice)"
@@ -55,18 +59,44 @@ def describe_cpu_threads():
     return f"CPU threads: {per_op}, {at_once}"
 
 
-def set_threads_from_flags(args, stream=None, decoding=False):
-    """Sizes the pools from a command's `--intra-op-threads` and `--inter-op-threads`
-    (`app.cli.flags.add_thread_arguments`) and, where either is given, says so in a line
-    on `stream` (default standard error: standard output may hold the command's result).
-    A command that `decoding` gives ops the threads decoding ran fastest with when
-    `--intra-op-threads` is not given (app/cli/decoding_threads.py). Call it before
-    TensorFlow runs an op."""
-    set_cpu_threads(args.intra_op_threads, args.inter_op_threads)
-    if args.intra_op_threads is None and decoding:
-        try:
-            set_cpu_threads(decoding_intra_op_threads(DecodingConfig.parallel_searches))
-        except ValueError:  # called again in a process whose TensorFlow has started: its pools stand
-            pass
-    if args.intra_op_threads or args.inter_op_threads:
-        print(describe_cpu_threads(), file=stream or sys.stderr)
+@dataclasses.dataclass(frozen=True)
+class CpuThreads:
+    """TensorFlow's two CPU thread pools as a command asks for them (--intra-op-threads,
+    --inter-op-threads): part of each command's plan, applied once before TensorFlow runs
+    an op. No TensorFlow until `apply`."""
+
+    # Threads one op may use; None: TensorFlow's choice, or decoding's where `decoding`
+    # (app/runtime/decoding_threads.py); 0: TensorFlow's choice.
+    intra_op: Optional[int] = None
+    # Ops run at once; None or 0: TensorFlow's choice.
+    inter_op: Optional[int] = None
+    # A command that decodes: its ops get the threads decoding ran fastest with where
+    # `intra_op` is not given.
+    decoding: bool = False
+
+    def __post_init__(self):
+        for flag, value in (("--intra-op-threads", self.intra_op), ("--inter-op-threads", self.inter_op)):
+            if value is not None and value < 0:
+                raise ValueError(f"{flag} must be 0 (TensorFlow's choice) or more, got {value}")
+
+    @property
+    def given(self):
+        """Whether either pool was asked for: the command then says how they are set."""
+        return bool(self.intra_op or self.inter_op)
+
+    def apply(self, stream=None):
+        """Sizes the pools and, where either was given, says so in a line on `stream`
+        (default standard error: standard output may hold the command's result). Call it
+        before TensorFlow runs an op.
+
+        Raises:
+            ValueError: TensorFlow already started with other pools (`set_cpu_threads`).
+        """
+        set_cpu_threads(self.intra_op, self.inter_op)
+        if self.intra_op is None and self.decoding:
+            try:
+                set_cpu_threads(decoding_intra_op_threads(DecodingConfig.parallel_searches))
+            except ValueError:  # called again in a process whose TensorFlow has started: its pools stand
+                pass
+        if self.given:
+            print(describe_cpu_threads(), file=stream or sys.stderr)

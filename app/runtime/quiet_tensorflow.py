@@ -36,7 +36,7 @@ ABSL_LINE = re.compile(rb"([IWEF])\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [^ \]]+:\d+\] ")
 SEVERITIES = "IWEF"
 # Error lines that every start on a machine without an NVIDIA GPU prints, though nothing is
 # wrong: TensorFlow's CUDA build asks the (absent) driver for devices at the first look.
-# Kept where a GPU seems present (app.cli.gpu_warning), where it tells why none is used.
+# Kept where a GPU seems present (app.runtime.gpu_warning), where it tells why none is used.
 HARMLESS_ERRORS = (re.compile(rb"failed call to cuInit: .*CUDA error"),)
 
 
@@ -46,14 +46,14 @@ def import_tensorflow(gpu_present=None):
     The devices are listed inside the capture too (which initializes no device: thread
     and device settings can still be made), since the CUDA platform's first look logs
     there. `gpu_present`: () -> bool, whether the machine seems to have an NVIDIA GPU
-    (default `app.cli.gpu_warning.nvidia_gpu_present`); where not, the harmless errors of
+    (default `app.runtime.gpu_warning.nvidia_gpu_present`); where not, the harmless errors of
     the missing driver are dropped.
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", DEFAULT_LEVEL)
     if "tensorflow" in sys.modules:
         return
     if gpu_present is None:
-        from app.cli.gpu_warning import nvidia_gpu_present as gpu_present
+        from app.runtime.gpu_warning import nvidia_gpu_present as gpu_present
     min_level = _min_level(os.environ["TF_CPP_MIN_LOG_LEVEL"])
     harmless = () if gpu_present() else HARMLESS_ERRORS
     sys.stderr.flush()

@@ -1,4 +1,4 @@
-"""app.cli.gpu_warning: one line where an NVIDIA GPU seems present and TensorFlow lists none."""
+"""app.runtime.gpu_warning: one line where an NVIDIA GPU seems present and TensorFlow lists none."""
 
 import io
 import os
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.cli.gpu_warning import NVIDIA_DEVICE, nvidia_gpu_present, warn_if_gpu_unseen
+from app.runtime.gpu_warning import NVIDIA_DEVICE, nvidia_gpu_present, warn_if_gpu_unseen
 
 ROOT = Path(__file__).resolve().parents[2]
 WARNING = (
@@ -67,6 +67,7 @@ def test_the_warning_names_the_device_file_where_that_is_what_was_found():
     assert stream.getvalue().startswith("warning: this machine seems to have an NVIDIA GPU (/dev/nvidia0), but ")
 
 
+@pytest.mark.slow
 def test_train_py_warns_at_its_start(tmp_path):
     # A machine with nvidia-smi on PATH, whose GPU TensorFlow cannot use (CUDA_VISIBLE_DEVICES
     # names none there is); --strategy multi-worker without TF_CONFIG then fails at once.

@@ -1,4 +1,4 @@
-"""`app.cli.threads`: TensorFlow's thread pools, set once, before its first op."""
+"""`app.runtime.threads`: TensorFlow's thread pools, set once, before its first op."""
 
 import importlib
 import os
@@ -8,7 +8,7 @@ import sys
 import pytest
 import tensorflow as tf
 
-from app.cli.threads import describe_cpu_threads, set_cpu_threads
+from app.runtime.threads import describe_cpu_threads, set_cpu_threads
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -46,17 +46,17 @@ def test_the_log_line_names_tensorflows_own_choice():
 SET_FROM_FLAGS = """
 import argparse, io, sys
 import tensorflow as tf
-from app.cli.flags import add_thread_arguments
-from app.cli.threads import set_threads_from_flags
+from app.cli.flags import add_thread_arguments, cpu_threads_from_args
 parser = argparse.ArgumentParser()
 add_thread_arguments(parser)
 stream = io.StringIO()
-set_threads_from_flags(parser.parse_args(sys.argv[1:]), stream)
+cpu_threads_from_args(parser.parse_args(sys.argv[1:])).apply(stream)
 print(tf.config.threading.get_intra_op_parallelism_threads(), tf.config.threading.get_inter_op_parallelism_threads())
 print(stream.getvalue(), end="")
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "flags, lines",
     [

@@ -1,4 +1,4 @@
-"""app.cli.quiet_tensorflow: TensorFlow's start-up log lines are dropped, nothing else is."""
+"""app.runtime.quiet_tensorflow: TensorFlow's start-up log lines are dropped, nothing else is."""
 
 import os
 import subprocess
@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from app.cli.quiet_tensorflow import ABSL_BANNER, ABSL_LINE, HARMLESS_ERRORS, filter_startup_log
+from app.runtime.quiet_tensorflow import ABSL_BANNER, ABSL_LINE, HARMLESS_ERRORS, filter_startup_log
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -80,7 +80,7 @@ def test_the_import_keeps_what_is_not_start_up_noise(tmp_path):
     # and warns in Python: only the warning and the lines around the import remain.
     fake_tensorflow(tmp_path)
     code = (
-        "import sys; from app.cli.quiet_tensorflow import import_tensorflow\n"
+        "import sys; from app.runtime.quiet_tensorflow import import_tensorflow\n"
         "print('before', file=sys.stderr); import_tensorflow(lambda: None); print('after', file=sys.stderr)\n"
     )
     result = run_python(code, {"TF_CPP_MIN_LOG_LEVEL": "1"}, [str(tmp_path), ROOT])
@@ -117,7 +117,7 @@ def fake_tensorflow(directory):
 def test_by_default_errors_pass_and_the_missing_drivers_error_only_where_a_gpu_seems_present(tmp_path, gpu):
     fake_tensorflow(tmp_path)
     code = (
-        "import os; from app.cli.quiet_tensorflow import import_tensorflow\n"
+        "import os; from app.runtime.quiet_tensorflow import import_tensorflow\n"
         f"import_tensorflow(lambda: {gpu!r}); print(os.environ['TF_CPP_MIN_LOG_LEVEL'])\n"
     )
     env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
@@ -138,7 +138,7 @@ def test_a_failing_import_still_shows_its_output_and_its_error(tmp_path):
     (fake / "__init__.py").write_text(
         "import os\nos.write(2, b'libfoo.so: cannot open\\n')\nraise ImportError('no libfoo')\n"
     )
-    code = "from app.cli.quiet_tensorflow import import_tensorflow; import_tensorflow()"
+    code = "from app.runtime.quiet_tensorflow import import_tensorflow; import_tensorflow()"
     result = run_python(code, {}, [str(tmp_path), ROOT])
     assert result.returncode == 1
     stderr = result.stderr.decode()
@@ -146,8 +146,9 @@ def test_a_failing_import_still_shows_its_output_and_its_error(tmp_path):
     assert stderr.rstrip().endswith("ImportError: no libfoo")
 
 
+@pytest.mark.slow
 def test_the_real_import_prints_no_start_up_log():
-    code = "from app.cli.quiet_tensorflow import import_tensorflow; import_tensorflow(); import tensorflow"
+    code = "from app.runtime.quiet_tensorflow import import_tensorflow; import_tensorflow(); import tensorflow"
     env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, timeout=120)
     assert result.returncode == 0, result.stderr
@@ -155,6 +156,7 @@ def test_the_real_import_prints_no_start_up_log():
     assert not [line for line in lines if line == ABSL_BANNER or ABSL_LINE.match(line)], result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("root_configured_first", [False, True])
 def test_tensorflow_warnings_print_once_after_absl_configures_the_root_logger(root_configured_first):
     # absl's first log call runs logging.basicConfig(); TensorFlow's checkpoint saving makes
@@ -164,7 +166,7 @@ def test_tensorflow_warnings_print_once_after_absl_configures_the_root_logger(ro
         import logging
         if {root_configured_first}:
             logging.basicConfig(format="root: %(message)s")
-        from app.cli.quiet_tensorflow import import_tensorflow
+        from app.runtime.quiet_tensorflow import import_tensorflow
         import_tensorflow()
         import tensorflow as tf
         from absl import logging as absl_logging
