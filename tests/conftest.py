@@ -23,6 +23,8 @@ import keras  # noqa: E402
 import pytest  # noqa: E402
 
 from tests.built_once import built_once  # noqa: E402
+# The two tiers' hooks (tests/tiers.py): the bound on unmarked tests, the files' order.
+from tests.tiers import pytest_addoption, pytest_collection_modifyitems, pytest_configure  # noqa: E402, F401
 
 
 @pytest.fixture(autouse=True)

@@ -5,9 +5,12 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from tests.conftest import SENTENCES
 
+# Why the fast tier runs no test of this file (tests/tiers.py).
+ALL_SLOW_BECAUSE = "each example runs in a process of its own against the suite's export or server"
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Sentences of the shared export's test set that print on one line each.
@@ -39,6 +42,7 @@ def _expected(exported, key):
     return [outputs[key][SENTENCES.index(sentence)] for sentence in SHOWN]
 
 
+@pytest.mark.slow
 def test_the_savedmodel_example_prints_each_signatures_answer(exported, tmp_path):
     _, _, path, _ = exported
     # From another directory and without this project on the path: it needs only TensorFlow
@@ -57,6 +61,7 @@ def test_the_savedmodel_example_prints_each_signatures_answer(exported, tmp_path
     assert np.all(np.isfinite(scores))
 
 
+@pytest.mark.slow
 def test_the_rest_example_prints_the_servers_answers(exported, tiny_server, tmp_path):
     # The run's shared server (conftest.py): the example only sends it requests.
     lines = _run("rest_api_client.py", tiny_server.url, *SHOWN, cwd=tmp_path)

@@ -124,6 +124,7 @@ def test_console_commands_name_functions():
         assert callable(getattr(importlib.import_module(module), function)), command
 
 
+@pytest.mark.slow
 def test_the_wheel_holds_the_packages_data_and_commands(tmp_path):
     # Built from a copy: setuptools writes build/ and *.egg-info beside the sources.
     source = tmp_path / "source"

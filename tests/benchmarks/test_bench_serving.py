@@ -74,6 +74,7 @@ def test_a_server_that_exits_is_named_with_its_error_and_its_log_is_kept(tmp_pat
         os.remove(log)
 
 
+@pytest.mark.slow
 def test_a_server_whose_versions_all_fail_to_load_is_named_with_the_cause(tmp_path):
     (tmp_path / "1").mkdir()  # a version directory without a SavedModel
     message, log = failed_run(["--model_base_path", str(tmp_path), "--modes", "batching"])

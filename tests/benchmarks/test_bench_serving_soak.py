@@ -8,6 +8,9 @@ import pytest
 
 from benchmarks import bench_serving_soak
 
+# Why the fast tier runs no test of this file (tests/tiers.py).
+ALL_SLOW_BECAUSE = "its one test runs the soak benchmark against a real server and worker"
+
 
 @pytest.mark.slow
 def test_reloads_and_failed_loads_fail_no_request_and_keep_memory_flat(exported, capsys, monkeypatch):

@@ -51,6 +51,7 @@ def run(command, *args):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command, bad, message", COMMANDS, ids=[c[0] for c in COMMANDS])
 def test_help_and_a_bad_value_answer_without_importing_tensorflow(command, bad, message):
     shown = run(command, "--help")

@@ -217,6 +217,7 @@ def test_a_saved_model_path_that_is_no_saved_model_is_refused_before_anything_lo
     assert refused("--model-dir", str(missing), *files) == f"--model-dir {missing}: no such directory"
 
 
+@pytest.mark.slow
 def test_a_saved_model_is_scored_at_the_alpha_it_was_exported_with_unless_one_is_given(exported, tmp_path, capsys):
     from app.commands.evaluate import main
 
@@ -238,6 +239,7 @@ def test_a_saved_model_is_scored_at_the_alpha_it_was_exported_with_unless_one_is
     assert json.loads(capsys.readouterr().out)["weights"] == str(saved_model)
 
 
+@pytest.mark.slow
 def test_a_saved_model_scored_on_files_writes_what_it_serves_and_splits_its_own_language(
     exported, tmp_path, capsys
 ):
@@ -435,6 +437,7 @@ def test_an_alpha_past_a_saved_models_limit_is_refused_by_name_before_decoding(e
             "error: alpha must be at most 40.72 for a model of 48 positions: beyond it the length penalty "
             "((5 + length) / 6) ** alpha of its longest outputs overflows float32; got 41"
         )
+
 
 
 def test_a_sacrebleu_test_set_is_scored_in_the_models_pair_from_the_cache_offline(

@@ -46,6 +46,7 @@ def test_what_train_py_would_refuse_the_preflight_refuses(tmp_path):
         plan_preflight(args, device_config_from_args(args))
 
 
+@pytest.mark.slow
 def test_a_rehearsal_over_two_cpu_replicas_reports_and_passes_and_writes_nothing(tmp_path):
     model_dir = tmp_path / "run"
     result = subprocess.run(

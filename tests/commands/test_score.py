@@ -84,6 +84,7 @@ def test_the_best_beam_at_alpha_0_of_the_trained_model_scores_its_forced_log_pro
     np.testing.assert_allclose(log_probs, scores[:, 0], atol=1e-4)
 
 
+@pytest.mark.slow
 def test_the_command_gives_the_same_lines_from_the_model_dir_and_the_saved_model(
     model_dir, exported, signature_outputs, files, tmp_path, capsys
 ):

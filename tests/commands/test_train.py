@@ -46,6 +46,7 @@ def train_here(capsys, monkeypatch):
     return run
 
 
+@pytest.mark.slow
 def test_dry_run_prints_the_base_configuration_and_parameter_count(train_here):
     result = train_here("--size", "base", "--vocab-size", "37000", "--dry-run")
     assert result.returncode == 0, result.stderr
@@ -54,6 +55,7 @@ def test_dry_run_prints_the_base_configuration_and_parameter_count(train_here):
     assert "parameters: 63045632" in result.stdout.splitlines()
 
 
+@pytest.mark.slow
 def test_dry_run_of_the_default_shows_tiny_with_its_own_batch(train_here):
     result = train_here("--dry-run")
     assert result.returncode == 0, result.stderr
@@ -62,6 +64,7 @@ def test_dry_run_of_the_default_shows_tiny_with_its_own_batch(train_here):
     assert "batches: 2,048 tokens per batch over 1 replica(s)" in result.stdout
 
 
+@pytest.mark.slow
 def test_dry_run_says_which_epochs_train_both_ways(train_here):
     result = train_here("--dry-run", "--bidirectional-fraction", "0.33")
     assert result.returncode == 0, result.stderr
@@ -118,6 +121,7 @@ def test_a_max_length_past_the_models_positions_is_refused_before_anything_is_wr
     assert not model_dir.exists()
 
 
+@pytest.mark.slow
 def test_a_dry_run_leaves_no_vocabulary_behind(tmp_path, monkeypatch, train_here):
     # Every scratch directory goes to tmp_path. multiprocessing's own, made once per process
     # and kept until it ends, is made before.

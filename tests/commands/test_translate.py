@@ -72,6 +72,7 @@ def one_best(exported, input_file, tmp_path_factory):
     return [tuple(line.split("\t")) if line else None for line in lines]
 
 
+@pytest.mark.slow
 def test_lines_come_back_in_order_as_the_translator_gives_them_one_by_one(exported, one_best):
     translator, _, _, _ = exported
     assert len(one_best) == len(LINES)
@@ -85,11 +86,13 @@ def test_lines_come_back_in_order_as_the_translator_gives_them_one_by_one(export
         assert float(score) == pytest.approx(float(expected["scores"][0]), abs=2e-6)
 
 
+@pytest.mark.slow
 def test_a_training_run_and_its_export_give_the_same_lines(model_dir, input_file, one_best, tmp_path):
     lines = run(["--model-dir", model_dir, "--input", input_file, "--batch-size", "3"], tmp_path)
     assert lines == [entry[1] if entry else "" for entry in one_best]
 
 
+@pytest.mark.slow
 def test_nbest_rows_parse_and_rank_1_is_the_best(exported, input_file, one_best, tmp_path):
     _, _, path, _ = exported
     rows = [line.split("\t") for line in run(["--saved-model", path, "--input", input_file, "--nbest", "3"], tmp_path)]
@@ -105,6 +108,7 @@ def test_nbest_rows_parse_and_rank_1_is_the_best(exported, input_file, one_best,
         assert scores == sorted(scores, reverse=True)
 
 
+@pytest.mark.slow
 def test_stdin_to_stdout_with_only_translations_on_stdout(exported, one_best, monkeypatch, capsys):
     _, base, _, _ = exported
     # The export base: its newest version (the shared export's only one).
@@ -142,6 +146,7 @@ def assert_same_samples(lines, expected):
         assert float(lines[i].split("\t")[0]) == pytest.approx(float(expected[i].split("\t")[0]), rel=1e-6)
 
 
+@pytest.mark.slow
 def test_sampling_with_top_k_1_is_greedy_decoding(exported, model_dir, input_file, tmp_path):
     _, _, path, _ = exported
     sampled = run(["--saved-model", path, "--input", input_file, "--sampling-topk", "1"], tmp_path, "sampled")
@@ -152,6 +157,7 @@ def test_sampling_with_top_k_1_is_greedy_decoding(exported, model_dir, input_fil
     assert sorted(os.listdir(tmp_path)) == ["output.txt", "sampled"]  # written whole: no temporary file left
 
 
+@pytest.mark.slow
 def test_sampling_is_reproducible_and_the_export_samples_as_the_training_run(exported, model_dir, input_file, tmp_path):
     _, _, path, _ = exported
     saved = ["--saved-model", path, "--input", input_file, "--scores"]
@@ -286,6 +292,7 @@ def test_batches_are_sorted_by_length_and_restored_to_input_order():
     assert progress == [2, 4]
 
 
+@pytest.mark.slow
 def test_thread_flags_size_tensorflows_pools_and_change_no_translation(exported, input_file, one_best):
     # A process of its own: TensorFlow's pools are made once per process, at its first op.
     _, _, path, _ = exported

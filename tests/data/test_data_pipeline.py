@@ -241,6 +241,7 @@ def test_summary(small):
 
 # Measured on epoch 0: 0.965 and 0.924. Before each side was padded to its own length,
 # 0.922 and 0.921 (the source side, shorter in pieces, was padded to the target's).
+@pytest.mark.slow
 @pytest.mark.parametrize("batch_tokens, least_efficiency", [(4096, 0.96), (25000, 0.92)])
 def test_padding_efficiency_on_multi30k(multi30k, batch_tokens, least_efficiency):
     data = multi30k

@@ -67,6 +67,7 @@ def test_round_trip_of_unseen_scripts_through_byte_fallback(tokenizer):
     assert [t.decode("utf-8") for t in tokenizer.detokenize(ids).numpy()] == lines
 
 
+@pytest.mark.slow
 def test_graph_mode_equals_eager(tokenizer):
     lines = tf.constant(_lines("val.en.gz", 50))
     graph_tokenize = tf.function(tokenizer.tokenize)

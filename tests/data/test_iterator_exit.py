@@ -11,6 +11,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
+# Why the fast tier runs no test of this file (tests/tiers.py).
+ALL_SLOW_BECAUSE = "each test runs a Python process that imports TensorFlow and exits mid-iteration"
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -47,12 +51,14 @@ def _run(mode):
                           cwd=ROOT)
 
 
+@pytest.mark.slow
 def test_the_exit_hook_frees_an_iterator_still_in_use():
     result = _run("run-exit-hooks")
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["resource left: False", "read 14"]
 
 
+@pytest.mark.slow
 def test_a_process_exits_with_an_iterator_still_reading():
     # Without the hook this hung in about one run in six here (3 of 20), so one run is a
     # weak check of the hang itself; the test above pins the mechanism.

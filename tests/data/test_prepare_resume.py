@@ -57,6 +57,7 @@ def _files(directory):
     return {path.name: path.read_bytes() for path in sorted(Path(directory).iterdir())}
 
 
+@pytest.mark.slow
 def test_a_preparation_killed_mid_split_resumes_from_its_last_shard_to_the_same_result(tmp_path, monkeypatch):
     prefix = _corpus(tmp_path)
     straight_dir, killed_dir = tmp_path / "straight", tmp_path / "killed"

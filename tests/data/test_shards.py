@@ -100,6 +100,7 @@ def test_shards_batch_like_the_in_memory_pipeline_in_both_directions(corpus, tmp
                   _batches(make_batches(both, plan, skip=4)))
 
 
+@pytest.mark.slow
 def test_an_interrupted_preparation_leaves_nothing_readable_and_the_next_completes(corpus, tmp_path, monkeypatch):
     spec, _ = corpus
     model_dir = str(tmp_path / "model")

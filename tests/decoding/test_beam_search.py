@@ -120,6 +120,7 @@ TRACED_TABLE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compiled", [False, True])
 def test_exact_ids_scores_and_early_stop(compiled):
     # Step 0: live [3] .5, [4] .3 ([end] .2 is third: outside the top K, so not kept).
@@ -352,6 +353,7 @@ def test_beam_size_one_is_greedy():
     np.testing.assert_allclose(scores[:, 0], expected_log_probs, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_runs_inside_tf_function_with_dynamic_batch_and_request_time_alpha():
     fn = random_fn(9)
 

@@ -47,6 +47,7 @@ def output_length(row):
     return list(row).index(END) + 1
 
 
+@pytest.mark.slow
 def test_beam_size_one_at_alpha_0_equals_greedy_search(transformer):
     transformer, _ = transformer
     # alpha = 0: with a length penalty, a beam of 1 may keep looking for a longer
@@ -57,6 +58,7 @@ def test_beam_size_one_at_alpha_0_equals_greedy_search(transformer):
     np.testing.assert_array_equal(ids[:, 0], greedy)
 
 
+@pytest.mark.slow
 def test_scores_equal_a_full_forward_pass(transformer):
     transformer, model = transformer
     ids, scores = translate_ids(transformer, SOURCE_IDS, beam_size=3, alpha=0.6, max_extra_length=EXTRA)
@@ -75,6 +77,7 @@ def test_scores_equal_a_full_forward_pass(transformer):
         assert np.all(np.diff(scores[sentence]) <= 0)
 
 
+@pytest.mark.slow
 def test_cached_decoding_finds_what_a_search_over_the_whole_model_finds(transformer):
     # The reference runs the full model over the whole prefix at every step: no caches,
     # no per-sentence memory, no output kernel made in advance. The sentences have other
@@ -97,6 +100,7 @@ def test_cached_decoding_finds_what_a_search_over_the_whole_model_finds(transfor
         np.testing.assert_allclose(scores, expected_scores, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_batching_does_not_change_results(transformer):
     transformer, _ = transformer
     ids, scores = translate_ids(transformer, SOURCE_IDS, beam_size=2, max_extra_length=EXTRA)
@@ -138,6 +142,7 @@ def one_search(transformer):
     return [search(PARALLEL_SOURCES[:batch_size]) for batch_size in range(5)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("parallel_searches", [2, 3, 5])
 def test_parallel_searches_give_the_same_results_as_one(transformer, one_search, parallel_searches):
     several = traced_searches(transformer[0], parallel_searches)
@@ -148,6 +153,7 @@ def test_parallel_searches_give_the_same_results_as_one(transformer, one_search,
         np.testing.assert_allclose(scores, expected_scores, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_greedy_search_in_parallel_gives_the_same_results_as_one(transformer):
     # Greedy outputs are [B, L]: each search's are padded to the batch's longest on their last axis.
     transformer, _ = transformer
@@ -244,6 +250,7 @@ def test_a_huge_max_extra_length_is_capped_before_it_can_overflow():
     np.testing.assert_array_equal(huge, capped)
 
 
+@pytest.mark.slow
 def test_an_empty_batch_decodes_to_empty_outputs(transformer):
     transformer, _ = transformer
     translate = tf.function(
@@ -284,6 +291,7 @@ def test_largest_alpha_is_the_last_hundredth_whose_longest_penalty_is_finite(max
         assert np.isinf(float(length_penalty(max_length, limit + 0.01)))
 
 
+@pytest.mark.slow
 def test_an_alpha_past_the_models_limit_is_refused_and_one_at_it_still_ranks(transformer):
     transformer, _ = transformer  # 64 positions: alpha at most 36.32
     message = (
@@ -349,6 +357,7 @@ def test_every_command_line_decodes_by_default_as_decoding_config(module_name, a
     assert (plan.model.checkpoint, plan.model.average_last) == (None, None)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.4])
 def test_a_search_for_the_best_result_only_finds_the_same_best_in_no_more_steps(transformer, alpha):
     # final_results=1 stops a sentence once its best result is final, not its whole

@@ -32,6 +32,7 @@ def transformer(request):
     return Transformer(model, config)
 
 
+@pytest.mark.slow
 def test_each_step_equals_decode_step_with_several_beams_a_sentence(transformer):
     beams = 3
     memory_states, memory_mask = transformer.encode(SOURCE_IDS)
@@ -53,6 +54,7 @@ def test_each_step_equals_decode_step_with_several_beams_a_sentence(transformer)
             np.testing.assert_allclose(layer["value"], reference["value"], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_beam_search_on_it_finds_what_beam_search_on_decode_step_finds(transformer):
     source_ids = tf.constant(SOURCE_IDS)
     max_lengths = output_lengths(transformer, source_ids, 6)
@@ -81,6 +83,7 @@ def test_beam_search_on_it_finds_what_beam_search_on_decode_step_finds(transform
     np.testing.assert_allclose(scores, expected_scores, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_inside_a_tf_function_the_loop_reads_no_variable(transformer):
     # The weights are read once per call, before the loop: a decoding step reads tensors.
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])

@@ -117,6 +117,7 @@ def sample(transformer):
     return run
 
 
+@pytest.mark.slow
 def test_top_k_1_is_greedy_decoding(transformer, sample):
     transformer, _ = transformer
     greedy = tf.function(lambda source_ids: greedy_ids(transformer, source_ids, max_extra_length=EXTRA)[0])(SOURCE_IDS)
@@ -136,6 +137,7 @@ def test_the_same_seeds_give_the_same_samples_and_other_seeds_others(sample):
         assert not np.array_equal(first[row], other[row])
 
 
+@pytest.mark.slow
 def test_a_sentence_samples_the_same_alone_as_in_a_batch(sample):
     seeds = np.array([3, 4, 5])
     batch, batch_scores = sample(SOURCE_IDS, seeds, temperature=5.0)
@@ -147,6 +149,7 @@ def test_a_sentence_samples_the_same_alone_as_in_a_batch(sample):
         np.testing.assert_allclose(alone_scores[0], batch_scores[row], rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_scores_are_the_model_log_probabilities_of_the_samples(transformer, sample):
     _, model = transformer
     ids, scores = sample(SOURCE_IDS, [1, 2, 3], top_p=0.9)
@@ -162,6 +165,7 @@ def test_scores_are_the_model_log_probabilities_of_the_samples(transformer, samp
         np.testing.assert_allclose(scores[sentence], expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_each_sentence_stops_at_its_own_maximum_length(sample):
     ids, _ = sample(SOURCE_IDS, [1, 2, 3], temperature=5.0, max_extra_length=[1, 4, 2])
     for row, most in enumerate([7 + 1, 3 + 4, 5 + 2]):

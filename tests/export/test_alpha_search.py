@@ -275,6 +275,7 @@ def test_without_a_readable_validation_split_the_paper_s_alpha_is_used_and_said_
     assert translator.calls == []
 
 
+@pytest.mark.slow
 def test_one_traced_function_decodes_every_alpha_as_app_evaluate_scores(model_dir, capsys):
     import app.commands.evaluate
     from app.export.saved_model import load_translator

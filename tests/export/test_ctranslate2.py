@@ -85,6 +85,7 @@ def test_the_sinusoid_table_is_what_the_layer_adds():
 # With alpha 0 the two searches agree by construction; with alpha > 0 CTranslate2 stops
 # at its first K finished hypotheses, so fewer may agree, and those that do score alike
 # only if its hypotheses are ranked by the SavedModel's GNMT formula.
+@pytest.mark.slow
 @pytest.mark.parametrize("alpha, agreeing", [(0.0, 0.99), (0.6, 0.95)])
 def test_ctranslate2_translates_validation_as_the_saved_model_does(ct2_export, saved_model, alpha, agreeing):
     from app.serving.ctranslate2_version import Engine
@@ -102,6 +103,7 @@ def test_ctranslate2_translates_validation_as_the_saved_model_does(ct2_export, s
     np.testing.assert_allclose(got_scores, want_scores[same], rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.slow
 def test_overlong_empty_and_short_limited_inputs_as_the_saved_model(ct2_export, saved_model):
     """Truncation, an empty and a blank input, and max_extra_length 2 (each sentence's own
     output limit, below the batch's longest: decoded again at its own)."""
@@ -201,6 +203,7 @@ def ct2_server(ct2_export, tmp_path_factory):
     server.stop()
 
 
+@pytest.mark.slow
 def test_the_server_answers_row_and_columnar_requests_as_over_the_saved_model(ct2_server, saved_model):
     want_texts, want_scores = saved_model_translations(saved_model, SENTENCES)
     status, rows = ct2_server.predict({"instances": SENTENCES})

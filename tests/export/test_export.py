@@ -67,6 +67,7 @@ print(json.dumps(result))
 """  # noqa: E501
 
 
+@pytest.mark.slow
 def test_a_fresh_process_without_project_code_translates_like_in_memory_decoding(exported):
     _, _, path, expected = exported
     result = subprocess.run(
@@ -82,6 +83,7 @@ def test_a_fresh_process_without_project_code_translates_like_in_memory_decoding
         np.testing.assert_allclose(report[loader]["scores"], expected["scores"], rtol=1e-6, err_msg=loader)
 
 
+@pytest.mark.slow
 def test_nbest_and_options_signatures_agree_with_the_default(exported):
     translator, _, _, expected = exported
     nbest = translator.serve_nbest(tf.constant(SENTENCES))
@@ -120,6 +122,7 @@ def test_nbest_and_options_signatures_agree_with_the_default(exported):
         assert outputs["translations"].shape[0] == 0 and outputs["scores"].shape[0] == 0
 
 
+@pytest.mark.slow
 def test_the_saved_model_refuses_inputs_that_are_not_one_per_sentence(exported):
     # A loaded signature, like TF Serving, does not check shapes itself: a [B, N] batch came
     # back as B * N translations, and a scalar alpha failed on "Invalid reduction dimension".
@@ -192,6 +195,7 @@ def test_an_interrupted_export_leaves_no_version_behind(tmp_path, monkeypatch):
     assert os.listdir(tmp_path / "translator") == []
 
 
+@pytest.mark.slow
 def test_checkpoint_averaging_needs_enough_checkpoints(model_dir):
     _, weights = load_translator(model_dir, average_last=3)
     assert weights == "average of ckpt-2, ckpt-3, ckpt-4"
@@ -199,6 +203,7 @@ def test_checkpoint_averaging_needs_enough_checkpoints(model_dir):
         load_translator(model_dir, average_last=9)
 
 
+@pytest.mark.slow
 def test_a_checkpoint_is_named_by_its_path_or_its_name_and_a_missing_one_is_listed(model_dir):
     path = os.path.join(model_dir, "checkpoints", "ckpt-3")
     assert load_translator(model_dir, checkpoint=path)[1] == path
@@ -208,6 +213,7 @@ def test_a_checkpoint_is_named_by_its_path_or_its_name_and_a_missing_one_is_list
         load_translator(model_dir, checkpoint="ckpt-99")
 
 
+@pytest.mark.slow
 def test_with_no_choice_given_the_run_s_settings_pick_the_checkpoints_to_average(model_dir, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(model_dir, run)
@@ -306,6 +312,7 @@ def test_a_checkpoint_whose_files_are_gone_is_named(model_dir, tmp_path):
         load_translator(str(copy), average_last=2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "flags, message",
     [

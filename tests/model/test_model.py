@@ -79,6 +79,7 @@ def test_cached_step_decoding_equals_the_full_forward_pass(model_and_config):
     assert [tuple(layer["key"].shape)[:3] for layer in cache] == [(len(TARGET_IDS), config.num_heads, step + 1)] * 2
 
 
+@pytest.mark.slow
 def test_the_beams_of_a_sentence_share_its_memory_cache_and_decode_as_it_alone(model_and_config):
     # N = B x 3 hypotheses, sentence-major, read one memory cache of B sentences: each
     # gets the logits of its sentence decoded on its own, step after step.
@@ -109,6 +110,7 @@ def test_the_beams_of_a_sentence_share_its_memory_cache_and_decode_as_it_alone(m
                 np.testing.assert_allclose(logits[sentence, beam], np.asarray(expected)[0], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_model_round_trips_through_config_and_save(model_and_config, tmp_path):
     model, _ = model_and_config
     expected = np.asarray(model([SOURCE_IDS, TARGET_IDS]))
@@ -123,6 +125,7 @@ def test_model_round_trips_through_config_and_save(model_and_config, tmp_path):
     np.testing.assert_array_equal(np.asarray(loaded([SOURCE_IDS, TARGET_IDS])), expected)
 
 
+@pytest.mark.slow
 def test_a_loaded_model_decodes_step_by_step(tmp_path):
     config = tiny_config()
     model = build_transformer(config)
@@ -152,6 +155,7 @@ def test_embedding_sharing_modes_count_their_matrices(sharing, matrices):
     assert len(vocab_by_width) == matrices
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size, paper_millions", [("base", 65), ("big", 213)])
 def test_paper_sizes_match_the_papers_parameter_counts(size, paper_millions):
     # With the paper's shared 37k vocabulary; the paper rounds its counts.

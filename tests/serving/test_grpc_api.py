@@ -382,6 +382,7 @@ class SlowVersion(TaggedVersion):
         super().__init__(version, path)
 
 
+@pytest.mark.slow
 def test_a_reload_whose_client_gives_up_is_still_applied_whole(two_models, tmp_path):
     """A client's deadline ends its HandleReloadConfigRequest, not the reload: the model it
     adds loads and is served, as the status then shows."""

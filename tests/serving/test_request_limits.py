@@ -158,6 +158,7 @@ REQUESTS = st.dictionaries(st.sampled_from(["inputs", "alpha", "extra"]), TENSOR
     lambda inputs: predict_request(**inputs))
 
 
+@pytest.mark.slow
 @settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(REQUESTS)
 def test_any_tensor_proto_is_read_or_refused_as_a_client_error_within_bounded_memory(request):
@@ -206,6 +207,7 @@ def read_rest_body(body):
     return parse_predict_request(parse_json_body(body), "scored", SPECS, LIMITS)
 
 
+@pytest.mark.slow
 @settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.one_of(REQUEST_BODIES.map(lambda document: json.dumps(document).encode()), st.binary(max_size=300)))
 def test_any_json_body_is_read_or_refused_as_a_client_error_within_bounded_memory(body):
@@ -225,6 +227,7 @@ def test_a_columnar_request_of_more_rows_than_the_limit_is_refused_before_its_ar
         read_rest_body(body)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(grpc_request=REQUESTS, rest_body=REQUEST_BODIES)

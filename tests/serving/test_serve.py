@@ -100,6 +100,7 @@ def test_a_bad_flag_is_refused_by_name_before_anything_loads(flags, message, cap
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_thread_flags_size_tensorflows_pools(server):
     with open(server.log_path) as log:
         assert "CPU threads: 1 per op, 1 ops at once" in log.read()
@@ -136,6 +137,7 @@ def test_metadata_holds_the_signature_defs(server):
 # Predict: both formats, every signature, equal to the SavedModel's own output.
 
 
+@pytest.mark.slow
 def test_row_format_batch_equals_the_saved_model(server, saved_model):
     status, body = server.predict({"instances": SENTENCES})
     assert status == 200, body
@@ -461,6 +463,7 @@ def test_client_over_grpc_prints_what_it_prints_over_rest(server, saved_model):
 # Load: many clients at once; the figures are benchmarks/bench_serving.py's job.
 
 
+@pytest.mark.slow
 def test_sixteen_clients_fifty_requests_each_without_an_error(server):
     import gzip
 
@@ -490,6 +493,7 @@ def test_sixteen_clients_fifty_requests_each_without_an_error(server):
 # The page, in a real browser.
 
 
+@pytest.mark.slow
 def test_page_json_says_what_the_page_shows_and_obeys(server, exported):
     decoding = exported[0].decoding
     assert server.request("GET", "/page.json") == (200, {
@@ -506,6 +510,7 @@ def test_page_json_says_what_the_page_shows_and_obeys(server, exported):
     })
 
 
+@pytest.mark.slow
 def test_the_page_translates_in_headless_chromium(server, saved_model, exported):
     sync_api = pytest.importorskip("playwright.sync_api")
     if not os.path.exists(CHROMIUM):

@@ -6,6 +6,7 @@ import threading
 import time
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from app.export.saved_model import export
@@ -33,6 +34,7 @@ class OtherStandIn(StandInTranslator):
         return {"translations": tf.strings.upper(inputs), "scores": -2 * tf.cast(tf.strings.length(inputs), tf.float32)}
 
 
+@pytest.mark.slow
 def test_exporting_version_2_under_load_switches_to_it_without_a_failed_request(stand_in_export, tmp_path):
     # Stand-ins for versions 1 and 2: what is tested is which version answers, and when, not
     # what it translates (the tiny model took about 80 s of CPU here: two loads of about 20 s,
@@ -114,6 +116,7 @@ def test_exporting_version_2_under_load_switches_to_it_without_a_failed_request(
         server.stop()
 
 
+@pytest.mark.slow
 def test_a_poll_wait_of_zero_serves_the_versions_there_at_start_and_no_later_one(stand_in_export, tmp_path):
     # The stand-in's versions (tests/stand_in.py): what is tested is which versions load.
     base = tmp_path / "translator"

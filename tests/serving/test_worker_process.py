@@ -40,6 +40,7 @@ def gone(pid, seconds=20):
     return False
 
 
+@pytest.mark.slow
 def test_a_version_in_its_own_process_answers_as_in_process_and_ends_with_its_last_reference(exported):
     _, _, path, expected = exported
     version = VersionProcess(1, path, CpuThreads(1, 1), max_calls=2)
@@ -76,6 +77,7 @@ def test_a_version_in_its_own_process_answers_as_in_process_and_ends_with_its_la
     assert gone(pid), "the version's process outlived its last reference"
 
 
+@pytest.mark.slow
 def test_a_version_that_fails_to_load_leaves_no_process(tmp_path):
     (tmp_path / "1").mkdir()
     (tmp_path / "1" / "saved_model.pb").write_bytes(b"not a SavedModel")
@@ -86,6 +88,7 @@ def test_a_version_that_fails_to_load_leaves_no_process(tmp_path):
     assert set(_children()) <= before
 
 
+@pytest.mark.slow
 def test_a_dead_version_process_fails_its_calls_and_is_loaded_again(stand_in_export, tmp_path):
     base = tmp_path / "translator"
     base.mkdir()
@@ -108,6 +111,7 @@ def test_a_dead_version_process_fails_its_calls_and_is_loaded_again(stand_in_exp
     assert gone(again.pid)
 
 
+@pytest.mark.slow
 def test_a_newer_version_ends_the_older_ones_process(stand_in_export, tmp_path):
     base = tmp_path / "translator"
     base.mkdir()
@@ -143,6 +147,7 @@ def stand_in_base(stand_in_export, directory):
     return str(directory / "translator")
 
 
+@pytest.mark.slow
 def test_the_server_process_holds_no_tensorflow(stand_in_export, tmp_path):
     server = Server(stand_in_base(stand_in_export, tmp_path), log_path=tmp_path / "serve.log")
     try:
@@ -156,6 +161,7 @@ def test_the_server_process_holds_no_tensorflow(stand_in_export, tmp_path):
     assert server.process.returncode == 0
 
 
+@pytest.mark.slow
 def test_sigterm_answers_the_request_in_flight_then_exits_0(stand_in_export, tmp_path):
     server = Server(stand_in_base(stand_in_export, tmp_path), log_path=tmp_path / "serve.log")
     body = json.dumps({"instances": SENTENCES[:3]}).encode()

@@ -79,6 +79,7 @@ def _epochs_trained(small_data, tmp_path, monkeypatch, **fields):
     return lines, asked
 
 
+@pytest.mark.slow
 def test_the_first_whole_epochs_that_fit_the_fraction_train_both_ways(small_data, tmp_path, monkeypatch):
     both_epoch = len(small_data.train_plan(0, 3, both_directions=True))  # steps of one epoch both ways
     one_way = len(small_data.train_plan(0, 3))
@@ -96,6 +97,7 @@ def test_the_first_whole_epochs_that_fit_the_fraction_train_both_ways(small_data
     ) in lines
 
 
+@pytest.mark.slow
 def test_a_fraction_shorter_than_one_epoch_both_ways_turns_it_off_and_says_so(small_data, tmp_path, monkeypatch):
     both_epoch = len(small_data.train_plan(0, 3, both_directions=True))
     lines, asked = _epochs_trained(
@@ -108,6 +110,7 @@ def test_a_fraction_shorter_than_one_epoch_both_ways_turns_it_off_and_says_so(sm
     ) in lines
 
 
+@pytest.mark.slow
 def test_off_by_default_every_epoch_is_one_way(small_data, tmp_path, monkeypatch):
     lines, asked = _epochs_trained(small_data, tmp_path, monkeypatch, train_steps=3)
     assert asked == [(0, False)]

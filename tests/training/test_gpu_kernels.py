@@ -227,6 +227,7 @@ def test_the_base_recipe_traces_the_fused_loss_without_xla():
     assert (train_config.accumulate, train_config.jit) == (1, False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_every_op_of_the_training_steps_and_the_validation_has_a_gpu_kernel(precision, policy):
     policy(precision)
@@ -239,6 +240,7 @@ def test_every_op_of_the_training_steps_and_the_validation_has_a_gpu_kernel(prec
         assert not found, f"{name} in {precision}, ops without a GPU kernel:\n{described(found)}"
 
 
+@pytest.mark.slow
 def test_every_op_of_the_export_has_a_gpu_kernel_but_the_tokenizers(tmp_path):
     from app.export.saved_model import Translator
     from data.tokenizer import SubwordTokenizer

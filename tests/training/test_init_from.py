@@ -75,6 +75,7 @@ def fine_tuned(model_dir, small_corpus, tmp_path_factory):
     return new_dir, output, before
 
 
+@pytest.mark.slow
 def test_a_fine_tuned_run_starts_from_the_weights_export_takes_with_the_same_vocabulary(model_dir, fine_tuned):
     new_dir, output, before = fine_tuned
     expected, weights = chosen_by_export(model_dir)
@@ -98,6 +99,7 @@ def test_a_fine_tuned_run_starts_from_the_weights_export_takes_with_the_same_voc
     assert settings["train"]["train_steps"] == 1
 
 
+@pytest.mark.slow
 def test_the_same_command_again_resumes_the_fine_tuned_run(model_dir, small_corpus, fine_tuned, tmp_path):
     new_dir = tmp_path / "run"
     shutil.copytree(fine_tuned[0], new_dir)
@@ -222,6 +224,7 @@ def test_a_missing_or_untrained_init_run_is_refused(model_dir, small_corpus, tmp
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_a_model_dir_that_is_the_init_run_or_holds_another_run_is_refused(
     model_dir, small_corpus, fine_tuned, tmp_path
 ):
@@ -250,6 +253,7 @@ def test_a_model_dir_that_is_the_init_run_or_holds_another_run_is_refused(
         assert code == 1 and f"error: {message}" in output.splitlines(), (directory, output)
 
 
+@pytest.mark.slow
 def test_init_checkpoint_without_init_from_and_a_fine_tuned_run_without_it_are_refused(fine_tuned, model_dir):
     output = io.StringIO()
     with contextlib.redirect_stderr(output), contextlib.redirect_stdout(output):
@@ -278,6 +282,7 @@ def test_every_model_flag_is_checked_against_the_init_run():
     assert {action.dest for action in group._group_actions} - {"size", "variant"} == set(MODEL_FLAGS)
 
 
+@pytest.mark.slow
 def test_fine_tuning_peaks_at_the_rate_the_init_run_had_reached(model_dir, fine_tuned):
     from app.training.schedule import WarmupInverseSqrt, resolve_warmup_steps
 
@@ -296,6 +301,7 @@ def test_fine_tuning_peaks_at_the_rate_the_init_run_had_reached(model_dir, fine_
     np.testing.assert_allclose(float(new_schedule(warmup - 1)), float(init_schedule(step - 1)), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_a_learning_rate_scale_given_is_kept(model_dir, small_corpus, tmp_path):
     code, output, _ = fine_tune(model_dir, small_corpus, tmp_path / "run", "--learning-rate-scale", "0.25", steps=1)
     assert code == 0, output

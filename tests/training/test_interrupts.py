@@ -15,6 +15,7 @@ from app.training import loop as training
 from tests.training.helpers import checkpoint_weights, run_training
 
 
+@pytest.mark.slow
 def test_ctrl_c_saves_a_checkpoint_before_exiting(small_data, tmp_path):
     def press_ctrl_c(transformer):
         os.kill(os.getpid(), signal.SIGINT)
@@ -25,6 +26,7 @@ def test_ctrl_c_saves_a_checkpoint_before_exiting(small_data, tmp_path):
     assert checkpoints.checkpoint_paths(tmp_path)[-1].endswith("ckpt-2")
 
 
+@pytest.mark.slow
 def test_a_second_ctrl_c_during_a_step_counts_that_step_before_saving(small_data, tmp_path, monkeypatch):
     # The second signal raises as soon as Python runs again: after step 3's update and
     # before the loop read it. The checkpoint was ckpt-2 holding step 3's weights, and
@@ -114,6 +116,7 @@ def test_checkpoints_saved_on_interrupts_give_way_to_the_next_and_push_out_none(
     assert_kept_as_in(tmp_path / "pressed", tmp_path / "straight")
 
 
+@pytest.mark.slow
 def test_a_checkpoint_saved_on_an_interrupt_after_the_last_step_becomes_the_final_one(
     small_data, tmp_path, monkeypatch
 ):
@@ -153,6 +156,7 @@ def test_a_checkpoint_saved_on_an_interrupt_after_the_last_step_becomes_the_fina
     assert_kept_as_in(tmp_path / "pressed", tmp_path / "straight")
 
 
+@pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_before_exiting_and_leaves_the_handler_as_it_was(small_data, tmp_path):
     # How a job scheduler (or `kill`) stops a run; Python's default would end it at once.
     class TerminatedUnsaved(Exception):
@@ -175,6 +179,7 @@ def test_sigterm_saves_a_checkpoint_before_exiting_and_leaves_the_handler_as_it_
     assert checkpoints.checkpoint_paths(tmp_path)[-1].endswith("ckpt-2")
 
 
+@pytest.mark.slow
 def test_a_sigterm_while_saving_for_another_workers_signal_lets_the_save_end(small_data, tmp_path, monkeypatch):
     # Multi-worker: another worker's signal stops this one after step 2, and this one's own
     # SIGTERM comes as it saves. The run's flag takes it; the handler from before the run

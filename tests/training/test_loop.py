@@ -16,7 +16,11 @@ from app.training.loop import NonFiniteLoss, train
 from app.training.run_plan import RunPlan
 from tests.training.helpers import checkpoint_weights, run_training, small_model_config
 
+# Why the fast tier runs no test of this file (tests/tiers.py).
+ALL_SLOW_BECAUSE = "each test trains a run, which is what the loop does"
 
+
+@pytest.mark.slow
 def test_a_few_steps_lower_the_loss(small_data, tmp_path):
     result = run_training(small_data, tmp_path, train_steps=30, learning_rate_scale=2.0)
     records = [r for r in map(json.loads, open(tmp_path / "metrics.jsonl")) if "loss" in r]
@@ -26,6 +30,7 @@ def test_a_few_steps_lower_the_loss(small_data, tmp_path):
     assert all(r["tokens_per_second"] > 0 for r in records)
 
 
+@pytest.mark.slow
 def test_off_a_terminal_progress_is_plain_lines_between_the_messages(small_data, tmp_path):
     lines = []
     config = TrainConfig(train_steps=6, warmup_steps=2, eval_every=4, log_every=3)
@@ -42,6 +47,7 @@ def test_off_a_terminal_progress_is_plain_lines_between_the_messages(small_data,
     assert not [line for line in lines if "\x1b" in line or "\b" in line or "\r" in line or line.startswith("\n")]
 
 
+@pytest.mark.slow
 def test_a_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint(small_data, tmp_path):
     def poison(transformer):
         kernel = transformer.encoder_layers[0].feed_forward.inner_dense.kernel
@@ -55,6 +61,7 @@ def test_a_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint(sma
     assert all(np.isfinite(w).all() for w in checkpoint_weights(newest).values())
 
 
+@pytest.mark.slow
 def test_a_full_disk_names_the_file_it_could_not_write_and_the_checkpoint_to_resume_from(
     small_data, tmp_path, monkeypatch
 ):

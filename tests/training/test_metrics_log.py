@@ -13,6 +13,7 @@ from app.training import metrics_log
 from tests.training.helpers import run_training
 
 
+@pytest.mark.slow
 def test_tokens_per_second_leave_out_the_time_spent_evaluating(small_data, tmp_path, monkeypatch):
     # A wall clock that moves one second per reading, and 1,000 while evaluating.
     wall = {"now": 0.0}

@@ -55,6 +55,7 @@ def test_without_weight_decay_the_optimizer_is_the_papers_adam():
     assert (optimizer.beta_1, optimizer.beta_2, optimizer.epsilon) == (0.9, 0.98, 1e-9)
 
 
+@pytest.mark.slow
 def test_each_record_logs_the_learning_rate_its_step_was_trained_at(small_data, tmp_path):
     run_training(small_data, tmp_path, train_steps=5, warmup_steps=2, cooldown_fraction=0.4)
     records = [r for r in map(json.loads, open(tmp_path / "metrics.jsonl")) if "loss" in r]

@@ -203,6 +203,7 @@ def test_bfloat16_inputs_get_bfloat16_gradients_close_to_float32():
     np.testing.assert_allclose(np.asarray(tf.cast(matrix_grad, tf.float32)), np.asarray(want_matrix), atol=0.05)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "overrides",
     [dict(), dict(share_embeddings="target"), dict(share_embeddings="none"), dict(norm_first=False)],
@@ -233,6 +234,7 @@ def test_a_train_step_with_the_fused_loss_makes_the_plain_steps_update(overrides
         np.testing.assert_allclose(fused, plain, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_one_graph_with_unknown_row_counts_serves_full_and_empty_batches():
     states, matrix, labels = random_inputs()
     traced = tf.function(

@@ -38,6 +38,7 @@ def test_every_field_of_a_recipe_reaches_train_py_or_its_model():
     assert fields == set(TRAIN_CONFIG_FIELDS) | {"model", "batch_tokens", "vocab_size", "vocab_size_by_pair"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", list(RECIPES))
 def test_train_py_without_flags_trains_the_sizes_recipe(size):
     import train

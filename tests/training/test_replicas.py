@@ -74,6 +74,7 @@ def test_eight_replicas_update_the_weights_like_one(equivalence_reports, optimiz
     assert report["replica_differences"] == {}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("replicas", [2, 8])
 def test_every_replica_draws_its_own_dropout_masks_and_replica_0_draws_one_replicas(replicas):
     # Every replica is given the same rows; under Keras's own seeding all of their outputs

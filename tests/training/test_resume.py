@@ -12,7 +12,11 @@ import tensorflow as tf
 from app.model_dir import checkpoints
 from tests.training.helpers import checkpoint_weights, run_training, summaries
 
+# Why the fast tier runs no test of this file (tests/tiers.py).
+ALL_SLOW_BECAUSE = "each test trains a run and resumes it"
 
+
+@pytest.mark.slow
 def test_resuming_after_a_crash_matches_an_uninterrupted_run(small_data, tmp_path):
     uninterrupted = run_training(small_data, tmp_path / "straight", eval_every=4)
 
@@ -61,6 +65,7 @@ def three_steps(small_data, tmp_path_factory):
     return copy
 
 
+@pytest.mark.slow
 def test_a_damaged_checkpoint_or_best_record_is_named_when_training_resumes(small_data, tmp_path, three_steps):
     from app.model_dir.checkpoints import CheckpointError
 
@@ -80,6 +85,7 @@ def test_a_damaged_checkpoint_or_best_record_is_named_when_training_resumes(smal
         run_training(small_data, tmp_path, train_steps=6)
 
 
+@pytest.mark.slow
 def test_a_checkpoint_cut_off_while_saving_is_never_the_one_resumed(small_data, tmp_path, three_steps):
     three_steps(tmp_path)
     # What a crash in the middle of saving step 6 leaves: data files, no index entry.
@@ -91,6 +97,7 @@ def test_a_checkpoint_cut_off_while_saving_is_never_the_one_resumed(small_data, 
     assert resumed["step"] == 4 and resumed["checkpoint"].endswith("ckpt-4")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("checkpoint_every", [1, 100])
 def test_patience_counts_the_same_evaluations_in_a_resumed_run_as_in_an_uninterrupted_one(
     small_data, tmp_path, checkpoint_every

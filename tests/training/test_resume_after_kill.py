@@ -25,6 +25,8 @@ from app.model_dir import checkpoints
 from app.model_dir.checkpoints import WEIGHTS_ONLY
 from tests.tiny_run import ROOT, write_multi30k_slice
 
+# Why the fast tier runs no test of this file (tests/tiers.py).
+ALL_SLOW_BECAUSE = "its test trains and kills `python train.py` processes"
 
 STEPS = 24
 CHECKPOINT_FILE = r"ckpt-\d+(\.weights)?\.(index|data-.*)"

@@ -14,7 +14,11 @@ from app.training.losses import summed_loss
 from app.training.step import make_eval_step, make_train_step
 from tests.training.helpers import run_training
 
+# Why the fast tier runs no test of this file (tests/tiers.py).
+ALL_SLOW_BECAUSE = "each test traces and runs distributed training steps"
 
+
+@pytest.mark.slow
 def test_accumulated_micro_batches_give_the_gradient_of_their_combined_token_mean():
     config = ModelConfig.from_size("tiny", vocab_size=30, num_layers=1, d_model=16, d_ff=32, num_heads=2, dropout=0.0)
     model = build_transformer(config)
@@ -38,6 +42,7 @@ def test_accumulated_micro_batches_give_the_gradient_of_their_combined_token_mea
         np.testing.assert_allclose(np.asarray(variable), want, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_with_a_batch_spec_one_trace_of_each_step_serves_every_batch_shape():
     config = ModelConfig.from_size("tiny", vocab_size=30, num_layers=1, d_model=16, d_ff=32, num_heads=2, dropout=0.0)
     model = build_transformer(config)
@@ -54,6 +59,7 @@ def test_with_a_batch_spec_one_trace_of_each_step_serves_every_batch_shape():
     assert eval_step.experimental_get_tracing_count() == 1
 
 
+@pytest.mark.slow
 def test_a_run_traces_its_training_and_evaluation_steps_once(small_data, tmp_path, monkeypatch):
     # Traced again per new pattern of shapes, the two steps (one closure) reached the five
     # traces of TensorFlow's "triggered tf.function retracing" warning at a run's first

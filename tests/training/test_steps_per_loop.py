@@ -79,6 +79,7 @@ RUNS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", RUNS)
 def test_four_updates_a_call_train_records_and_checkpoint_exactly_as_one(small_data, tmp_path, monkeypatch, name):
     flags, calls = RUNS[name]
@@ -122,6 +123,7 @@ def uninterrupted(small_data, tmp_path_factory):
     return model_dir, watched
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("presses", [1, 2])
 def test_an_interrupt_during_a_call_stops_at_its_end_and_the_run_resumes_to_the_same_weights(
     small_data, tmp_path, monkeypatch, uninterrupted, presses

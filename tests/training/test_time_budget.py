@@ -108,6 +108,7 @@ def test_a_new_end_before_the_cooldown_brings_the_cooldown_its_fraction_gives():
     assert cooldown_for_new_end(7601, 9500, 1900, 8000, 0.2) == 1600  # 7601 not yet annealed
 
 
+@pytest.mark.slow
 def test_a_new_end_in_the_cooldown_re_slopes_it_from_the_last_rate_down():
     # Seed 1's float32 run (docs/lab-notebook/2026-11-21-en-de-the-default-command.md): the
     # end at 14,664 with a cooldown of 2,933, moved to 14,400 at step 14,000, where the
@@ -334,6 +335,7 @@ def uninterrupted(small_data, tmp_path_factory):
     return run
 
 
+@pytest.mark.slow
 def test_a_budget_ends_the_run_in_time_with_its_cooldown_whole(small_data, uninterrupted):
     result, model_dir = uninterrupted(0.2)
     # By hand: at step 10 the pace is known (0.5 s) and 25 s are left, for 50 more steps:
@@ -357,6 +359,7 @@ def test_a_budget_ends_the_run_in_time_with_its_cooldown_whole(small_data, unint
     assert all(later <= earlier for (_, earlier), (_, later) in zip(rates, rates[1:]))
 
 
+@pytest.mark.slow
 def test_a_cooldown_under_way_is_re_sloped_to_end_in_time(small_data, tmp_path, uninterrupted):
     # A cooldown over half the run: at step 25 the end that fits (42) would have begun
     # it, so the plan holds the earliest end that has not (48, cooldown 24). At step 30
@@ -389,6 +392,7 @@ def test_a_cooldown_under_way_is_re_sloped_to_end_in_time(small_data, tmp_path, 
         assert all(later <= earlier for (_, earlier), (_, later) in zip(rates, rates[1:]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cooldown_fraction", [0.2, 0.5])
 def test_a_budgeted_run_resumed_after_a_crash_ends_where_it_would_have(
     small_data, tmp_path, uninterrupted, cooldown_fraction
@@ -418,6 +422,7 @@ def test_a_budgeted_run_resumed_after_a_crash_ends_where_it_would_have(
     assert budgeted_run(small_data, tmp_path / "resumed", cooldown_fraction=cooldown_fraction)["step"] == 42
 
 
+@pytest.mark.slow
 def test_a_budget_that_fits_the_run_changes_nothing(small_data, tmp_path):
     plain = run_training(small_data, tmp_path / "plain", cooldown_fraction=0.5)
     budgeted = run_training(small_data, tmp_path / "budgeted", cooldown_fraction=0.5, time_budget_minutes=60.0)
@@ -427,6 +432,7 @@ def test_a_budget_that_fits_the_run_changes_nothing(small_data, tmp_path):
         np.testing.assert_array_equal(actual[name], expected[name], err_msg=name)
 
 
+@pytest.mark.slow
 def test_a_spent_budget_stops_training_at_the_next_record(small_data, tmp_path):
     result = budgeted_run(small_data, tmp_path, time_budget_minutes=0.05)  # 3 s: 6 batches
     # At step 5 (2.5 s) no pace is known yet; at step 10 (5 s) the deadline has passed.

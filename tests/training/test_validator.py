@@ -17,6 +17,7 @@ from app.training.validation import Validator
 from tests.training.helpers import checkpoint_weights, run_training, small_model_config
 
 
+@pytest.mark.slow
 def test_validation_loss_and_perplexity_equal_a_hand_computation_on_the_final_weights(small_data, tmp_path):
     # label smoothing 0.2: the smoothed loss and the perplexity's plain NLL then differ.
     config = small_model_config(small_data)
@@ -49,6 +50,7 @@ def test_validation_loss_and_perplexity_equal_a_hand_computation_on_the_final_we
     assert abs(math.log(final["valid_perplexity"]) - final["valid_loss"]) > 0.01
 
 
+@pytest.mark.slow
 def test_the_best_checkpoint_follows_the_score(small_data, tmp_path):
     # Evaluations at steps 2, 4 and 6, and the final one at step 7.
     scores = iter([5.0, 9.0, 7.0, 8.0])
