@@ -19,7 +19,7 @@ import typing
 import tensorflow as tf
 
 from app.decoding.config import check
-from app.decoding.search import gather_beams, search
+from app.decoding.search import gather_beams, hypothesis_mask, search
 from layers.multi_head_attention import large_negative
 from layers.special_tokens import END_ID, PAD_ID, START_ID
 
@@ -172,7 +172,7 @@ class BeamSearch:
         would have finished: taking every ending candidate of the 2K, as Flax does, would
         let a beam of width 1 finish a hypothesis greedy search never picks."""
         k = self.width
-        log_probs = tf.where(allowed[:, None, :], tf.nn.log_softmax(logits), NEG)  # [A, K, V]
+        log_probs = tf.where(hypothesis_mask(allowed), tf.nn.log_softmax(logits), NEG)  # [A, K, V]
         candidate_log_probs = state.live_log_probs[:, :, None] + log_probs  # [A, K, V]
         topk_log_probs, topk_beams, topk_tokens = best_candidates(candidate_log_probs, 2 * k)  # [A, 2K] each
         topk_ends = tf.equal(topk_tokens, self.end_id)  # [A, 2K]
@@ -241,12 +241,14 @@ def beam_search(
     start_id=START_ID,
     sentence_cache=None,
     final_results=None,
+    steering=None,
 ):
     """Finds the K best output sequences of every sentence: `search` with `BeamSearch`.
 
     Args:
         symbols_to_logits_fn, initial_ids, initial_cache, vocab_size, max_lengths,
-            sentence_cache, end_id, pad_id, start_id: as `search.search` takes them.
+            sentence_cache, end_id, pad_id, start_id, steering: as `search.search`
+            takes them.
         beam_size: K, a Python int >= 1.
         alpha: the length-penalty exponent, float32 `[B]` (or a scalar for all, which
             may be a Python float); 0 ranks by plain log-probability.
@@ -265,5 +267,5 @@ def beam_search(
     return search(
         BeamSearch(beam_size, final_results, end_id), symbols_to_logits_fn, initial_ids, initial_cache, vocab_size,
         max_lengths=max_lengths, settings=BeamSettings(alpha=tf.cast(alpha, tf.float32)), sentence_cache=sentence_cache,
-        end_id=end_id, pad_id=pad_id, start_id=start_id,
+        end_id=end_id, pad_id=pad_id, start_id=start_id, steering=steering,
     )  # [B, K, L], [B, K]

@@ -13,6 +13,7 @@ tokens; token buffers hold L + 1 positions, the start token at 0.
 
 import tensorflow as tf
 
+from app.decoding.search import first_hypothesis_mask
 from layers.special_tokens import END_ID
 
 
@@ -42,6 +43,7 @@ class OneHypothesisSearch:
 
     def extend(self, log_prob_sums, ids, logits, allowed, step, settings):
         logits = logits[:, 0]  # [A, V]
+        allowed = first_hypothesis_mask(allowed)  # [A, V]
         tokens = self.choose(tf.where(allowed, logits, float("-inf")), step, settings.strategy)  # [A]
         log_probs = tf.gather(tf.nn.log_softmax(logits), tokens, batch_dims=1)  # [A]
         return log_prob_sums + log_probs, None, tokens[:, None]

@@ -11,7 +11,8 @@ the same for all of them:
 
 - it feeds the model's step the hypotheses' tokens and cache, and masks the tokens no
   output may hold (padding, the start token, and every token but the end token at a
-  sentence's maximum length);
+  sentence's maximum length), and, where the search is steered (`steering.Steering`),
+  those a forced target prefix or a repeated n-gram rules out;
 - it appends the chosen tokens and reorders the cache with the hypotheses they extend;
 - a sentence whose result the strategy calls final leaves the loop at once: its result
   is written out, and its hypotheses, cache and settings are dropped, so later steps
@@ -30,6 +31,7 @@ import typing
 
 import tensorflow as tf
 
+from app.decoding.steering import advance_ngram_runs, broadcast_steering, checked_prefix_lengths, steered_tokens
 from layers.special_tokens import END_ID, PAD_ID, START_ID
 
 
@@ -50,7 +52,9 @@ class Strategy(typing.Protocol):
             state: the strategy's state, `[A, ...]`.
             ids: int32 `[A, K, L + 1]`, the hypotheses' tokens up to position `step`.
             logits: float32 `[A, K, V]`, the model's scores of the token at `step + 1`.
-            allowed: bool `[A, V]`, the tokens each sentence may write there.
+            allowed: bool `[A, V]`, the tokens each sentence may write there, or
+                `[A, K, V]`, each hypothesis (a steered search): `hypothesis_mask`
+                and `first_hypothesis_mask` read either.
             step: int32 scalar, the position of the newest token.
             settings: the `SentenceSettings` of the A sentences.
 
@@ -81,6 +85,8 @@ class SentenceSettings(typing.NamedTuple):
     # The strategy's own settings, a NamedTuple of [A] tensors (`beam_search.BeamSettings`,
     # `sampling.SamplingSettings`), or () where it reads none.
     strategy: typing.Any = ()
+    # steering.Steering, [A] and [A, P], or () for an unsteered search (today's graph).
+    steering: typing.Any = ()
 
 
 class SearchState(typing.NamedTuple):
@@ -103,6 +109,8 @@ class SearchState(typing.NamedTuple):
     strategy: typing.Any
     # Nested tensors [B, ...]: the results of the sentences done so far.
     results: typing.Any
+    # int32 [A, K, L + 1] where steered, else (): `steering.advance_ngram_runs`'s runs.
+    ngram_runs: typing.Any = ()
 
 
 def shape_list(x):
@@ -140,6 +148,18 @@ def flatten_beam_dim(x):
     return tf.reshape(x, [shape[0] * shape[1]] + shape[2:])  # [B * K, ...]
 
 
+def hypothesis_mask(allowed):
+    """The tokens each hypothesis may write, bool `[A, 1, V]` (one row for every
+    hypothesis) or `[A, K, V]`, from `Strategy.extend`'s `allowed` of either rank."""
+    return allowed if allowed.shape.rank == 3 else allowed[:, None, :]
+
+
+def first_hypothesis_mask(allowed):
+    """bool `[A, V]`: the tokens the first hypothesis of each sentence may write, from
+    `Strategy.extend`'s `allowed` of either rank (a strategy of width 1 reads this)."""
+    return allowed[:, 0] if allowed.shape.rank == 3 else allowed
+
+
 def gather_beams(nested, beam_indices):
     """Picks beams: every tensor `[B, N, ...]` in `nested` -> `[B, M, ...]`.
 
@@ -154,8 +174,10 @@ class _Loop:
     """The body of the `tf.while_loop` and the bookkeeping around it, for one strategy."""
 
     def __init__(self, strategy, symbols_to_logits_fn, vocab_size, max_output_length, *, with_sentence_cache,
-                 end_id, pad_id, start_id):
+                 end_id, pad_id, start_id, steered=False):
         self.strategy = strategy
+        self.steered = steered  # whether the sentences carry a `Steering` and the state `ngram_runs`
+        self.end_id = end_id
         self.symbols_to_logits_fn = symbols_to_logits_fn
         self.vocab_size = vocab_size
         self.max_output_length = max_output_length  # L
@@ -182,21 +204,28 @@ class _Loop:
         logits, cache = self.logits(state)  # [A, K, V]
         must_end = step + 1 >= state.settings.max_lengths  # [A]: the next token is the last allowed
         allowed = self.output_tokens & (self.is_end_token | ~must_end[:, None])  # [A, V]
+        if self.steered:
+            allowed = steered_tokens(
+                allowed, state.settings.steering, state.ngram_runs, state.ids, step, end_id=self.end_id
+            )  # [A, K, V]
         strategy_state, parents, tokens = self.strategy.extend(
             state.strategy, state.ids, logits, allowed, step, state.settings
         )
         # The cache is [A * K, ...], sentence-major: hypothesis j of sentence a is row
-        # a K + j. It is gathered once, below, with the sentences that stay.
+        # a K + j. It is gathered once, below, with the sentences that stay. The runs
+        # (() unsteered) follow the hypotheses as their tokens do.
         own_rows = k * tf.range(tf.shape(state.rows)[0])[:, None]  # [A, 1]
         if parents is None:
-            ids, cache_rows = state.ids, own_rows + tf.range(k)[None, :]  # [A, K]
+            (ids, runs), cache_rows = (state.ids, state.ngram_runs), own_rows + tf.range(k)[None, :]  # [A, K]
         else:
-            ids, cache_rows = gather_beams(state.ids, parents), own_rows + parents  # [A, K]
+            (ids, runs), cache_rows = gather_beams((state.ids, state.ngram_runs), parents), own_rows + parents
         # Positions after `step` are 0, so adding writes the new token at step + 1.
         new_position = tf.one_hot(step + 1, self.max_output_length + 1, dtype=tf.int32)  # [L + 1]
-        state = state._replace(
-            step=step + 1, ids=ids + tokens[:, :, None] * new_position, cache=cache, strategy=strategy_state
-        )
+        next_step = step + 1
+        ids = ids + tokens[:, :, None] * new_position  # [A, K, L + 1]
+        if self.steered:
+            runs = advance_ngram_runs(runs, ids, tokens)  # [A, K, L + 1]
+        state = state._replace(step=next_step, ids=ids, cache=cache, strategy=strategy_state, ngram_runs=runs)
 
         def stay():
             if parents is None:  # each hypothesis keeps its rows
@@ -239,7 +268,7 @@ class _Loop:
             rows=per_sentence(state.rows),
             **{
                 name: tf.nest.map_structure(per_sentence, getattr(state, name))
-                for name in ("sentence_cache", "settings", "strategy")
+                for name in ("sentence_cache", "settings", "strategy", "ngram_runs")
             },
         )
 
@@ -257,6 +286,7 @@ def search(
     end_id=END_ID,
     pad_id=PAD_ID,
     start_id=START_ID,
+    steering=None,
 ):
     """Runs `strategy` over a batch: `(ids int32 [B, ..., L], scores float32 [B, ...])`,
     the strategy's results without the start token.
@@ -282,6 +312,10 @@ def search(
             of a sentence read alike (such as the encoder output's keys and values):
             never tiled nor reordered, only narrowed to the sentences still searched.
         end_id, pad_id, start_id: the special token ids.
+        steering: a `steering.Steering` of the B sentences (`steering.batch_steering`;
+            scalars for all), or None: unsteered, the graph of a search without it.
+            Each prefix length must be below the sentence's `max_lengths`, which the
+            caller grows by it (checked when the graph runs).
     """
     if not isinstance(vocab_size, int) or vocab_size < 2:
         raise ValueError(f"vocab_size must be a Python int >= 2, got {vocab_size!r}")
@@ -293,11 +327,17 @@ def search(
         max_lengths=tf.broadcast_to(tf.convert_to_tensor(max_lengths, tf.int32), sentences),  # [B]
         strategy=tf.nest.map_structure(lambda value: tf.broadcast_to(tf.convert_to_tensor(value), sentences), settings),
     )
+    steered = steering is not None
+    if steered:
+        settings = settings._replace(
+            steering=checked_prefix_lengths(broadcast_steering(steering, batch_size), settings.max_lengths)
+        )  # [B, P] and [B]
     max_output_length = longest_output(settings.max_lengths)  # L
     sentence_cache = {} if sentence_cache is None else sentence_cache
     loop = _Loop(
         strategy, symbols_to_logits_fn, vocab_size, max_output_length,
         with_sentence_cache=bool(tf.nest.flatten(sentence_cache)), end_id=end_id, pad_id=pad_id, start_id=start_id,
+        steered=steered,
     )
 
     buffer_length = max_output_length + 1
@@ -310,6 +350,7 @@ def search(
         settings=settings,
         strategy=strategy.start(batch_size, buffer_length),
         results=strategy.no_results(batch_size, buffer_length),
+        ngram_runs=tf.zeros([batch_size, k, buffer_length], tf.int32) if steered else (),  # [B, K, L + 1]
     )
     invariants = SearchState(
         step=tf.TensorShape([]),
@@ -320,6 +361,7 @@ def search(
         settings=tf.nest.map_structure(per_sentence_shape, settings),
         strategy=tf.nest.map_structure(per_sentence_shape, initial_state.strategy),
         results=tf.nest.map_structure(per_sentence_shape, initial_state.results),
+        ngram_runs=tf.TensorShape([None, k, None]) if steered else (),
     )
     (state,) = tf.while_loop(
         loop.keep_going, loop.body, (initial_state,), shape_invariants=(invariants,), parallel_iterations=1

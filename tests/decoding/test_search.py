@@ -8,7 +8,8 @@ import tensorflow as tf
 
 from app.decoding.beam_search import beam_search
 from app.decoding.greedy import GreedySearch
-from app.decoding.search import search
+from app.decoding.search import first_hypothesis_mask, search
+from app.decoding.steering import batch_steering
 from tests.decoding.test_beam_search import END, ZERO_LOGIT, random_cache, random_fn, start_ids, table_fn
 
 # After the start token: 3 (0.6) or 4 (0.4); after 3: the end (0.45) or 5 (0.55); after 3 5:
@@ -55,8 +56,8 @@ def test_sentences_leave_the_loop_as_they_finish():
 
 
 class LastAllowedToken:
-    """A strategy written for this test: one hypothesis, always the highest allowed id
-    (the end token only where it is forced), its score the number of tokens."""
+    """A strategy written for this test: one hypothesis, always the highest allowed word
+    (the end token only where no word is allowed), its score the number of tokens."""
 
     width = 1
 
@@ -67,10 +68,11 @@ class LastAllowedToken:
         return tf.zeros([batch_size, buffer_length], tf.int32), tf.zeros([batch_size], tf.float32)
 
     def extend(self, count, ids, logits, allowed, step, settings):
-        vocab_size = tf.shape(allowed)[1]
-        highest = tf.reduce_max(tf.where(allowed, tf.range(vocab_size)[None, :], -1), axis=1)  # [A]
-        only_end = tf.reduce_sum(tf.cast(allowed, tf.int32), axis=1) == 1  # [A]
-        tokens = tf.where(only_end, END, highest)
+        allowed = first_hypothesis_mask(allowed)  # [A, V], from [A, V] or a steered search's [A, 1, V]
+        vocabulary = tf.range(tf.shape(allowed)[1])[None, :]  # [1, V]
+        words = allowed & (vocabulary != END)  # [A, V]
+        highest = tf.reduce_max(tf.where(words, vocabulary, -1), axis=1)  # [A]: -1 where only the end is allowed
+        tokens = tf.where(highest < 0, END, highest)
         return count + 1.0, None, tokens[:, None]
 
     def done(self, count, ids, step, settings):
@@ -84,3 +86,7 @@ def test_a_new_strategy_is_one_small_class():
     ids, scores = search(LastAllowedToken(), table_fn(TABLE, 7), start_ids(2), {}, 7, max_lengths=[3, 1])
     assert ids.numpy().tolist() == [[6, 6, END], [END, 0, 0]]
     assert scores.numpy().tolist() == [3.0, 1.0]
+    # Steered, it reads each hypothesis's mask: the prefix first, then no token twice.
+    steering = batch_steering(2, prefix=[[4], [0]], prefix_lengths=[1, 0], no_repeat_ngram_size=1)
+    ids, _ = search(LastAllowedToken(), table_fn(TABLE, 7), start_ids(2), {}, 7, max_lengths=[4, 3], steering=steering)
+    assert ids.numpy().tolist() == [[4, 6, 5, END], [6, 5, END, 0]]
