@@ -56,6 +56,8 @@ RULES = {
     "top_k": (Rule("must be >= 0 (0: the whole vocabulary)", lambda values: values >= 0, "assert_non_negative"),),
     "top_p": (Rule("must be in (0, 1]", lambda values: (values > 0) & (values <= 1)),),
     "temperature": (Rule("must be a finite number > 0", lambda values: _finite(values) & (values > 0)),),
+    # Steering, for every strategy (app/decoding/steering.py).
+    "no_repeat_ngram_size": (Rule("must be >= 0 (0: off)", lambda values: values >= 0, "assert_non_negative"),),
 }
 
 

@@ -4,6 +4,8 @@
     ids, scores = translate_ids(transformer, source_ids, beam_size=4, alpha=0.6)  # [B, K, L], [B, K]
     ids, scores = greedy_ids(transformer, source_ids)                            # [B, L], [B]
     ids, scores = sample_ids(transformer, source_ids, seeds, top_k=10)            # [B, L], [B]
+    steering = batch_steering(batch_size, prefix=prefix, prefix_lengths=lengths, no_repeat_ngram_size=3)
+    ids, scores = translate_ids(transformer, source_ids, steering=steering)      # any of them, steered
 
 Each encodes the source once, projects the memory's cross-attention keys and values
 once per sentence, and runs a strategy (app/decoding/beam_search.py, greedy.py,
@@ -11,7 +13,8 @@ sampling.py) in the one loop of app/decoding/search.py over the incremental deco
 (incremental.py). `search_model` does it for any strategy. They run eagerly or inside a
 `tf.function` (the export's signatures). Settings such as `alpha` and `max_extra_length`
 may be tensors chosen per request, even per sentence (`checked_request` checks a
-request's); `beam_size` fixes the shapes of every loop tensor, so it is a Python int,
+request's), and so may a `steering.Steering` (a target prefix, no repeated n-grams);
+`beam_size` fixes the shapes of every loop tensor, so it is a Python int,
 one traced function per beam size.
 
 Dimension names: B batch, S source length, K beam size, L the most output tokens.
@@ -26,6 +29,7 @@ from app.decoding.greedy import GreedySearch
 from app.decoding.incremental import IncrementalDecoder
 from app.decoding.sampling import SamplingSearch, SamplingSettings
 from app.decoding.search import SentenceSettings, search
+from app.decoding.steering import broadcast_steering
 from app.model.transformer import Transformer
 from layers.special_tokens import PAD_ID, START_ID
 
@@ -46,21 +50,26 @@ def make_symbols_to_logits(decoder: IncrementalDecoder):
     return symbols_to_logits
 
 
-def output_lengths(transformer: Transformer, source_ids, max_extra_length):
+def output_lengths(transformer: Transformer, source_ids, max_extra_length, added_lengths=None):
     """The most output tokens of each sentence, end token included: int32 `[B]`.
 
-    Its source length + `max_extra_length`, and never more than the model's `max_length`
-    positions: decoding position t reads positional encoding t, and a learned table has
-    no row past its end (on a GPU, reading one gives zeros rather than an error).
+    Its source length + `max_extra_length` (+ `added_lengths`), and never more than the
+    model's `max_length` positions: decoding position t reads positional encoding t, and
+    a learned table has no row past its end (on a GPU, reading one gives zeros rather
+    than an error).
 
     Args:
         source_ids: int32 `[B, S]`, 0 = padding.
         max_extra_length: an int, or int32 of shape [] or `[B]`.
+        added_lengths: int32 `[B]` or None: tokens each sentence is given beyond its
+            extra length, such as its target prefix's (`steering.Steering`).
     """
     source_lengths = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.int32), axis=1)  # [B]
-    # The extra length is capped first, so that a huge one cannot overflow int32.
+    # The extra lengths are capped first, so that a huge one cannot overflow int32.
     model_max_length = transformer.config.max_length
     max_extra_length = tf.minimum(tf.cast(max_extra_length, tf.int32), model_max_length)
+    if added_lengths is not None:
+        max_extra_length += tf.minimum(tf.cast(added_lengths, tf.int32), model_max_length)
     return tf.minimum(source_lengths + max_extra_length, model_max_length)  # [B]
 
 
@@ -130,7 +139,7 @@ def _assertion(name, rule, values):
 
 def search_model(
     transformer: Transformer, source_ids, strategy, settings, max_extra_length, *, output_kernel=None,
-    parallel_searches=1,
+    parallel_searches=1, steering=None,
 ):
     """Runs `strategy` over the model for a batch of sources: `search.search`'s results,
     `(ids int32 [B, ..., L], scores float32 [B, ...])`.
@@ -157,16 +166,27 @@ def search_model(
         parallel_searches: P, how many searches share the batch, a Python int >= 1; the
             first `B % P` take `B // P + 1` sentences, the others `B // P` (none, where
             B < P).
+        steering: a `steering.Steering` of the B sentences (scalars for all), or None.
+            Each sentence's length limit grows by its prefix length (still capped at
+            the model's `max_length`), so a prefix takes none of its extra length;
+            each prefix must hold at most `max_length - 1` tokens, so that the end
+            token fits.
     """
     check("parallel_searches", parallel_searches)
     source_ids = tf.convert_to_tensor(source_ids, tf.int32)  # [B, S]
     batch_size = tf.shape(source_ids)[0]
     memory, memory_mask = transformer.encode(source_ids, training=False)  # [B, S, D], [B, 1, S]
     decoder = IncrementalDecoder(transformer, output_kernel)
+    steered = steering is not None
+    if steered:
+        steering = broadcast_steering(steering, batch_size)  # [B, P] and [B]: split with the sentences
     per_sentence = (
         SentenceSettings(
-            max_lengths=output_lengths(transformer, source_ids, max_extra_length),  # [B]
+            max_lengths=output_lengths(
+                transformer, source_ids, max_extra_length, steering.prefix_lengths if steered else None
+            ),  # [B]
             strategy=tf.nest.map_structure(lambda value: tf.broadcast_to(value, [batch_size]), settings),  # [B] each
+            steering=steering if steered else (),
         ),
         decoder.memory(memory, memory_mask),  # [B, ...] each
     )
@@ -177,6 +197,7 @@ def search_model(
             strategy, make_symbols_to_logits(decoder), tf.fill([size], START_ID), decoder.empty_cache(size),
             transformer.config.vocab_size, max_lengths=sentence_settings.max_lengths,
             settings=sentence_settings.strategy, sentence_cache=memory,
+            steering=sentence_settings.steering if steered else None,
         )  # [size, ..., L of this search], [size, ...]
 
     if parallel_searches == 1:
@@ -207,12 +228,13 @@ def translate_ids(
     output_kernel=None,
     final_results=None,
     parallel_searches=1,
+    steering=None,
 ):
     """Translates a batch of token ids with beam search (`BeamSearch`).
 
     Args:
-        transformer, source_ids, max_extra_length, output_kernel, parallel_searches:
-            as `search_model` takes them.
+        transformer, source_ids, max_extra_length, output_kernel, parallel_searches,
+            steering: as `search_model` takes them.
         beam_size: K, a Python int.
         alpha: length-penalty exponent: a float, or float32 of shape [] or `[B]` (one
             per sentence).
@@ -230,12 +252,12 @@ def translate_ids(
     alpha = tf.cast(checked_alpha(alpha, transformer.config.max_length), tf.float32)
     return search_model(
         transformer, source_ids, strategy, BeamSettings(alpha), max_extra_length, output_kernel=output_kernel,
-        parallel_searches=parallel_searches,
+        parallel_searches=parallel_searches, steering=steering,
     )
 
 
 def greedy_ids(transformer: Transformer, source_ids, max_extra_length=DecodingConfig.max_extra_length,
-               output_kernel=None, parallel_searches=1):
+               output_kernel=None, parallel_searches=1, steering=None):
     """Translates a batch greedily: the most likely token at each step (`GreedySearch`).
     The arguments are `search_model`'s.
 
@@ -245,7 +267,7 @@ def greedy_ids(transformer: Transformer, source_ids, max_extra_length=DecodingCo
     """
     return search_model(
         transformer, source_ids, GreedySearch(), (), max_extra_length, output_kernel=output_kernel,
-        parallel_searches=parallel_searches,
+        parallel_searches=parallel_searches, steering=steering,
     )
 
 
@@ -258,11 +280,13 @@ def sample_ids(
     temperature=1.0,
     max_extra_length=DecodingConfig.max_extra_length,
     output_kernel=None,
+    steering=None,
 ):
     """Translates a batch by sampling, one translation per sentence (`SamplingSearch`).
 
     Args:
-        transformer, source_ids, max_extra_length, output_kernel: as `search_model`.
+        transformer, source_ids, max_extra_length, output_kernel, steering: as
+            `search_model` takes them.
         seeds: int64 `[B]` (or a scalar for all): each sentence's random stream.
         top_k: int32, scalar or `[B]`: draw among the k most likely tokens; 0 = all.
         top_p: float32, scalar or `[B]`, in (0, 1]: among the fewest most likely tokens
@@ -287,7 +311,8 @@ def sample_ids(
         temperature=tf.cast(temperature, tf.float32),
     )
     return search_model(
-        transformer, source_ids, SamplingSearch(), settings, max_extra_length, output_kernel=output_kernel
+        transformer, source_ids, SamplingSearch(), settings, max_extra_length, output_kernel=output_kernel,
+        steering=steering,
     )
 
 

@@ -21,9 +21,10 @@ CASES = {
     "top_p": ([1.0, 0.5], [(0.0, "must be in (0, 1]"), (1.5, "must be in (0, 1]"), (math.nan, "must be in (0, 1]")]),
     "temperature": ([1.0, 1e-3], [(0.0, "must be a finite number > 0"), (math.inf, "must be a finite number > 0"),
                                   (math.nan, "must be a finite number > 0")]),
+    "no_repeat_ngram_size": ([0, 3], [(-1, "must be >= 0 (0: off)")]),
 }
 DTYPES = {"alpha": tf.float32, "max_extra_length": tf.int32, "top_k": tf.int32, "top_p": tf.float32,
-          "temperature": tf.float32}
+          "temperature": tf.float32, "no_repeat_ngram_size": tf.int32}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

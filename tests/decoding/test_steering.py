@@ -7,12 +7,14 @@ Token ids as in test_beam_search.py: 0 pad, 1 start, 2 end; 3 and up are words.
 import itertools
 import math
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from app.decoding.beam_search import BeamSearch, BeamSettings, beam_search
 from app.decoding.greedy import GreedySearch
+from app.decoding.model_search import greedy_ids, sample_ids, translate_ids
 from app.decoding.sampling import SamplingSearch, SamplingSettings
 from app.decoding.search import gather_beams, search
 from app.decoding.steering import (
@@ -22,6 +24,8 @@ from app.decoding.steering import (
     padded_prefixes,
     repeated_ngram_tokens,
 )
+from app.model.config import ModelConfig
+from app.model.transformer import Transformer, build_transformer
 from tests.decoding.test_beam_search import END, START, ZERO_LOGIT, lp, random_cache, random_fn, start_ids, table_fn
 
 
@@ -309,3 +313,57 @@ def test_a_steered_search_runs_inside_a_tf_function_of_any_batch():
     for got, expected in zip(compiled(*arguments), beam(*arguments)):
         np.testing.assert_allclose(got, expected, rtol=1e-6)
 
+
+# A tiny random Transformer (no training): the model-level entry points, steered.
+SOURCE_IDS = np.array([[5, 6, 7, 8, 2], [11, 12, 2, 0, 0], [13, 14, 15, 2, 0]], np.int32)
+MODEL_STEERING = dict(
+    prefix=[[9, 10, 11], [0, 0, 0], [20, 0, 0]], prefix_lengths=[3, 0, 1], no_repeat_ngram_size=[2, 1, 0]
+)
+
+
+@pytest.fixture(scope="module")
+def transformer():
+    keras.utils.set_random_seed(90)
+    config = ModelConfig.from_size("tiny", vocab_size=40, num_layers=1, d_model=16, d_ff=32, num_heads=2, max_length=16)
+    return Transformer(build_transformer(config), config)
+
+
+def test_the_model_searches_take_steering_and_grow_the_length_limit_by_the_prefix(transformer):
+    steering = batch_steering(3, **MODEL_STEERING)
+    ids, scores = translate_ids(transformer, SOURCE_IDS, beam_size=2, max_extra_length=1, steering=steering)
+    for sentence, length in enumerate(MODEL_STEERING["prefix_lengths"]):
+        assert np.all(ids[sentence, :, :length] == MODEL_STEERING["prefix"][sentence][:length])
+    # At most source length + 1 + prefix length tokens, end token included.
+    assert ids.shape[-1] == 5 + 1 + 3
+    greedy, _ = greedy_ids(transformer, SOURCE_IDS, max_extra_length=1, steering=steering)
+    sampled, _ = sample_ids(transformer, SOURCE_IDS, tf.constant([1, 2, 3], tf.int64), max_extra_length=1,
+                            steering=steering)
+    for outputs in (greedy, sampled):
+        assert outputs[0, :3].numpy().tolist() == [9, 10, 11] and outputs[2, 0] == 20
+    for sentence, n in enumerate(MODEL_STEERING["no_repeat_ngram_size"][:2]):
+        rows = [ids[sentence, 0], ids[sentence, 1], greedy[sentence], sampled[sentence]]
+        assert not any(has_repeated_ngram(list(row.numpy()), n) for row in rows)
+    # Steering that does nothing changes nothing; parallel searches split it with the sentences.
+    plain = translate_ids(transformer, SOURCE_IDS, beam_size=2, max_extra_length=4)
+    idle = translate_ids(transformer, SOURCE_IDS, beam_size=2, max_extra_length=4, steering=batch_steering(3))
+    for got, expected in zip(idle, plain):
+        np.testing.assert_array_equal(got, expected)
+    split = translate_ids(transformer, SOURCE_IDS, beam_size=2, max_extra_length=1, steering=steering,
+                          parallel_searches=2)
+    np.testing.assert_array_equal(split[0], ids)
+    np.testing.assert_allclose(split[1], scores, rtol=1e-5)
+
+
+def test_a_steered_model_search_runs_inside_a_tf_function_split_in_two(transformer):
+    specs = [tf.TensorSpec([None, None], tf.int32)] * 2 + [tf.TensorSpec([None], tf.int32)] * 2
+
+    def translate(source_ids, prefix, prefix_lengths, sizes):
+        steering = batch_steering(tf.shape(source_ids)[0], prefix=prefix, prefix_lengths=prefix_lengths,
+                                  no_repeat_ngram_size=sizes)
+        return greedy_ids(transformer, source_ids, max_extra_length=2, parallel_searches=2, steering=steering)
+
+    arguments = [tf.constant(SOURCE_IDS)] + [tf.constant(value, tf.int32) for value in MODEL_STEERING.values()]
+    compiled_ids, compiled_scores = tf.function(translate, input_signature=specs)(*arguments)
+    ids, scores = translate(*arguments)
+    np.testing.assert_array_equal(compiled_ids, ids)
+    np.testing.assert_allclose(compiled_scores, scores, rtol=1e-5)
