@@ -48,6 +48,9 @@ def test_an_unmarked_test_over_the_bound_fails_the_run_and_is_named(tmp_path):
         def test_too_long():
             time.sleep(0.6)
 
+        def test_near_the_bound():
+            time.sleep(0.3)
+
         @pytest.mark.slow
         def test_long_but_marked():
             time.sleep(0.6)
@@ -58,9 +61,10 @@ def test_an_unmarked_test_over_the_bound_fails_the_run_and_is_named(tmp_path):
     assert code == 1, output
     assert "1 test(s) not marked slow took more than fast_test_seconds = 0.4 s" in output
     assert "test_a.py::test_too_long" in output
-    for passed_over in ("test_long_but_marked", "test_asks_for_the_shared_build"):
+    for passed_over in ("test_quick", "test_long_but_marked", "test_asks_for_the_shared_build"):
         assert f"test_a.py::{passed_over}" not in output
-    assert "4 passed" in output
+    assert "tests near the fast tier's bound" in output and "test_a.py::test_near_the_bound" in output
+    assert "5 passed" in output
 
 
 def test_a_file_whose_every_test_is_slow_fails_the_run_unless_it_says_why(tmp_path):

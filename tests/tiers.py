@@ -150,7 +150,21 @@ class _Timings:
         ordered = dict(sorted(merged.items(), key=lambda entry: (-entry[1], entry[0])))
         RECORD.write_text(json.dumps(ordered, indent=0) + "\n", encoding="utf-8")
 
+    def near_the_bound(self):
+        """Unmarked tests over half the bound: the next to mark, before a slower machine fails."""
+        own = {nodeid: seconds - self.shared.get(nodeid, 0.0) for nodeid, seconds in self.seconds.items()}
+        return sorted(
+            (seconds, nodeid) for nodeid, seconds in own.items()
+            if nodeid not in self.slow and self.bound / 2 < seconds <= self.bound
+        )
+
     def pytest_terminal_summary(self, terminalreporter):
+        near = self.near_the_bound()
+        if near:
+            terminalreporter.section("tests near the fast tier's bound")
+            terminalreporter.line(f"not marked slow, over half of fast_test_seconds = {self.bound:g} s:")
+            for seconds, nodeid in reversed(near):
+                terminalreporter.line(f"{seconds:8.1f} s  {nodeid}")
         over = self.over_the_bound()
         if over:
             terminalreporter.section("tests over the fast tier's bound")

@@ -404,6 +404,7 @@ def test_sources_longer_than_the_model_reads_are_found_and_named():
     assert describe_overlong(many, 4).endswith("line 5 (9 subwords) and 3 more")
 
 
+@pytest.mark.slow
 def test_a_saved_model_scored_on_files_warns_of_sources_it_cut_and_lists_them(exported, tmp_path, capsys):
     from app.commands.evaluate import main
 

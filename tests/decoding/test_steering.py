@@ -328,6 +328,7 @@ def transformer():
     return Transformer(build_transformer(config), config)
 
 
+@pytest.mark.slow
 def test_the_model_searches_take_steering_and_grow_the_length_limit_by_the_prefix(transformer):
     steering = batch_steering(3, **MODEL_STEERING)
     ids, scores = translate_ids(transformer, SOURCE_IDS, beam_size=2, max_extra_length=1, steering=steering)
@@ -354,6 +355,7 @@ def test_the_model_searches_take_steering_and_grow_the_length_limit_by_the_prefi
     np.testing.assert_allclose(split[1], scores, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_steered_model_search_runs_inside_a_tf_function_split_in_two(transformer):
     specs = [tf.TensorSpec([None, None], tf.int32)] * 2 + [tf.TensorSpec([None], tf.int32)] * 2
 
