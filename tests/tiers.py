@@ -129,11 +129,17 @@ class _Timings:
             if all_slow and not says_why_every_test_is_slow(path, root)
         )
 
-    def over_the_bound(self):
-        own = {nodeid: seconds - self.shared.get(nodeid, 0.0) for nodeid, seconds in self.seconds.items()}
+    def unmarked_between(self, low, high):
+        """`[(seconds, nodeid)]` of the unmarked tests whose own time (shared builds left
+        out) is over `low` and at most `high`, shortest first."""
         return sorted(
-            (seconds, nodeid) for nodeid, seconds in own.items() if nodeid not in self.slow and seconds > self.bound
+            (own, nodeid)
+            for nodeid, seconds in self.seconds.items()
+            if nodeid not in self.slow and low < (own := seconds - self.shared.get(nodeid, 0.0)) <= high
         )
+
+    def over_the_bound(self):
+        return self.unmarked_between(self.bound, math.inf)
 
     def pytest_sessionfinish(self, session, exitstatus):
         problems = self.over_the_bound() or self.files_without_a_fast_test()
@@ -152,37 +158,36 @@ class _Timings:
 
     def near_the_bound(self):
         """Unmarked tests over half the bound: the next to mark, before a slower machine fails."""
-        own = {nodeid: seconds - self.shared.get(nodeid, 0.0) for nodeid, seconds in self.seconds.items()}
-        return sorted(
-            (seconds, nodeid) for nodeid, seconds in own.items()
-            if nodeid not in self.slow and self.bound / 2 < seconds <= self.bound
-        )
+        return self.unmarked_between(self.bound / 2, self.bound)
 
     def pytest_terminal_summary(self, terminalreporter):
-        near = self.near_the_bound()
-        if near:
-            terminalreporter.section("tests near the fast tier's bound")
-            terminalreporter.line(f"not marked slow, over half of fast_test_seconds = {self.bound:g} s:")
-            for seconds, nodeid in reversed(near):
-                terminalreporter.line(f"{seconds:8.1f} s  {nodeid}")
-        over = self.over_the_bound()
-        if over:
-            terminalreporter.section("tests over the fast tier's bound")
-            terminalreporter.line(
-                f"{len(over)} test(s) not marked slow took more than fast_test_seconds = {self.bound:g} s "
-                "(pytest.ini), shared builds left out: mark each @pytest.mark.slow, or make it smaller"
-            )
-            for seconds, nodeid in reversed(over):
-                terminalreporter.line(f"{seconds:8.1f} s  {nodeid}")
-        without = self.files_without_a_fast_test()
-        if without:
-            terminalreporter.section("test files without a fast test")
-            terminalreporter.line(
-                "every test of these files is slow, so the fast tier never imports them: keep one fast test, "
-                'or say why not in ALL_SLOW_BECAUSE = "..." at the top of the file'
-            )
-            for path in without:
-                terminalreporter.line(f"  {path}")
+        def section(title, intro, lines):
+            if lines:
+                terminalreporter.section(title)
+                for line in [intro, *lines]:
+                    terminalreporter.line(line)
+
+        def timed(tests):
+            return [f"{seconds:8.1f} s  {nodeid}" for seconds, nodeid in reversed(tests)]
+
+        near, over = self.near_the_bound(), self.over_the_bound()
+        section(
+            "tests near the fast tier's bound",
+            f"not marked slow, over half of fast_test_seconds = {self.bound:g} s:",
+            timed(near),
+        )
+        section(
+            "tests over the fast tier's bound",
+            f"{len(over)} test(s) not marked slow took more than fast_test_seconds = {self.bound:g} s "
+            "(pytest.ini), shared builds left out: mark each @pytest.mark.slow, or make it smaller",
+            timed(over),
+        )
+        section(
+            "test files without a fast test",
+            "every test of these files is slow, so the fast tier never imports them: keep one fast test, "
+            'or say why not in ALL_SLOW_BECAUSE = "..." at the top of the file',
+            [f"  {path}" for path in self.files_without_a_fast_test()],
+        )
 
 
 def pytest_configure(config):
