@@ -22,6 +22,13 @@ from app.decoding.config import DecodingConfig
 from app.runtime.decoding_threads import decoding_intra_op_threads
 
 
+def check_thread_counts(intra_op, inter_op):
+    """ValueError naming the flag unless each count is None or at least 0."""
+    for flag, value in (("--intra-op-threads", intra_op), ("--inter-op-threads", inter_op)):
+        if value is not None and value < 0:
+            raise ValueError(f"{flag} must be 0 (TensorFlow's choice) or more, got {value}")
+
+
 def set_cpu_threads(intra_op=None, inter_op=None):
     """Sizes TensorFlow's two thread pools; None or 0 leaves TensorFlow's own choice.
 
@@ -33,9 +40,7 @@ def set_cpu_threads(intra_op=None, inter_op=None):
     """
     import tensorflow as tf
 
-    for flag, value in (("--intra-op-threads", intra_op), ("--inter-op-threads", inter_op)):
-        if value is not None and value < 0:
-            raise ValueError(f"{flag} must be 0 (TensorFlow's choice) or more, got {value}")
+    check_thread_counts(intra_op, inter_op)
     try:
         if intra_op is not None:
             tf.config.threading.set_intra_op_parallelism_threads(intra_op)
@@ -75,9 +80,7 @@ class CpuThreads:
     decoding: bool = False
 
     def __post_init__(self):
-        for flag, value in (("--intra-op-threads", self.intra_op), ("--inter-op-threads", self.inter_op)):
-            if value is not None and value < 0:
-                raise ValueError(f"{flag} must be 0 (TensorFlow's choice) or more, got {value}")
+        check_thread_counts(self.intra_op, self.inter_op)
 
     @property
     def given(self):

@@ -33,10 +33,16 @@ class DeviceConfig:
     threads: CpuThreads = CpuThreads()
 
     def __post_init__(self):
-        if self.strategy not in STRATEGIES:
-            raise ValueError(f"unknown strategy {self.strategy!r}; expected one of {STRATEGIES}")
-        if self.cpu_replicas is not None and self.cpu_replicas < 1:
-            raise ValueError(f"--cpu-replicas must be at least 1, got {self.cpu_replicas}")
+        check_strategy(self.strategy, self.cpu_replicas)
+
+
+def check_strategy(kind, cpu_replicas):
+    """ValueError naming the value unless `kind` is one of STRATEGIES and `cpu_replicas`
+    None or at least 1: the rule of `DeviceConfig` and of `strategy.make_strategy`."""
+    if kind not in STRATEGIES:
+        raise ValueError(f"unknown strategy {kind!r}; expected one of {STRATEGIES}")
+    if cpu_replicas is not None and cpu_replicas < 1:
+        raise ValueError(f"--cpu-replicas must be at least 1, got {cpu_replicas}")
 
 
 def start_devices(devices, log=print):

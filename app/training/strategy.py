@@ -13,15 +13,12 @@ import os
 
 import tensorflow as tf
 
-from app.training.devices import STRATEGIES
+from app.training.devices import check_strategy
 
 
 def make_strategy(kind="auto", cpu_replicas=None):
     """Creates the strategy. Must run before TensorFlow touches any device."""
-    if kind not in STRATEGIES:
-        raise ValueError(f"unknown strategy {kind!r}; expected one of {STRATEGIES}")
-    if cpu_replicas is not None and cpu_replicas < 1:
-        raise ValueError(f"--cpu-replicas must be at least 1, got {cpu_replicas}")
+    check_strategy(kind, cpu_replicas)
     gpus = tf.config.list_physical_devices("GPU")
     # Mirroring goes over the GPUs where there are any: CPU replicas asked for there would
     # be silently left out, and the run's batches cut for another count than the user's.

@@ -146,8 +146,15 @@ def test_the_server_help_shows_tf_servings_names_only():
     assert "--rest-api-port" not in shown
 
 
-def test_the_training_flags_strategies_are_the_strategy_modules():
-    from app.commands import train_plan
-    from app.training import strategy
+def test_the_training_flags_strategies_are_the_ones_the_strategy_module_makes():
+    import train
+    from app.training.devices import STRATEGIES, check_strategy
 
-    assert train_plan.STRATEGIES == strategy.STRATEGIES
+    # Every strategy train.py's --strategy takes is one make_strategy makes, and no other.
+    for kind in STRATEGIES:
+        assert train.parse_args(["--strategy", kind]).strategy == kind
+        check_strategy(kind, None)
+    with pytest.raises(SystemExit):
+        train.parse_args(["--strategy", "tpu"])
+    with pytest.raises(ValueError, match="unknown strategy 'tpu'"):
+        check_strategy("tpu", None)
