@@ -28,7 +28,7 @@ from app.decoding.config import RULES, DecodingConfig, check
 from app.decoding.greedy import GreedySearch
 from app.decoding.incremental import IncrementalDecoder
 from app.decoding.sampling import SamplingSearch, SamplingSettings
-from app.decoding.search import SentenceSettings, search
+from app.decoding.search import SentenceSettings, per_sentence_setting, search
 from app.decoding.steering import broadcast_steering
 from app.model.transformer import Transformer
 from layers.special_tokens import PAD_ID, START_ID
@@ -139,10 +139,10 @@ def _assertion(name, rule, values):
 
 def search_model(
     transformer: Transformer, source_ids, strategy, settings, max_extra_length, *, output_kernel=None,
-    parallel_searches=1, steering=None,
+    parallel_searches=1, steering=None, added_lengths=None,
 ):
     """Runs `strategy` over the model for a batch of sources: `search.search`'s results,
-    `(ids int32 [B, ..., L], scores float32 [B, ...])`.
+    `(ids int32 [B, ..., L], scores float32 [B, ...], *more)`.
 
     With `parallel_searches` > 1 the sentences are split into that many searches, each
     its own `tf.while_loop` over a slice of the batch. In a graph (a `tf.function`, an
@@ -157,7 +157,7 @@ def search_model(
         source_ids: int32 `[B, S]`, 0 = padding.
         strategy: a `search.Strategy`.
         settings: the strategy's settings (`search.SentenceSettings.strategy`), each a
-            scalar or `[B]`; () for none.
+            scalar or `[B, ...]`; () for none.
         max_extra_length: a sentence may have at most (source length + this) output
             tokens, end token included, and never more than the model's `max_length`
             positions: an int, or int32 of shape [] or `[B]`.
@@ -171,6 +171,8 @@ def search_model(
             the model's `max_length`), so a prefix takes none of its extra length;
             each prefix must hold at most `max_length - 1` tokens, so that the end
             token fits.
+        added_lengths: int32 `[B]` or None: more tokens each sentence's length limit
+            grows by (a constrained search's phrases), capped the same way.
     """
     check("parallel_searches", parallel_searches)
     source_ids = tf.convert_to_tensor(source_ids, tf.int32)  # [B, S]
@@ -180,12 +182,11 @@ def search_model(
     steered = steering is not None
     if steered:
         steering = broadcast_steering(steering, batch_size)  # [B, P] and [B]: split with the sentences
+        added_lengths = steering.prefix_lengths if added_lengths is None else steering.prefix_lengths + added_lengths
     per_sentence = (
         SentenceSettings(
-            max_lengths=output_lengths(
-                transformer, source_ids, max_extra_length, steering.prefix_lengths if steered else None
-            ),  # [B]
-            strategy=tf.nest.map_structure(lambda value: tf.broadcast_to(value, [batch_size]), settings),  # [B] each
+            max_lengths=output_lengths(transformer, source_ids, max_extra_length, added_lengths),  # [B]
+            strategy=tf.nest.map_structure(lambda value: per_sentence_setting(value, [batch_size]), settings),
             steering=steering if steered else (),
         ),
         decoder.memory(memory, memory_mask),  # [B, ...] each
@@ -209,14 +210,14 @@ def search_model(
         for i in range(parallel_searches)
     ]
     # Each search pads its outputs to its own longest; the batch's is the longest of all.
-    length = tf.reduce_max(tf.stack([tf.shape(ids)[-1] for ids, _ in results]))
+    length = tf.reduce_max(tf.stack([tf.shape(ids)[-1] for ids, *_ in results]))
 
     def padded(ids):
         return tf.pad(ids, [[0, 0]] * (ids.shape.rank - 1) + [[0, length - tf.shape(ids)[-1]]])
 
-    ids = tf.concat([padded(ids) for ids, _ in results], axis=0)
-    scores = tf.concat([scores for _, scores in results], axis=0)
-    return ids, scores  # [B, ..., L], [B, ...]
+    ids = tf.concat([padded(ids) for ids, *_ in results], axis=0)  # [B, ..., L]
+    outputs = [tf.concat(parts, axis=0) for parts in zip(*(outputs for _, *outputs in results))]  # [B, ...] each
+    return (ids, *outputs)
 
 
 def translate_ids(
