@@ -18,9 +18,10 @@ from app.decoding.constrained_beam_search import (
     padded_phrases,
     stripe_order,
 )
+from app.decoding.model_search import constrained_ids, translate_ids
 from app.decoding.steering import batch_steering
 from tests.decoding.test_beam_search import END, lp, random_cache, random_fn, start_ids, table_fn
-from tests.decoding.test_steering import sequence_log_prob
+from tests.decoding.test_steering import SOURCE_IDS, sequence_log_prob, transformer  # noqa: F401 (a fixture)
 
 V = 9
 
@@ -271,3 +272,48 @@ def test_a_constrained_search_runs_inside_a_tf_function_of_any_batch():
     compiled = tf.function(search, input_signature=specs)
     for got, expected in zip(compiled(*arguments), search(*arguments)):
         np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
+MODEL_PHRASES = [[[21, 22], [30]], [], [[9]]]
+
+
+def test_the_model_level_search_meets_its_phrases_and_splits_them_with_the_sentences(transformer):  # noqa: F811
+    phrases, lengths = phrase_arrays(MODEL_PHRASES)
+    ids, scores, met = constrained_ids(transformer, SOURCE_IDS, phrases, lengths, beam_size=2, max_extra_length=2)
+    # Source length + 2 + the phrases' tokens, end token included.
+    assert ids.shape[-1] == 5 + 2 + 3
+    plain, plain_scores = translate_ids(transformer, SOURCE_IDS, beam_size=2, max_extra_length=2)
+    np.testing.assert_array_equal(ids[1, :, : plain.shape[-1]], plain[1])
+    np.testing.assert_array_equal(scores[1], plain_scores[1])
+    assert met.numpy()[:, 0].tolist() == [True, True, True]
+    for row in (0, 2):
+        assert all(contains(ids[row, 0], phrase) for phrase in MODEL_PHRASES[row])
+    split = constrained_ids(
+        transformer, SOURCE_IDS, phrases, lengths, beam_size=2, max_extra_length=2, parallel_searches=2
+    )
+    np.testing.assert_array_equal(split[0], ids)
+    np.testing.assert_allclose(split[1], scores, rtol=1e-5)
+    np.testing.assert_array_equal(split[2], met)
+
+
+def test_a_steered_constrained_search_meets_a_phrase_inside_its_prefix(transformer):  # noqa: F811
+    phrases, lengths = phrase_arrays([[[9, 10]], [], []])
+    steering = batch_steering(3, prefix=[[9, 10], [0, 0], [0, 0]], prefix_lengths=[2, 0, 0])
+    ids, _, met = constrained_ids(
+        transformer, SOURCE_IDS, phrases, lengths, beam_size=2, max_extra_length=1, steering=steering
+    )
+    assert np.all(ids.numpy()[0, :, :2] == [9, 10]) and met.numpy()[0].tolist() == [True, True]
+
+
+def test_the_model_level_search_runs_inside_a_tf_function_split_in_two(transformer):  # noqa: F811
+    specs = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None, None], tf.int32),
+             tf.TensorSpec([None, None], tf.int32)]
+
+    def translate(source_ids, phrases, phrase_lengths):
+        return constrained_ids(
+            transformer, source_ids, phrases, phrase_lengths, beam_size=2, max_extra_length=2, parallel_searches=2
+        )
+
+    arguments = [tf.constant(SOURCE_IDS), *(tf.constant(x) for x in phrase_arrays(MODEL_PHRASES))]
+    for got, expected in zip(tf.function(translate, input_signature=specs)(*arguments), translate(*arguments)):
+        np.testing.assert_allclose(got, expected, rtol=1e-5)
