@@ -230,8 +230,10 @@ class ConstrainedBeamSearch(BeamSearch):
     def extend(self, state, ids, logits, allowed, step, settings):
         """The candidates (`_candidates`) in stripe order: as `BeamSearch.extend`, the
         first K that end join the pool, and the first K that do not stay live. At most K
-        of the first 2K end (one end token per live beam, never twice the same), so K
-        that do not always exist."""
+        of the first 2K end, so K that do not always exist: no (beam, end token) pair is
+        there twice, as the valid ones are first occurrences, and the invalid ones that
+        fill the rest all come from beam search's 2K (at least as many of those are
+        invalid as there are slots to fill), whose pairs are distinct."""
         k, phrases, lengths = self.width, settings.strategy.phrases, settings.strategy.phrase_lengths
         candidate_log_probs = state.beam.live_log_probs[:, :, None] + self._log_probs(
             state, logits, allowed, step, settings
