@@ -150,7 +150,7 @@ class BeamSearch:
         self.final_results = final_results
         self.end_id = end_id
 
-    def start(self, batch_size, buffer_length):
+    def start(self, batch_size, buffer_length, settings):
         k = self.width
         # Only beam 0 is live at the start: the others are copies that must not be extended.
         initial_log_probs = tf.concat([[0.0], tf.fill([k - 1], NEG)], axis=0)  # [K]
@@ -208,13 +208,19 @@ class BeamSearch:
         largest_penalty = tf.maximum(
             length_penalty(step + 1, alpha), length_penalty(settings.max_lengths, alpha)
         )  # [A]
-        best_live_scores = state.live_log_probs[:, 0] / largest_penalty  # [A]
+        best_live_scores = self._best_live(state) / largest_penalty  # [A]
         # The pool is sorted best first, empty slots last: the last result that must be
         # final, or NEG while that slot is empty.
         last = self.final_results - 1
         last_final_scores = tf.where(state.finished_flags[:, last], state.finished_scores[:, last], NEG)  # [A]
-        no_live_beam = state.live_log_probs[:, 0] <= NEG / 2  # [A]
+        no_live_beam = self._best_live(state) <= NEG / 2  # [A]
         return (last_final_scores > best_live_scores) | no_live_beam
+
+    def _best_live(self, state):
+        """float32 `[A]`: the log-prob of the best live beam, the first as they are kept
+        best first; a strategy that keeps them in another order overrides it
+        (`constrained_beam_search.ConstrainedBeamSearch`)."""
+        return state.live_log_probs[:, 0]
 
     def results(self, state, ids, step, settings):
         """`(ids [A, K, L + 1], scores [A, K])`: the finished hypotheses; a sentence that

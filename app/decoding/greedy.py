@@ -35,7 +35,7 @@ class OneHypothesisSearch:
         `search.SentenceSettings`)."""
         raise NotImplementedError
 
-    def start(self, batch_size, buffer_length):
+    def start(self, batch_size, buffer_length, settings):
         return tf.zeros([batch_size], tf.float32)  # [B]: the sum of the log-probs so far
 
     def no_results(self, batch_size, buffer_length):

@@ -6,16 +6,18 @@
     ids, scores = sample_ids(transformer, source_ids, seeds, top_k=10)            # [B, L], [B]
     steering = batch_steering(batch_size, prefix=prefix, prefix_lengths=lengths, no_repeat_ngram_size=3)
     ids, scores = translate_ids(transformer, source_ids, steering=steering)      # any of them, steered
+    ids, scores, met = constrained_ids(transformer, source_ids, phrases, phrase_lengths)  # [B, K, L], [B, K], [B, K]
 
 Each encodes the source once, projects the memory's cross-attention keys and values
-once per sentence, and runs a strategy (app/decoding/beam_search.py, greedy.py,
-sampling.py) in the one loop of app/decoding/search.py over the incremental decoder
-(incremental.py). `search_model` does it for any strategy. They run eagerly or inside a
-`tf.function` (the export's signatures). Settings such as `alpha` and `max_extra_length`
-may be tensors chosen per request, even per sentence (`checked_request` checks a
-request's), and so may a `steering.Steering` (a target prefix, no repeated n-grams);
-`beam_size` fixes the shapes of every loop tensor, so it is a Python int,
-one traced function per beam size.
+once per sentence, and runs a strategy (app/decoding/beam_search.py,
+constrained_beam_search.py, greedy.py, sampling.py) in the one loop of
+app/decoding/search.py over the incremental decoder (incremental.py). `search_model`
+does it for any strategy. They run eagerly or inside a `tf.function` (the export's
+signatures). Settings such as `alpha` and `max_extra_length` may be tensors chosen per
+request, even per sentence (`checked_request` checks a request's), and so may a
+`steering.Steering` (a target prefix, no repeated n-grams) and a constrained search's
+phrases; `beam_size` fixes the shapes of every loop tensor, so it is a Python int, one
+traced function per beam size.
 
 Dimension names: B batch, S source length, K beam size, L the most output tokens.
 """
@@ -25,10 +27,11 @@ import tensorflow as tf
 
 from app.decoding.beam_search import BeamSearch, BeamSettings, largest_alpha
 from app.decoding.config import RULES, DecodingConfig, check
+from app.decoding.constrained_beam_search import ConstrainedBeamSearch, ConstrainedSettings, checked_phrases
 from app.decoding.greedy import GreedySearch
 from app.decoding.incremental import IncrementalDecoder
 from app.decoding.sampling import SamplingSearch, SamplingSettings
-from app.decoding.search import SentenceSettings, search
+from app.decoding.search import SentenceSettings, per_sentence_setting, search
 from app.decoding.steering import broadcast_steering
 from app.model.transformer import Transformer
 from layers.special_tokens import PAD_ID, START_ID
@@ -139,10 +142,10 @@ def _assertion(name, rule, values):
 
 def search_model(
     transformer: Transformer, source_ids, strategy, settings, max_extra_length, *, output_kernel=None,
-    parallel_searches=1, steering=None,
+    parallel_searches=1, steering=None, added_lengths=None,
 ):
     """Runs `strategy` over the model for a batch of sources: `search.search`'s results,
-    `(ids int32 [B, ..., L], scores float32 [B, ...])`.
+    `(ids int32 [B, ..., L], scores float32 [B, ...], *more)`.
 
     With `parallel_searches` > 1 the sentences are split into that many searches, each
     its own `tf.while_loop` over a slice of the batch. In a graph (a `tf.function`, an
@@ -157,7 +160,7 @@ def search_model(
         source_ids: int32 `[B, S]`, 0 = padding.
         strategy: a `search.Strategy`.
         settings: the strategy's settings (`search.SentenceSettings.strategy`), each a
-            scalar or `[B]`; () for none.
+            scalar or `[B, ...]`; () for none.
         max_extra_length: a sentence may have at most (source length + this) output
             tokens, end token included, and never more than the model's `max_length`
             positions: an int, or int32 of shape [] or `[B]`.
@@ -171,6 +174,8 @@ def search_model(
             the model's `max_length`), so a prefix takes none of its extra length;
             each prefix must hold at most `max_length - 1` tokens, so that the end
             token fits.
+        added_lengths: int32 `[B]` or None: more tokens each sentence's length limit
+            grows by (a constrained search's phrases), capped the same way.
     """
     check("parallel_searches", parallel_searches)
     source_ids = tf.convert_to_tensor(source_ids, tf.int32)  # [B, S]
@@ -180,12 +185,11 @@ def search_model(
     steered = steering is not None
     if steered:
         steering = broadcast_steering(steering, batch_size)  # [B, P] and [B]: split with the sentences
+        added_lengths = steering.prefix_lengths if added_lengths is None else steering.prefix_lengths + added_lengths
     per_sentence = (
         SentenceSettings(
-            max_lengths=output_lengths(
-                transformer, source_ids, max_extra_length, steering.prefix_lengths if steered else None
-            ),  # [B]
-            strategy=tf.nest.map_structure(lambda value: tf.broadcast_to(value, [batch_size]), settings),  # [B] each
+            max_lengths=output_lengths(transformer, source_ids, max_extra_length, added_lengths),  # [B]
+            strategy=tf.nest.map_structure(lambda value: per_sentence_setting(value, [batch_size]), settings),
             steering=steering if steered else (),
         ),
         decoder.memory(memory, memory_mask),  # [B, ...] each
@@ -209,14 +213,14 @@ def search_model(
         for i in range(parallel_searches)
     ]
     # Each search pads its outputs to its own longest; the batch's is the longest of all.
-    length = tf.reduce_max(tf.stack([tf.shape(ids)[-1] for ids, _ in results]))
+    length = tf.reduce_max(tf.stack([tf.shape(ids)[-1] for ids, *_ in results]))
 
     def padded(ids):
         return tf.pad(ids, [[0, 0]] * (ids.shape.rank - 1) + [[0, length - tf.shape(ids)[-1]]])
 
-    ids = tf.concat([padded(ids) for ids, _ in results], axis=0)
-    scores = tf.concat([scores for _, scores in results], axis=0)
-    return ids, scores  # [B, ..., L], [B, ...]
+    ids = tf.concat([padded(ids) for ids, *_ in results], axis=0)  # [B, ..., L]
+    outputs = [tf.concat(parts, axis=0) for parts in zip(*(outputs for _, *outputs in results))]  # [B, ...] each
+    return (ids, *outputs)
 
 
 def translate_ids(
@@ -253,6 +257,52 @@ def translate_ids(
     return search_model(
         transformer, source_ids, strategy, BeamSettings(alpha), max_extra_length, output_kernel=output_kernel,
         parallel_searches=parallel_searches, steering=steering,
+    )
+
+
+def constrained_ids(
+    transformer: Transformer,
+    source_ids,
+    phrases,
+    phrase_lengths,
+    beam_size=DecodingConfig.beam_size,
+    alpha=DecodingConfig.alpha,
+    max_extra_length=DecodingConfig.max_extra_length,
+    *,
+    steering=None,
+    output_kernel=None,
+    final_results=None,
+    parallel_searches=1,
+):
+    """Translates a batch with lexically constrained beam search (`ConstrainedBeamSearch`):
+    each translation holds every one of its sentence's target phrases where it can.
+
+    Each sentence's length limit grows by its phrases' tokens (and its prefix's, steered),
+    still capped at the model's `max_length`: a short source with long phrases could not
+    hold them otherwise, and a sentence without phrases keeps `translate_ids`'s limit.
+
+    Args:
+        transformer, source_ids, max_extra_length, output_kernel, parallel_searches,
+            steering: as `search_model` takes them.
+        phrases: int32 `[B, C, P]`, C, P >= 1: each sentence's phrases, 0-padded
+            (`constrained_beam_search.padded_phrases`); split with the sentences.
+        phrase_lengths: int32 `[B, C]`: their tokens; 0 = no phrase in the slot.
+        beam_size, alpha, final_results: as `translate_ids` takes them.
+
+    Returns:
+        `(ids int32 [B, K, L], scores float32 [B, K], constraints_met bool [B, K])`:
+        `translate_ids`'s n-best, those that hold every phrase first, and whether each
+        does (`[:, 0]`: the translation's). A sentence without phrases gets
+        `translate_ids`'s ids and scores exactly.
+    """
+    strategy = ConstrainedBeamSearch(beam_size, final_results)
+    check("parallel_searches", parallel_searches)
+    alpha = tf.cast(checked_alpha(alpha, transformer.config.max_length), tf.float32)
+    phrases, phrase_lengths = checked_phrases(phrases, phrase_lengths)  # [B, C, P], [B, C]
+    return search_model(
+        transformer, source_ids, strategy, ConstrainedSettings(alpha, phrases, phrase_lengths), max_extra_length,
+        output_kernel=output_kernel, parallel_searches=parallel_searches, steering=steering,
+        added_lengths=tf.reduce_sum(phrase_lengths, axis=1),  # [B]
     )
 
 

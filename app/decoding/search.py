@@ -42,8 +42,9 @@ class Strategy(typing.Protocol):
     # K, a Python int: the hypotheses each sentence keeps.
     width: int
 
-    def start(self, batch_size, buffer_length):
-        """The strategy's own state at step 0: nested tensors `[B, ...]`."""
+    def start(self, batch_size, buffer_length, settings):
+        """The strategy's own state at step 0: nested tensors `[B, ...]`, shaped by the
+        `SentenceSettings` of the B sentences where it needs (phrases `[B, C, P]`)."""
 
     def extend(self, state, ids, logits, allowed, step, settings):
         """Chooses the next token of each hypothesis.
@@ -68,8 +69,9 @@ class Strategy(typing.Protocol):
         """bool `[A]`: whether each sentence's result is final (`step` the newest position)."""
 
     def results(self, state, ids, step, settings):
-        """`(ids int32 [A, ..., L + 1], scores float32 [A, ...])`: each sentence's
-        output tokens, start token first, and their scores."""
+        """`(ids int32 [A, ..., L + 1], scores float32 [A, ...], *more)`: each sentence's
+        output tokens, start token first, their scores, then any other output of the
+        strategy, `[A, ...]` each (a constrained search's `constraints_met`)."""
 
     def no_results(self, batch_size, buffer_length):
         """`results` of a batch before any is written, `[B, ...]`: zeros, and the
@@ -82,8 +84,9 @@ class SentenceSettings(typing.NamedTuple):
 
     # int32 [A]: the most output tokens of each sentence, end token included.
     max_lengths: tf.Tensor
-    # The strategy's own settings, a NamedTuple of [A] tensors (`beam_search.BeamSettings`,
-    # `sampling.SamplingSettings`), or () where it reads none.
+    # The strategy's own settings, a NamedTuple of [A, ...] tensors (`beam_search.BeamSettings`,
+    # `sampling.SamplingSettings`, the phrases of `constrained_beam_search.ConstrainedSettings`),
+    # or () where it reads none.
     strategy: typing.Any = ()
     # steering.Steering, [A] and [A, P], or () for an unsteered search (today's graph).
     steering: typing.Any = ()
@@ -128,6 +131,15 @@ def loose_shape(x):
 def per_sentence_shape(x):
     """A `tf.while_loop` shape invariant that lets the sentence axis (0) change."""
     return tf.TensorShape([None] + x.shape[1:].as_list())
+
+
+def per_sentence_setting(value, shape):
+    """A setting of every sentence: a scalar (one value for all) broadcast to `shape`, the
+    sentences' `[B]`; a `[B]` value through the same (identity) broadcast, so that the
+    graphs traced before settings of higher rank existed stay the same; a `[B, ...]`
+    value (a constrained search's phrases `[B, C, P]`) as it is."""
+    value = tf.convert_to_tensor(value)
+    return value if (value.shape.rank or 0) >= 2 else tf.broadcast_to(value, shape)
 
 
 def longest_output(max_lengths):
@@ -288,8 +300,9 @@ def search(
     start_id=START_ID,
     steering=None,
 ):
-    """Runs `strategy` over a batch: `(ids int32 [B, ..., L], scores float32 [B, ...])`,
-    the strategy's results without the start token.
+    """Runs `strategy` over a batch: `(ids int32 [B, ..., L], scores float32 [B, ...],
+    *more)`, the strategy's results without the start token (`more`: any other output
+    it gives, such as a constrained search's `constraints_met`).
 
     Args:
         strategy: the `Strategy`.
@@ -307,7 +320,7 @@ def search(
         max_lengths: int32 `[B]` (or a scalar for all): the most output tokens of each
             sentence, end token included, >= 1. A hypothesis of that length ends there.
         settings: the strategy's settings (`SentenceSettings.strategy`), a NamedTuple of
-            `[B]` tensors (or scalars for all) such as `BeamSettings(alpha)`, or ().
+            `[B, ...]` tensors (or scalars for all) such as `BeamSettings(alpha)`, or ().
         sentence_cache: nested tensors with the batch `B` on axis 0 that all hypotheses
             of a sentence read alike (such as the encoder output's keys and values):
             never tiled nor reordered, only narrowed to the sentences still searched.
@@ -325,7 +338,7 @@ def search(
     sentences = tf.shape(initial_ids)
     settings = SentenceSettings(
         max_lengths=tf.broadcast_to(tf.convert_to_tensor(max_lengths, tf.int32), sentences),  # [B]
-        strategy=tf.nest.map_structure(lambda value: tf.broadcast_to(tf.convert_to_tensor(value), sentences), settings),
+        strategy=tf.nest.map_structure(lambda value: per_sentence_setting(value, sentences), settings),
     )
     steered = steering is not None
     if steered:
@@ -348,7 +361,7 @@ def search(
         sentence_cache=sentence_cache,
         rows=tf.range(batch_size),  # [B]
         settings=settings,
-        strategy=strategy.start(batch_size, buffer_length),
+        strategy=strategy.start(batch_size, buffer_length, settings),
         results=strategy.no_results(batch_size, buffer_length),
         ngram_runs=tf.zeros([batch_size, k, buffer_length], tf.int32) if steered else (),  # [B, K, L + 1]
     )
@@ -367,5 +380,5 @@ def search(
         loop.keep_going, loop.body, (initial_state,), shape_invariants=(invariants,), parallel_iterations=1
     )
     # The sentences still searched when the longest output was reached.
-    ids, scores = loop.write_results(state, tf.ones_like(state.rows, tf.bool)).results
-    return ids[..., 1:], scores
+    ids, *outputs = loop.write_results(state, tf.ones_like(state.rows, tf.bool)).results
+    return (ids[..., 1:], *outputs)

@@ -61,7 +61,7 @@ class LastAllowedToken:
 
     width = 1
 
-    def start(self, batch_size, buffer_length):
+    def start(self, batch_size, buffer_length, settings):
         return tf.zeros([batch_size], tf.float32)
 
     def no_results(self, batch_size, buffer_length):
