@@ -40,6 +40,14 @@ from app.decoding.beam_search import NEG, BeamSearch, BeamState, best_candidates
 from app.decoding.search import gather_beams, hypothesis_mask, search
 from layers.special_tokens import END_ID, PAD_ID, START_ID
 
+# The most phrases one sentence may carry where requests come from outside (the export's
+# `constrained` signature refuses more). A step weighs N = 3K + 2KC candidates against
+# each other pairwise, O(N^2) per sentence: at K = 4, 64 phrases make N = 524 and about
+# 275,000 comparisons a step, where one phrase makes 400. A translator's glossary hits
+# per sentence are a handful; the bound keeps one small request from asking the server
+# for gigabytes.
+MAX_PHRASES = 64
+
 
 class ConstrainedSettings(typing.NamedTuple):
     """Each sentence's setting (`search.SentenceSettings.strategy`), sentences on axis 0."""

@@ -17,9 +17,19 @@ signature takes raw strings. Signatures (batch B, beam K):
     sample                  inputs string [B], seed int64 [B], top_k int32 [B], top_p float32 [B],
                             temperature float32 [B], max_extra_length int32 [B]
                             -> translations string [B], scores float32 [B]  (app/decoding/sampling.py)
+    constrained             inputs string [B], prefixes string [B], constraints string [B],
+                            no_repeat_ngram_size int32 [B], alpha float32 [B],
+                            max_extra_length int32 [B] -> translations string [B],
+                            scores float32 [B], constraints_met bool [B]
+                            (app/decoding/steering.py, constrained_beam_search.py)
 
 Every input is a vector `[B]`, checked when the graph runs (TF Serving does not check a
 request's shapes): a scalar or a `[B, N]` tensor is refused, naming its shape.
+
+`constrained` steers the search, per sentence: `prefixes` is forced first ("" for none),
+`constraints` holds target phrases separated by tabs that the translation must contain
+("" for none), and no n-gram of `no_repeat_ngram_size` tokens may occur twice (0: off).
+With none of them it is `translate_with_options`, token for token.
 
 `translate_with_options` takes the decoding settings per instance, so TF Serving's row
 format ({"instances": [{"inputs": ..., "alpha": ...}]}) can carry them, and requests with
@@ -53,7 +63,11 @@ from app.export.locate import DEFAULT_EXPORT_BASE
 from app.decoding.beam_search import length_penalty
 from app.decoding.config import DecodingConfig
 from app.decoding.forced import forced_log_probs, target_ids
-from app.decoding.model_search import checked_alpha, checked_request, greedy_ids, sample_ids, translate_ids
+from app.decoding.constrained_beam_search import MAX_PHRASES, padded_phrases
+from app.decoding.model_search import (
+    checked_alpha, checked_request, constrained_ids, greedy_ids, sample_ids, translate_ids,
+)
+from app.decoding.steering import Steering, padded_prefixes
 from app.decoding.truncation import truncated_sources
 from app.model_dir import checkpoints
 from app.export.export_info import EXPORT_INFO  # beside saved_model.pb: export_metadata()
@@ -243,6 +257,83 @@ class Translator(tf.Module):
         ids, scores = sample_ids(self._transformer, self.source_ids(inputs), *settings, self.output_kernel)
         return {"translations": self.tokenizer.detokenize(ids), "scores": scores}
 
+    def prefix_ids(self, prefixes):
+        """string `[B]` -> `(prefix int32 [B, P], lengths int32 [B])`, P >= 1: each target
+        prefix's subwords as the tokenizer spells the text (lowercased for a lowercased
+        model), no end token, cut to `max_length - 1` so that the end token still fits."""
+        tokens = self.tokenizer.tokenize(prefixes)  # ragged int32 [B, None]
+        return padded_prefixes(tokens[:, : self._max_source_length - 1])
+
+    def phrase_ids(self, constraints):
+        """string `[B]` (phrases separated by tabs) -> `(phrases int32 [B, C, P], lengths
+        int32 [B, C])`, C, P >= 1, as `constrained_ids` takes them.
+
+        Each phrase is tokenized on its own, so it starts with the tokenizer's word marker:
+        it matches whole words only, never the inside of one. An empty or blank phrase
+        (a trailing tab, two tabs in a row) has no tokens and is no constraint. A phrase
+        is cut to `max_length - 1` tokens, and a sentence may carry at most `MAX_PHRASES`
+        (the search's work grows with the square of their number): more is refused.
+        """
+        phrases = tf.strings.split(constraints, sep="\t")  # ragged string [B, None]
+        check = tf.debugging.assert_less_equal(
+            tf.cast(phrases.row_lengths(), tf.int32), MAX_PHRASES,
+            message=f"constraints: at most {MAX_PHRASES} phrases (tab-separated) per input",
+        )
+        with tf.control_dependencies([check]):
+            flat = tf.strings.strip(phrases.flat_values)  # [phrases in the batch]
+        tokens = self.tokenizer.tokenize(flat)[:, : self._max_source_length - 1]  # ragged [n, None]
+        return padded_phrases(phrases.with_flat_values(tokens))  # [B, C, P], [B, C]
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None], tf.string, name="inputs"),
+            tf.TensorSpec([None], tf.string, name="prefixes"),
+            tf.TensorSpec([None], tf.string, name="constraints"),
+            tf.TensorSpec([None], tf.int32, name="no_repeat_ngram_size"),
+            tf.TensorSpec([None], tf.float32, name="alpha"),
+            tf.TensorSpec([None], tf.int32, name="max_extra_length"),
+        ]
+    )
+    def serve_constrained(self, inputs, prefixes, constraints, no_repeat_ngram_size, alpha, max_extra_length):
+        """Beam search steered per sentence (a target prefix, phrases that must appear, no
+        repeated n-grams), at the export's beam size. `constraints_met`: the translation
+        holds every phrase (true without phrases); where no hypothesis could hold them all
+        within the length limit, it is the best translation found, and false.
+
+        A batch with no phrase at all runs `translate_with_options`' search with the
+        prefixes and n-gram rule; one with any phrase runs the constrained search for every
+        sentence, which gives a sentence without phrases the same translation.
+        """
+        inputs = one_per_sentence(inputs)
+        prefixes, constraints, no_repeat_ngram_size, alpha, extra = checked_request(
+            tf.size(inputs), prefixes=one_per_sentence(prefixes), constraints=one_per_sentence(constraints),
+            no_repeat_ngram_size=one_per_sentence(no_repeat_ngram_size), alpha=one_per_sentence(alpha),
+            max_extra_length=one_per_sentence(max_extra_length),
+        )
+        source_ids = self.source_ids(inputs)  # [B, S]
+        steering = Steering(*self.prefix_ids(prefixes), no_repeat_ngram_size)
+        phrases, phrase_lengths = self.phrase_ids(constraints)  # [B, C, P], [B, C]
+        d = self._decoding
+
+        def constrained():
+            ids, scores, met = constrained_ids(
+                self._transformer, source_ids, phrases, phrase_lengths, d.beam_size, alpha, extra,
+                steering=steering, output_kernel=self.output_kernel, final_results=1,
+                parallel_searches=d.parallel_searches,
+            )  # [B, K, L], [B, K], [B, K]
+            return ids[:, 0], scores[:, 0], met[:, 0]
+
+        def unconstrained():
+            ids, scores = translate_ids(
+                self._transformer, source_ids, d.beam_size, alpha, extra, self.output_kernel, final_results=1,
+                parallel_searches=d.parallel_searches, steering=steering,
+            )  # [B, K, L], [B, K]
+            return ids[:, 0], scores[:, 0], tf.ones_like(scores[:, 0], tf.bool)
+
+        # The constrained search's candidates cost more a step: only batches that need it pay.
+        ids, scores, met = tf.cond(tf.reduce_any(phrase_lengths > 0), constrained, unconstrained)
+        return {"translations": self.tokenizer.detokenize(ids), "scores": scores, "constraints_met": met}
+
     def signatures(self):
         return {
             "serving_default": self.serve.get_concrete_function(),
@@ -251,6 +342,7 @@ class Translator(tf.Module):
             "translate_with_options": self.serve_with_options.get_concrete_function(),
             "score": self.serve_score.get_concrete_function(),
             "sample": self.serve_sample.get_concrete_function(),
+            "constrained": self.serve_constrained.get_concrete_function(),
         }
 
 
