@@ -498,6 +498,7 @@ def print_results(result, plan, target_lang, seconds):
     print(f"chrF            {result['chrf']:6.2f}  {result['chrf_signature']}")
     print(f"BLEU lowercased {result['bleu_lowercase']:6.2f}  {result['bleu_lowercase_signature']}")
     print(f"BLEU lc, Moses  {result['bleu_moses_lowercase']:6.2f}  {result['bleu_moses_lowercase_signature']}")
+    print(f"BLEU lc.norm.tok {result['bleu_lc_norm_tok']:5.2f}  {result['bleu_lc_norm_tok_signature']}")
     print(f"{paper_bleu_label(target_lang):<15} {result['bleu_paper']:6.2f}  {result['bleu_paper_signature']}")
     print(
         f"length: {result['length_ratio']:.3f} of the references' "

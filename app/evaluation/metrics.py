@@ -4,6 +4,9 @@
     chrF             character n-gram F-score
     BLEU lowercased  the same BLEU, lowercased
     Moses lc BLEU    lowercased BLEU of Moses-tokenized text: published Multi30k figures
+    lc.norm.tok BLEU BLEU on Multi30k's `lc.norm.tok` form of both sides: lowercased,
+                     punctuation normalized, Moses-tokenized with hyphens split: the
+                     form the published text-only Multi30k results were scored on
     paper BLEU       cased BLEU of Moses-tokenized text, the hypotheses' Unicode
                      punctuation replaced first and German compounds split at their
                      hyphens: the figure of the paper's Table 2 (tensor2tensor's
@@ -56,6 +59,8 @@ def score(hypotheses, references, target_lang=None):
             results["length_ratio"] = round(corpus_score.ratio, 3)
     value, signature = moses_lowercase_bleu(hypotheses, references, target_lang)
     results["bleu_moses_lowercase"], results["bleu_moses_lowercase_signature"] = round(value, 2), signature
+    value, signature = lc_norm_tok_bleu(hypotheses, references, target_lang)
+    results["bleu_lc_norm_tok"], results["bleu_lc_norm_tok_signature"] = round(value, 2), signature
     value, signature = paper_bleu(hypotheses, references, target_lang)
     results["bleu_paper"], results["bleu_paper_signature"] = round(value, 2), signature
     return results
@@ -75,6 +80,30 @@ def moses_lowercase_bleu(hypotheses, references, target_lang=None):
     return _tokenized_bleu(
         [tokenize(line.lower()) for line in hypotheses], [tokenize(line.lower()) for line in references],
         smooth_method="none", case="lc", tok=f"moses-{lang}",
+    )
+
+
+def lc_norm_tok_bleu(hypotheses, references, target_lang=None):
+    """`(BLEU, signature)` of both sides in Multi30k's `lc.norm.tok` form, unsmoothed.
+
+    The Multi30k release's tokenized files (`*.lc.norm.tok.*`), on which published
+    text-only results are scored, were made by Moses' lowercase.perl, then
+    normalize-punctuation.perl, then tokenizer.perl with `-a`, which splits hyphens
+    inside words ("t-shirt" -> "t @-@ shirt"); BLEU is multi-bleu.perl's on those tokens.
+    The same steps are applied here to detokenized hypotheses and raw references.
+    """
+    lang = target_lang or "en"
+    import sacremoses
+
+    normalize = sacremoses.MosesPunctNormalizer(lang=lang).normalize
+    tokenizer = sacremoses.MosesTokenizer(lang=lang)
+
+    def lc_norm_tok(line):
+        return tokenizer.tokenize(normalize(line.lower()), aggressive_dash_splits=True, escape=False, return_str=True)
+
+    return _tokenized_bleu(
+        [lc_norm_tok(line) for line in hypotheses], [lc_norm_tok(line) for line in references],
+        smooth_method="none", case="lc", tok=f"lc.norm.tok-{lang}",
     )
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app.evaluation.metrics import moses_lowercase_bleu, paper_bleu, paper_bleu_tokens, score, split_compounds
+from app.evaluation.metrics import lc_norm_tok_bleu, moses_lowercase_bleu, paper_bleu, paper_bleu_tokens, score, split_compounds
 
 
 def test_scores_are_sacrebleus_with_lowercased_bleu_beside_them():
@@ -49,6 +49,22 @@ def test_moses_bleu_scores_lowercased_moses_tokens_as_multi30k_papers_do():
     assert moses_lowercase_bleu(["A dog."], ["A cat."], "en")[0] == 0.0
     german = "Zwei Hunde, z.B. im Gras."
     assert score([german], [german], "de")["bleu_moses_lowercase"] == 100.0
+
+
+def test_lc_norm_tok_bleu_scores_multi30k_s_lowercased_normalized_hyphen_split_tokens():
+    import sacrebleu
+
+    # Lowercased, „“ and – normalized to " and -, the hyphen inside a word split off ("@-@").
+    hypothesis, reference = "Ein Mann im T-Shirt sagt „Hallo“ – laut.", "Ein Mann im roten T-Shirt sagt laut."
+    value, signature = lc_norm_tok_bleu([hypothesis], [reference], "de")
+    expected = sacrebleu.corpus_bleu(
+        ['ein mann im t @-@ shirt sagt " hallo " - laut .'], [["ein mann im roten t @-@ shirt sagt laut ."]],
+        tokenize="none", smooth_method="none",
+    ).score
+    assert value == pytest.approx(expected) and value > 0
+    assert signature == "nrefs:1|case:lc|eff:no|tok:lc.norm.tok-de(sacremoses-0.2.0)|smooth:none|version:2.6.0"
+    assert lc_norm_tok_bleu(['Er sagt „Hallo“ – laut.'], ['er sagt "hallo" - laut.'], "de")[0] == pytest.approx(100)
+    assert score([hypothesis], [hypothesis], "de")["bleu_lc_norm_tok"] == 100.0
 
 
 def test_compounds_split_at_hyphens_between_non_spaces_as_get_ende_bleu_does():
