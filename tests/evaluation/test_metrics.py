@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from app.evaluation.metrics import lc_norm_tok_bleu, moses_lowercase_bleu, paper_bleu, paper_bleu_tokens, score, split_compounds
+from app.evaluation.metrics import (
+    lc_norm_tok_bleu, moses_lowercase_bleu, paper_bleu, paper_bleu_tokens, score, split_compounds,
+)
 
 
 def test_scores_are_sacrebleus_with_lowercased_bleu_beside_them():
