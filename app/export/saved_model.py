@@ -317,8 +317,8 @@ class Translator(tf.Module):
 
         def constrained():
             ids, scores, met = constrained_ids(
-                self._transformer, source_ids, phrases, phrase_lengths, d.beam_size, alpha, extra,
-                steering=steering, output_kernel=self.output_kernel, final_results=1,
+                self._transformer, source_ids, phrases, phrase_lengths, d.beam_size, alpha=alpha,
+                max_extra_length=extra, steering=steering, output_kernel=self.output_kernel, final_results=1,
                 parallel_searches=d.parallel_searches,
             )  # [B, K, L], [B, K], [B, K]
             return ids[:, 0], scores[:, 0], met[:, 0]
