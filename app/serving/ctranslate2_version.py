@@ -67,6 +67,9 @@ hypotheses it forces to end there score below the best.
   that says to serve the SavedModel for them; `constraints_met` is true for every
   sentence, which asked for none.
 
+Ensembles: a version whose export_info.json records one (`ensemble`) is refused when it
+loads: CTranslate2 decodes one model (app/export/ctranslate2.py refuses to export one).
+
 Imports no TensorFlow: CTranslate2's threads ran several times slower beside it.
 """
 
@@ -80,7 +83,7 @@ import numpy as np
 
 from app.decoding.config import RULES
 from app.decoding.truncation import subwords_kept, truncated_source
-from app.export.export_info import EXPORT_INFO, read_export_info
+from app.export.export_info import ENSEMBLE, EXPORT_INFO, read_export_info
 from app.serving.rest_api import ServingError, TensorSpec, signature_def_json, signature_of_specs
 from layers.special_tokens import END_ID, PAD_ID, START_ID
 
@@ -124,6 +127,12 @@ class Engine:
         for key in ("max_length", "beam_size", "alpha", "max_extra_length"):
             if key not in self.info:
                 raise RuntimeError(f"{os.path.join(path, EXPORT_INFO)} has no {key!r}: export it again")
+        if self.info.get(ENSEMBLE):
+            raise RuntimeError(
+                f"{os.path.join(path, EXPORT_INFO)} records an ensemble ({ENSEMBLE!r}: "
+                f"{json.dumps(self.info[ENSEMBLE])}): a CTranslate2 version decodes one model, and cannot "
+                "average several models' distributions; serve the ensemble's SavedModel export instead"
+            )
         self.max_length = int(self.info["max_length"])
         self.lowercase = bool(self.info.get("lowercase", False))
         self.processor = sentencepiece.SentencePieceProcessor(model_file=os.path.join(path, SUBWORDS))

@@ -330,6 +330,30 @@ def test_scale_norm_is_refused_by_name_and_nothing_is_written(model_dir, tmp_pat
     assert message in capsys.readouterr().err
 
 
+def test_an_ensemble_is_refused_by_name_and_nothing_is_written(ct2_export, tmp_path):
+    from app.export.ctranslate2 import export_ctranslate2
+    from app.export.saved_model import ExportError
+
+    # What export.py records of `--ensemble runs/b` (export_info.json's "ensemble").
+    metadata = {"ensemble": ["runs/a", "runs/b"]}
+    message = "--ensemble: CTranslate2 decodes one model, not an ensemble (runs/a, runs/b)"
+    with pytest.raises(ExportError, match=re.escape(message)):
+        export_ctranslate2(ct2_export[1], str(tmp_path / "ct2"), metadata=metadata)
+    assert not os.path.exists(tmp_path / "ct2")
+
+
+def test_a_version_that_records_an_ensemble_is_refused_when_it_loads(ct2_export, tmp_path):
+    from app.serving.ctranslate2_version import CTranslate2Version
+
+    path = tmp_path / "1"
+    shutil.copytree(ct2_export[0], path)
+    info = json.loads((path / "export_info.json").read_text())
+    (path / "export_info.json").write_text(json.dumps({**info, "ensemble": ["runs/a", "runs/b"]}))
+    with pytest.raises(RuntimeError, match=re.escape(
+            '(\'ensemble\': ["runs/a", "runs/b"]): a CTranslate2 version decodes one model')):
+        CTranslate2Version(1, str(path))
+
+
 def test_missing_ctranslate2_gives_the_install_hint(monkeypatch, model_dir, tmp_path, capsys):
     import export
     from app.export.ctranslate2 import import_ctranslate2
