@@ -100,6 +100,11 @@ EMPTY_SCORE = -1e9
 
 _STRING, _FLOAT, _INT, _BOOL = np.dtype(object), np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.bool_)
 
+# The settings a request carries besides its inputs, in the order the SavedModel's
+# signatures check them: translate_with_options', and constrained's.
+OPTIONS = ("alpha", "max_extra_length")
+STEERED_OPTIONS = ("prefixes", "constraints", "no_repeat_ngram_size") + OPTIONS
+
 
 def gnmt_penalty(length, alpha):
     """GNMT's length penalty ((5 + length) / 6) ** alpha, as the SavedModel's beam search
@@ -398,7 +403,7 @@ class CTranslate2Version:
         elif signature_name == "translate_with_options":
             alphas, extras = self._options(inputs, n)
         elif signature_name == "constrained":
-            alphas, extras = self._options(inputs, n, steered=True)
+            alphas, extras = self._options(inputs, n, STEERED_OPTIONS)
             steering = self._steering(inputs)
         translations, scores = self.engine.translate(
             texts, beam_size, alphas, extras, signature_name == "nbest", **steering
@@ -415,27 +420,25 @@ class CTranslate2Version:
             outputs["constraints_met"] = np.ones(n, dtype=bool)
         return outputs
 
-    def _options(self, inputs, n, steered=False):
-        """translate_with_options' alpha and max_extra_length (with `steered`, `constrained`'s
-        other inputs too, whose values `_steering` reads), checked as the SavedModel's
-        `checked_request` checks them: one value per input each, then each setting's rules."""
-        names = ("alpha", "max_extra_length") + (("prefixes", "constraints", "no_repeat_ngram_size") if steered else ())
+    def _options(self, inputs, n, names=OPTIONS):
+        """The request's alpha and max_extra_length, with the other settings `names` (in the
+        SavedModel's order: `OPTIONS`, or `STEERED_OPTIONS` for `constrained`) checked as its
+        `checked_request` checks them: one value per input each, then each setting's rules
+        (`RULES`), then alpha's limit for the model (`checked_alpha`)."""
         for name in names:
             size = np.asarray(inputs[name]).size
             if size != n:
                 raise ServingError(f"assertion failed: one {name} per input: {size} for {n} inputs")
+        for name in names:
+            if name in RULES:
+                _check_request(name, np.asarray(inputs[name]).ravel())  # as the signature's spec typed it
         alpha = np.asarray(inputs["alpha"], np.float32).ravel()
-        extra = np.asarray(inputs["max_extra_length"], np.int64).ravel()
-        _check_request("alpha", alpha)
         if np.any(alpha > self.max_alpha):
             raise ServingError(
                 f"assertion failed: alpha must be at most {self.max_alpha} for a model of "
                 f"{self.engine.max_length} positions, got {alpha.tolist()}"
             )
-        _check_request("max_extra_length", extra)
-        if steered:
-            _check_request("no_repeat_ngram_size", np.asarray(inputs["no_repeat_ngram_size"], np.int64).ravel())
-        return [float(a) for a in alpha], [int(e) for e in extra]
+        return [float(a) for a in alpha], [int(e) for e in np.asarray(inputs["max_extra_length"], np.int64).ravel()]
 
     def _steering(self, inputs):
         """`constrained`'s prefixes and no_repeat_ngram_size as `Engine.translate` takes them
