@@ -62,6 +62,12 @@ hypotheses it forces to end there score below the best.
   tokens left share the banned one's probability; the SavedModel masks after it. Where a
   ban applies, the scores here are of that renormalized distribution (never below the
   model's log-probability), and the search may rarely choose otherwise.
+- Where the searches differ (alpha 0; tests/export/test_ctranslate2.py pins that these
+  are the only ways): right after a prefix, CTranslate2 lets a translation end only where
+  the end token is the most likely next token (its guard against short outputs, its
+  issue #277), where the SavedModel takes it as any of its 2K candidates; and at an output
+  limit the SavedModel forces the end token, where CTranslate2 stops after one more token
+  without it. The second holds for every signature; a forced prefix makes it likelier.
 - `constraints`: CTranslate2 has no lexical constraints. A sentence with any phrase (tab-
   separated, blank ones ignored as the SavedModel ignores them) is refused with a 400
   that says to serve the SavedModel for them; `constraints_met` is true for every

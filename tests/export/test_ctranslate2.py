@@ -268,6 +268,52 @@ def test_a_batch_of_mixed_settings_translates_each_sentence_as_alone(ct2_version
         np.testing.assert_allclose(batch["scores"][i], alone["scores"][0], rtol=1e-5)
 
 
+def saved_model_constrained(saved_model, texts, prefixes, no_repeat_ngram_size, max_extra_length=50):
+    """The SavedModel's `constrained` at alpha 0 without phrases: `(texts [B] str, scores float32 [B])`."""
+    import tensorflow as tf
+
+    n = len(texts)
+    outputs = saved_model.signatures["constrained"](
+        inputs=tf.constant(texts), prefixes=tf.constant(prefixes), constraints=tf.fill([n], ""),
+        no_repeat_ngram_size=tf.fill([n], no_repeat_ngram_size), alpha=tf.fill([n], 0.0),
+        max_extra_length=tf.fill([n], max_extra_length),
+    )
+    return [t.decode("utf-8") for t in outputs["translations"].numpy()], outputs["scores"].numpy()
+
+
+@pytest.mark.slow
+def test_constrained_translates_as_the_saved_model_but_where_ctranslate2_searches_otherwise(
+        ct2_version, saved_model, monkeypatch):
+    """At alpha 0. Without a prefix, the SavedModel's translations and scores, n-gram rule
+    or not. With one (the references' first one or two words), each translation that
+    differs is one of the two the module docstring names: the SavedModel's ends right
+    after the prefix, or CTranslate2's reached its limit without the end token."""
+    engine = ct2_version.engine
+    recorded = RecordingTranslator(engine.translator)
+    monkeypatch.setattr(engine, "translator", recorded)
+    sources = validation_sources(100)
+    for size in (0, 3):
+        want, want_scores = saved_model_constrained(saved_model, sources, [""] * len(sources), size)
+        got = constrained(ct2_version, sources, no_repeat_ngram_size=size)
+        same = [g.decode("utf-8") == w for g, w in zip(got["translations"], want)]
+        assert sum(same) >= 0.99 * len(sources)
+        np.testing.assert_allclose(got["scores"][same], want_scores[same], rtol=1e-3, atol=1e-3)
+    with gzip.open(os.path.join(ROOT, "data", "multi30k", "val.de.gz"), "rt", encoding="utf-8") as f:
+        references = [next(f).split() for _ in sources]
+    for words, extra in ((1, 50), (2, 50), (1, 3)):
+        prefixes = [" ".join(reference[:words]) for reference in references]
+        recorded.hypotheses.clear()
+        want, _ = saved_model_constrained(saved_model, sources, prefixes, 0, extra)
+        outputs = constrained(ct2_version, sources, prefixes, max_extra_length=extra)
+        got = [t.decode("utf-8") for t in outputs["translations"]]
+        limits = engine.output_limits(engine.source_pieces(sources), extra, engine.prefix_pieces(prefixes))
+        normalized = [engine.detokenize(pieces) for pieces in engine.prefix_pieces(prefixes)]
+        for i in (i for i, (g, w) in enumerate(zip(got, want)) if g != w):
+            at_limit = any(len(pieces) == limits[i] and pieces[-1] != "</s>"
+                           for pieces in recorded.hypotheses if engine.detokenize(pieces) == got[i])
+            assert want[i] == normalized[i] or at_limit, (prefixes[i], got[i], want[i])
+
+
 def test_constrained_refuses_phrases_and_bad_settings_by_name(ct2_version):
     from app.serving.rest_api import ServingError
 
