@@ -16,7 +16,8 @@ scaled by sqrt(d_model), the model's layer-norm epsilon. The vocabulary is the
 sentencepiece model's pieces in id order, shared by source and target; CTranslate2's
 start, end and unknown tokens are the pieces of START_ID, END_ID and UNKNOWN_ID
 (layers/special_tokens.py). Settings CTranslate2 cannot express (ScaleNorm, per-head widths
-other than d_model / h) are refused with an ExportError naming the setting.
+other than d_model / h) are refused with an ExportError naming the setting, and so is an
+ensemble (export_info.json's `ensemble`): CTranslate2 decodes one model.
 
 `app/serving/ctranslate2_version.py` serves such a directory behind the same REST API as
 the SavedModel. TF Serving ignores the non-numeric `ctranslate2/` directory beside its
@@ -29,7 +30,7 @@ import os
 
 import numpy as np
 
-from app.export.export_info import EXPORT_INFO
+from app.export.export_info import ENSEMBLE, EXPORT_INFO
 from app.export.saved_model import ExportError, new_version
 from data.tokenizer import MODEL_FILENAME
 from layers.special_tokens import END_ID, START_ID, UNKNOWN_ID
@@ -69,6 +70,18 @@ def check_expressible(config):
             f"key_dim={config.key_dim}, value_dim={config.value_dim} with num_heads={config.num_heads}: "
             f"CTranslate2's Transformer needs key_dim = value_dim = d_model / num_heads = "
             f"{config.d_model / config.num_heads:g}"
+        )
+
+
+def check_single_model(metadata):
+    """ExportError where `metadata` (export_info.json's fields) records an ensemble
+    (`ENSEMBLE`): CTranslate2 decodes one model, and cannot average several models'
+    distributions as the ensemble's SavedModel does."""
+    members = (metadata or {}).get(ENSEMBLE)
+    if members:
+        raise ExportError(
+            f"--ensemble: CTranslate2 decodes one model, not an ensemble ({', '.join(map(str, members))}); "
+            "export the ensemble as a SavedModel (--format savedmodel), or one model for CTranslate2"
         )
 
 
@@ -226,9 +239,14 @@ def export_ctranslate2(translator, base, version=None, metadata=None, quantizati
         version: a positive int; default the next free one.
         quantization: CTranslate2's weight type on disk (None: float32, "int8", ...).
 
+    Raises:
+        ExportError: `metadata` records an ensemble (`check_single_model`), before
+            anything is written.
+
     Returns:
         the version's path.
     """
+    check_single_model(metadata)
     with new_version(base, version) as (temporary, final):
         model_proto = translator.tokenizer.model_proto
         spec = transformer_spec(translator.transformer, vocabulary_pieces(model_proto))

@@ -24,6 +24,10 @@ from data.errors import DataError
 
 EXPORT_INFO = "export_info.json"
 
+# The field of an ensemble's export (export.py --ensemble): its members' model directories.
+# A CTranslate2 version decodes one model, so it refuses one that has it.
+ENSEMBLE = "ensemble"
+
 # What a JSON value is, by the Python type json.load gives it, for messages.
 JSON_KINDS = {
     dict: "an object",

@@ -14,6 +14,12 @@ Signatures as the SavedModel's (app/export/saved_model.py), batch B, beam K:
     greedy                  inputs string [B] -> translations string [B], scores float32 [B]
     translate_with_options  inputs string [B], alpha float32 [B], max_extra_length int32 [B]
                             -> translations string [B], scores float32 [B]
+    constrained             inputs string [B], prefixes string [B], constraints string [B],
+                            no_repeat_ngram_size int32 [B], alpha float32 [B],
+                            max_extra_length int32 [B]
+                            -> translations string [B], scores float32 [B], constraints_met bool [B]
+
+(The SavedModel's `sample` and `score` have no CTranslate2 counterpart here.)
 
 The text goes through the export's subwords.model with the `sentencepiece` package,
 lowercased first where the run was trained lowercased (data/lowercase.py), truncated to
@@ -34,11 +40,41 @@ search does, and the best translations agree (tests/export/test_ctranslate2.py).
 alpha > 0 the SavedModel keeps searching while a live beam could still beat its worst
 finished one, CTranslate2 stops at its first K finished: they may differ.
 
-Output limits: CTranslate2 takes one `max_decoding_length` per call. A batch is decoded
-with the largest limit of its sentences; a sentence whose translation came out longer
-than its own limit is decoded again alone (with the others of its limit). With alpha 0
-that is the translation a call at its own limit gives: the search up to that limit is
-the same, and the hypotheses it forces to end there score below the best.
+Calls: CTranslate2 takes one `max_decoding_length`, one length penalty and one
+`no_repeat_ngram_size` per call. A batch is decoded in one call per no_repeat_ngram_size
+and per kind of alpha (0 or not) among its sentences, so a sentence is decoded as it
+would be alone, whatever its neighbours ask. A call is decoded with the largest limit of
+its sentences; a sentence whose translation came out longer than its own limit is
+decoded again alone (with the others of its limit). With alpha 0 that is the translation
+a call at its own limit gives: the search up to that limit is the same, and the
+hypotheses it forces to end there score below the best.
+
+`constrained`: what CTranslate2 can steer, the SavedModel's way.
+- A target prefix is segmented as a source is (lowercased where the run was), cut to its
+  first max_length - 1 pieces so the end token still fits, and forced as translate_batch's
+  `target_prefix`; a trailing partial word is forced as its pieces. The sentence's output
+  limit grows by the prefix's pieces, still at most max_length. CTranslate2 scores a
+  hypothesis from the first token after its prefix; the SavedModel counts the prefix's
+  log-probabilities too (fairseq's way), so the prefix's (`score_batch`) is added to each
+  hypothesis before it is ranked.
+- `no_repeat_ngram_size` is translate_batch's: no n-gram of that size twice in the output,
+  prefix included. CTranslate2 bans a token by its logit, before the softmax, so the
+  tokens left share the banned one's probability; the SavedModel masks after it. Where a
+  ban applies, the scores here are of that renormalized distribution (never below the
+  model's log-probability), and the search may rarely choose otherwise.
+- Where the searches differ (alpha 0; tests/export/test_ctranslate2.py pins that these
+  are the only ways): right after a prefix, CTranslate2 lets a translation end only where
+  the end token is the most likely next token (its guard against short outputs, its
+  issue #277), where the SavedModel takes it as any of its 2K candidates; and at an output
+  limit the SavedModel forces the end token, where CTranslate2 stops after one more token
+  without it. The second holds for every signature; a forced prefix makes it likelier.
+- `constraints`: CTranslate2 has no lexical constraints. A sentence with any phrase (tab-
+  separated, blank ones ignored as the SavedModel ignores them) is refused with a 400
+  that says to serve the SavedModel for them; `constraints_met` is true for every
+  sentence, which asked for none.
+
+Ensembles: a version whose export_info.json records one (`ensemble`) is refused when it
+loads: CTranslate2 decodes one model (app/export/ctranslate2.py refuses to export one).
 
 Imports no TensorFlow: CTranslate2's threads ran several times slower beside it.
 """
@@ -47,12 +83,13 @@ import json
 import math
 import os
 import re
+import typing
 
 import numpy as np
 
 from app.decoding.config import RULES
-from app.decoding.truncation import truncated_source
-from app.export.export_info import EXPORT_INFO, read_export_info
+from app.decoding.truncation import subwords_kept, truncated_source
+from app.export.export_info import ENSEMBLE, EXPORT_INFO, read_export_info
 from app.serving.rest_api import ServingError, TensorSpec, signature_def_json, signature_of_specs
 from layers.special_tokens import END_ID, PAD_ID, START_ID
 
@@ -67,7 +104,12 @@ _NOT_ON_ONE_LINE = re.compile(" *[\x00-\x1f\x7f-\x9f\u2028\u2029][ \x00-\x1f\x7f
 # that a response stays JSON).
 EMPTY_SCORE = -1e9
 
-_STRING, _FLOAT, _INT = np.dtype(object), np.dtype(np.float32), np.dtype(np.int32)
+_STRING, _FLOAT, _INT, _BOOL = np.dtype(object), np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.bool_)
+
+# The settings a request carries besides its inputs, in the order the SavedModel's
+# signatures check them: translate_with_options', and constrained's.
+OPTIONS = ("alpha", "max_extra_length")
+STEERED_OPTIONS = ("prefixes", "constraints", "no_repeat_ngram_size") + OPTIONS
 
 
 def gnmt_penalty(length, alpha):
@@ -96,6 +138,12 @@ class Engine:
         for key in ("max_length", "beam_size", "alpha", "max_extra_length"):
             if key not in self.info:
                 raise RuntimeError(f"{os.path.join(path, EXPORT_INFO)} has no {key!r}: export it again")
+        if self.info.get(ENSEMBLE):
+            raise RuntimeError(
+                f"{os.path.join(path, EXPORT_INFO)} records an ensemble ({ENSEMBLE!r}: "
+                f"{json.dumps(self.info[ENSEMBLE])}): a CTranslate2 version decodes one model, and cannot "
+                "average several models' distributions; serve the ensemble's SavedModel export instead"
+            )
         self.max_length = int(self.info["max_length"])
         self.lowercase = bool(self.info.get("lowercase", False))
         self.processor = sentencepiece.SentencePieceProcessor(model_file=os.path.join(path, SUBWORDS))
@@ -105,20 +153,33 @@ class Engine:
             files=_model_files(path, self.pieces[PAD_ID]),
         )
 
-    def source_pieces(self, texts):
-        """str list [B] -> piece lists: each text's pieces, truncated to max_length - 1, then the end piece."""
+    def _segmented(self, texts):
+        """str list [B] -> piece-id lists: each text as the export's tokenizer segments it,
+        lowercased first where the run was trained lowercased."""
         if self.lowercase:
             from data.lowercase import lowercase
 
             texts = [lowercase(text) for text in texts]
-        ids = self.processor.encode(list(texts), out_type=int)
-        return [[self.pieces[i] for i in truncated_source(row, self.max_length, END_ID)] for row in ids]
+        return self.processor.encode(list(texts), out_type=int)
 
-    def output_limits(self, sources, max_extra_length):
+    def source_pieces(self, texts):
+        """str list [B] -> piece lists: each text's pieces, truncated to max_length - 1, then the end piece."""
+        rows = self._segmented(texts)
+        return [[self.pieces[i] for i in truncated_source(row, self.max_length, END_ID)] for row in rows]
+
+    def prefix_pieces(self, texts):
+        """str list [B] -> piece lists: each target prefix's pieces as the SavedModel's
+        tokenizer writes them ("" gives none), at most max_length - 1, so that the end
+        token still fits after them. A trailing partial word is forced as its pieces."""
+        return [[self.pieces[i] for i in row[: subwords_kept(self.max_length)]] for row in self._segmented(texts)]
+
+    def output_limits(self, sources, max_extra_length, prefixes=None):
         """The most output tokens (end token included) of each source, as the SavedModel's
-        `output_lengths`: its length + max_extra_length, at most max_length."""
+        `output_lengths`: its length + max_extra_length + its target prefix's length
+        (`prefixes`, piece lists, or None for none), at most max_length."""
         extra = np.minimum(np.broadcast_to(np.asarray(max_extra_length, np.int64), (len(sources),)), self.max_length)
-        return [int(min(len(source) + e, self.max_length)) for source, e in zip(sources, extra)]
+        added = [0] * len(sources) if prefixes is None else [len(prefix) for prefix in prefixes]
+        return [int(min(len(source) + e + a, self.max_length)) for source, e, a in zip(sources, extra, added)]
 
     def detokenize(self, pieces):
         """One hypothesis's pieces -> its text: up to the end piece, without pad and start."""
@@ -131,16 +192,20 @@ class Engine:
                 ids.append(i)
         return _NOT_ON_ONE_LINE.sub(" ", self.processor.decode(ids))
 
-    def _decode(self, sources, beam_size, limit, alphas, nbest):
-        """CTranslate2's finished hypotheses per source: lists of `(pieces, log-probability)`,
-        K of them, or only the best where all alphas are 0 and `nbest` is False."""
-        plain = all(a == 0 for a in alphas)
+    def _decode(self, sentences, indices, limit, call):
+        """CTranslate2's finished hypotheses of the sentences `indices` in one call, at most
+        `limit` tokens each: lists of `(pieces, log-probability after the prefix)`, K of
+        them, or only the best where the call is plain (alpha 0) and `call.nbest` is False."""
+        prefixes = [sentences.prefixes[i] for i in indices]
         results = self.translator.translate_batch(
-            sources,
-            beam_size=beam_size,
+            [sentences.sources[i] for i in indices],
+            # None where no sentence has one: nothing to force.
+            target_prefix=prefixes if any(prefixes) else None,
+            beam_size=call.beam_size,
             # Any alpha > 0 ranks CTranslate2's K hypotheses anew, so it must return them all.
-            num_hypotheses=beam_size if nbest or not plain else 1,
-            length_penalty=0.0 if plain else 1.0,
+            num_hypotheses=call.beam_size if call.nbest or not call.plain else 1,
+            length_penalty=0.0 if call.plain else 1.0,
+            no_repeat_ngram_size=call.no_repeat_ngram_size,
             max_input_length=0,
             max_decoding_length=limit,
             # CTranslate2's default 1 forbids the end token at the first step (renormalizing
@@ -154,37 +219,80 @@ class Engine:
         for result in results:
             hypotheses = []
             for pieces, score in zip(result.hypotheses, result.scores):
-                # With length_penalty 1 the score is log-probability / length.
-                hypotheses.append((pieces, score if plain else score * len(pieces)))
+                # With length_penalty 1 the score is log-probability / length (the
+                # prefix's pieces counted in the length, not in the log-probability).
+                hypotheses.append((pieces, score if call.plain else score * len(pieces)))
             decoded.append(hypotheses)
         return decoded
 
-    def translate(self, texts, beam_size, alphas, max_extra_lengths, nbest=False):
+    def _search(self, sentences, call):
+        """The hypotheses of the sentences of one call's settings (`call.indices`), each
+        within its own output limit: `{index: _decode's list}`.
+
+        The batch is decoded with the largest limit of its sentences; a sentence whose
+        hypotheses came out longer than its own is decoded again at it, with the others of
+        that limit (the module docstring says why that is the translation its own limit gives).
+        """
+        limits = sentences.limits
+        largest = max(limits[i] for i in call.indices)
+        hypotheses = dict(zip(call.indices, self._decode(sentences, call.indices, largest, call)))
+        again = [i for i in call.indices if any(len(pieces) > limits[i] for pieces, _ in hypotheses[i])]
+        for limit in sorted({limits[i] for i in again}):
+            group = [i for i in again if limits[i] == limit]
+            hypotheses.update(zip(group, self._decode(sentences, group, limit, call)))
+        return hypotheses
+
+    def _prefix_log_probabilities(self, sentences):
+        """The model's log-probability of each sentence's target prefix (0 for none).
+        CTranslate2 scores a hypothesis from the first token after its prefix; the
+        SavedModel counts the prefix's tokens too, so this is added to every hypothesis."""
+        steered = [i for i, prefix in enumerate(sentences.prefixes) if prefix]
+        totals = [0.0] * len(sentences.prefixes)
+        if steered:
+            results = self.translator.score_batch(
+                [sentences.sources[i] for i in steered], [sentences.prefixes[i] for i in steered], max_input_length=0
+            )
+            for i, result in zip(steered, results):
+                # log_probs ends with that of the end token after the prefix: not written there.
+                totals[i] = float(sum(result.log_probs[: len(sentences.prefixes[i])]))
+        return totals
+
+    def translate(self, texts, beam_size, alphas, max_extra_lengths, nbest=False, *, prefixes=None,
+                  no_repeat_ngram_sizes=None):
         """`(texts [B][K], scores float64 [B][K])`, best first by the SavedModel's score:
-        log-probability / gnmt_penalty(length, alpha), length counting the end token.
+        log-probability / gnmt_penalty(length, alpha), length counting the end token (and
+        the prefix's tokens, whose log-probabilities count too).
 
         Args:
             texts: str [B].
             alphas, max_extra_lengths: one per text.
             nbest: all K are wanted; else the best, and the others may be missing
                 (an empty text scored EMPTY_SCORE).
+            prefixes: str [B], the text each translation starts with ("" for none), or
+                None for none at all.
+            no_repeat_ngram_sizes: int [B], the size of n-grams no translation holds twice
+                (0: off), or None for 0 each.
         """
         if not len(texts):
             return [], []
         sources = self.source_pieces(texts)
-        limits = self.output_limits(sources, max_extra_lengths)
-        hypotheses = self._decode(sources, beam_size, max(limits), alphas, nbest)
-        # Longer than its own limit: decoded again at that limit, with the others of it.
-        again = [i for i, hyps in enumerate(hypotheses) if any(len(p) > limits[i] for p, _ in hyps)]
-        for limit in sorted({limits[i] for i in again}):
-            group = [i for i in again if limits[i] == limit]
-            redone = self._decode([sources[i] for i in group], beam_size, limit, [alphas[i] for i in group], nbest)
-            for i, hyps in zip(group, redone):
-                hypotheses[i] = hyps
+        prefix_pieces = self.prefix_pieces(prefixes) if prefixes is not None else [[] for _ in texts]
+        sentences = _Sentences(
+            sources=sources,
+            prefixes=prefix_pieces,
+            limits=self.output_limits(sources, max_extra_lengths, prefix_pieces),
+            alphas=[float(alpha) for alpha in alphas],
+            no_repeat_ngram_sizes=[0] * len(texts) if no_repeat_ngram_sizes is None else list(no_repeat_ngram_sizes),
+        )
+        hypotheses = {}
+        for call in _calls(sentences, beam_size, nbest):
+            hypotheses.update(self._search(sentences, call))
+        offsets = self._prefix_log_probabilities(sentences)
         all_texts, all_scores = [], []
-        for hyps, alpha in zip(hypotheses, alphas):
+        for i, alpha in enumerate(sentences.alphas):
             scored = sorted(
-                ((log_probability / gnmt_penalty(len(pieces), alpha), pieces) for pieces, log_probability in hyps),
+                (((log_probability + offsets[i]) / gnmt_penalty(len(pieces), alpha), pieces)
+                 for pieces, log_probability in hypotheses[i]),
                 key=lambda pair: -pair[0],
             )[:beam_size]
             # CTranslate2 returns K hypotheses; fewer only if its search ended without them.
@@ -192,6 +300,36 @@ class Engine:
             all_texts.append([self.detokenize(pieces) for _, pieces in scored])
             all_scores.append([score for score, _ in scored])
         return all_texts, all_scores
+
+
+class _Sentences(typing.NamedTuple):
+    """A batch's sentences as CTranslate2 takes them, one entry each."""
+
+    sources: list  # piece lists, truncated, with the end piece
+    prefixes: list  # piece lists of the target prefixes, [] for none
+    limits: list  # the most output tokens of each, end token included
+    alphas: list  # floats
+    no_repeat_ngram_sizes: list  # ints, 0 for none
+
+
+class _Call(typing.NamedTuple):
+    """The settings CTranslate2 takes once per translate_batch call, and the sentences that share them."""
+
+    indices: list  # the sentences of `_Sentences`, in batch order
+    beam_size: int
+    nbest: bool  # all K hypotheses are wanted
+    plain: bool  # alpha is 0: no length penalty
+    no_repeat_ngram_size: int
+
+
+def _calls(sentences, beam_size, nbest):
+    """The `_Call`s that decode a batch: one per no_repeat_ngram_size and length penalty
+    (plain or not) among its sentences, which translate_batch takes once per call. A
+    sentence so decodes as it would alone, whatever its neighbours ask."""
+    groups = {}
+    for i, (size, alpha) in enumerate(zip(sentences.no_repeat_ngram_sizes, sentences.alphas)):
+        groups.setdefault((int(size), alpha == 0), []).append(i)
+    return [_Call(indices, beam_size, nbest, plain, size) for (size, plain), indices in groups.items()]
 
 
 def _model_files(path, stand_in_end_token):
@@ -231,20 +369,25 @@ class CTranslate2Version:
         self.max_alpha = float(info.get("max_alpha", math.inf))
         vector = (None,)
         one_each = {"translations": TensorSpec(_STRING, vector), "scores": TensorSpec(_FLOAT, vector)}
+        options = {"alpha": TensorSpec(_FLOAT, vector), "max_extra_length": TensorSpec(_INT, vector)}
         self.inputs = {
             "serving_default": {"inputs": TensorSpec(_STRING, vector)},
             "nbest": {"inputs": TensorSpec(_STRING, vector)},
             "greedy": {"inputs": TensorSpec(_STRING, vector)},
-            "translate_with_options": {
+            "translate_with_options": {"inputs": TensorSpec(_STRING, vector), **options},
+            "constrained": {
                 "inputs": TensorSpec(_STRING, vector),
-                "alpha": TensorSpec(_FLOAT, vector),
-                "max_extra_length": TensorSpec(_INT, vector),
+                "prefixes": TensorSpec(_STRING, vector),
+                "constraints": TensorSpec(_STRING, vector),
+                "no_repeat_ngram_size": TensorSpec(_INT, vector),
+                **options,
             },
         }
         beams = (None, self.beam_size)
         k_each = {"translations": TensorSpec(_STRING, beams), "scores": TensorSpec(_FLOAT, beams)}
         self.outputs = {
             "serving_default": one_each, "nbest": k_each, "greedy": one_each, "translate_with_options": one_each,
+            "constrained": {**one_each, "constraints_met": TensorSpec(_BOOL, vector)},
         }
         self.signatures = dict(self.inputs)
         self.signature_def = signature_def_json(
@@ -260,36 +403,65 @@ class CTranslate2Version:
         """Calls a signature on arrays; returns name -> np.ndarray. Blocks (call from a thread)."""
         texts = [_text(value) for value in np.asarray(inputs["inputs"]).ravel()]
         n = len(texts)
-        beam_size, alphas, extras = self.beam_size, [self.alpha] * n, [self.max_extra_length] * n
+        beam_size, alphas, extras, steering = self.beam_size, [self.alpha] * n, [self.max_extra_length] * n, {}
         if signature_name == "greedy":
             beam_size = 1
         elif signature_name == "translate_with_options":
             alphas, extras = self._options(inputs, n)
-        translations, scores = self.engine.translate(texts, beam_size, alphas, extras, signature_name == "nbest")
+        elif signature_name == "constrained":
+            alphas, extras = self._options(inputs, n, STEERED_OPTIONS)
+            steering = self._steering(inputs)
+        translations, scores = self.engine.translate(
+            texts, beam_size, alphas, extras, signature_name == "nbest", **steering
+        )
         translations = np.array(
             [[t.encode("utf-8") for t in row] for row in translations] or np.zeros((0, beam_size)), dtype=object
         ).reshape(n, beam_size)
         scores = np.array(scores, dtype=np.float32).reshape(n, beam_size)
         if signature_name == "nbest":
             return {"translations": translations, "scores": scores}
-        return {"translations": translations[:, 0], "scores": scores[:, 0]}
+        outputs = {"translations": translations[:, 0], "scores": scores[:, 0]}
+        if signature_name == "constrained":
+            # No phrase was asked for (`_steering` refuses any): every sentence met its none.
+            outputs["constraints_met"] = np.ones(n, dtype=bool)
+        return outputs
 
-    def _options(self, inputs, n):
-        """translate_with_options' alpha and max_extra_length, checked as the SavedModel checks them."""
+    def _options(self, inputs, n, names=OPTIONS):
+        """The request's alpha and max_extra_length, with the other settings `names` (in the
+        SavedModel's order: `OPTIONS`, or `STEERED_OPTIONS` for `constrained`) checked as its
+        `checked_request` checks them: one value per input each, then each setting's rules
+        (`RULES`), then alpha's limit for the model (`checked_alpha`)."""
+        for name in names:
+            size = np.asarray(inputs[name]).size
+            if size != n:
+                raise ServingError(f"assertion failed: one {name} per input: {size} for {n} inputs")
+        for name in names:
+            if name in RULES:
+                _check_request(name, np.asarray(inputs[name]).ravel())  # as the signature's spec typed it
         alpha = np.asarray(inputs["alpha"], np.float32).ravel()
-        extra = np.asarray(inputs["max_extra_length"], np.int64).ravel()
-        if alpha.size != n:
-            raise ServingError(f"assertion failed: one alpha per input: {alpha.size} alphas for {n} inputs")
-        if extra.size != n:
-            raise ServingError(f"assertion failed: one max_extra_length per input: {extra.size} for {n} inputs")
-        _check_request("alpha", alpha)
         if np.any(alpha > self.max_alpha):
             raise ServingError(
                 f"assertion failed: alpha must be at most {self.max_alpha} for a model of "
                 f"{self.engine.max_length} positions, got {alpha.tolist()}"
             )
-        _check_request("max_extra_length", extra)
-        return [float(a) for a in alpha], [int(e) for e in extra]
+        return [float(a) for a in alpha], [int(e) for e in np.asarray(inputs["max_extra_length"], np.int64).ravel()]
+
+    def _steering(self, inputs):
+        """`constrained`'s prefixes and no_repeat_ngram_size as `Engine.translate` takes them
+        (counted and checked by `_options`); a ServingError (400) where a sentence has
+        phrases: CTranslate2 has no lexical constraints."""
+        for i, value in enumerate(np.asarray(inputs["constraints"]).ravel()):
+            # Tab-separated phrases, blank ones ignored as the SavedModel ignores them.
+            phrases = [phrase.strip() for phrase in _text(value).split("\t") if phrase.strip()]
+            if phrases:
+                raise ServingError(
+                    f"CTranslate2 versions do not support lexical constraints, got {phrases} for input {i}: "
+                    "serve the SavedModel export for them (constraints \"\" translates without)"
+                )
+        return {
+            "prefixes": [_text(value) for value in np.asarray(inputs["prefixes"]).ravel()],
+            "no_repeat_ngram_sizes": [int(size) for size in np.asarray(inputs["no_repeat_ngram_size"]).ravel()],
+        }
 
     def warm_up(self):
         """One call per signature, so the first request is not the slow one."""

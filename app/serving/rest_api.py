@@ -11,7 +11,9 @@ Follows tensorflow_serving/util/json_tensor.cc and http_rest_api_handler.cc:
 
 A row instance is a bare value when the signature has one input, else an object with
 exactly the signature's input names. A response holds bare values instead of objects when
-the signature has one output. Strings may be sent as {"b64": "..."}.
+the signature has one output. Strings may be sent as {"b64": "..."}. A bool tensor (the
+`constrained` signature's `constraints_met`) is JSON true and false both ways, as TF
+Serving reads and writes DT_BOOL: a number or a string is not a bool.
 
 Errors are `ServingError`s, answered as {"error": message} with TF Serving's HTTP status:
 400 for a bad request (including an unknown signature name, as TF Serving answers it),
@@ -79,7 +81,10 @@ def signature_def_json(signatures):
     return {"signature_def": dict(sorted(signatures.items()))}
 
 
-_DTYPE_NAMES = {np.dtype(object): "DT_STRING", np.dtype(np.float32): "DT_FLOAT", np.dtype(np.int32): "DT_INT32"}
+_DTYPE_NAMES = {
+    np.dtype(object): "DT_STRING", np.dtype(np.float32): "DT_FLOAT", np.dtype(np.int32): "DT_INT32",
+    np.dtype(np.bool_): "DT_BOOL",
+}
 
 
 def signature_of_specs(name, inputs, outputs):
@@ -422,8 +427,10 @@ def _to_float(value, dtype, where):
 
 
 def _json_type(value):
+    """The JSON type of `value` as TF Serving's errors name it (json_tensor.cc's
+    JsonTypeString: rapidjson's types, whose bools are two, True and False)."""
     if isinstance(value, bool):
-        return "Bool"
+        return "True" if value else "False"
     if isinstance(value, (int, float)):
         return "Number"
     if isinstance(value, str):
@@ -466,7 +473,9 @@ def format_response(outputs, request_format):
 
 
 def _to_json(array):
-    """Nested lists of JSON values. float32 keeps its shortest decimal form, as TF Serving writes it."""
+    """Nested lists of JSON values. float32 keeps its shortest decimal form, as TF Serving
+    writes it; bools become Python's True and False, which json writes as true and false
+    (TF Serving's writer->Bool)."""
     array = np.asarray(array)
     if array.dtype == np.object_ or array.dtype.kind == "S":
         flat = [v.decode("utf-8", errors="replace") for v in array.ravel()]

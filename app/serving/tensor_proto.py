@@ -8,7 +8,8 @@ protos.py says why not). The rules are `tensor_util.MakeNdarray`'s and `Tensor::
 values come from `tensor_content` (little-endian bytes; for strings, TensorFlow's encoded
 list) or from the field of their type; fewer values than the shape holds repeat the last
 one (a scalar-filled tensor), none gives zeros; more is an error. Strings are bytes, as
-TensorFlow's. A server reads the declared type and shape first (`declared_dtype`,
+TensorFlow's; bools (DT_BOOL) are numpy bools, written in `bool_val` as TF Serving writes a
+model's bool output. A server reads the declared type and shape first (`declared_dtype`,
 `declared_shape`) and bounds the values (`to_array`'s `max_values`) before any array is
 made: the shape is the client's word, not a measure of the message.
 """

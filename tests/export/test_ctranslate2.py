@@ -128,6 +128,223 @@ def test_outputs_stay_one_line_as_the_tokenizers_detokenize_leaves_them():
     assert _NOT_ON_ONE_LINE.sub(" ", text) == graph == "a b c d e f g h"
 
 
+# The `constrained` signature: what CTranslate2 can steer (a target prefix, no repeated
+# n-grams), the SavedModel's way; lexical constraints refused.
+
+
+@pytest.fixture(scope="module")
+def ct2_version(ct2_export):
+    from app.serving.ctranslate2_version import CTranslate2Version
+
+    return CTranslate2Version(1, ct2_export[0], intra_threads=1)
+
+
+def validation_sources(count=20):
+    with gzip.open(os.path.join(ROOT, "data", "multi30k", "val.en.gz"), "rt", encoding="utf-8") as f:
+        return [next(f).rstrip("\n") for _ in range(count)]
+
+
+def strings(texts):
+    return np.array([text.encode("utf-8") for text in texts], dtype=object)
+
+
+def constrained(version, texts, prefixes=None, constraints=None, no_repeat_ngram_size=0, alpha=0.0,
+                max_extra_length=50):
+    """`constrained`'s outputs for `texts`; each setting one value for all or one per text."""
+    n = len(texts)
+    return version.run("constrained", {
+        "inputs": strings(texts),
+        "prefixes": strings(prefixes or [""] * n),
+        "constraints": strings(constraints or [""] * n),
+        "no_repeat_ngram_size": np.broadcast_to(np.asarray(no_repeat_ngram_size, np.int32), (n,)),
+        "alpha": np.broadcast_to(np.asarray(alpha, np.float32), (n,)),
+        "max_extra_length": np.broadcast_to(np.asarray(max_extra_length, np.int32), (n,)),
+    })
+
+
+class RecordingTranslator:
+    """A `ctranslate2.Translator` that keeps the piece lists of the hypotheses
+    translate_batch returns: the output tokens behind a translation's text."""
+
+    def __init__(self, translator):
+        self._translator = translator
+        self.hypotheses = []
+
+    def translate_batch(self, *args, **kwargs):
+        results = self._translator.translate_batch(*args, **kwargs)
+        self.hypotheses.extend(pieces for result in results for pieces in result.hypotheses)
+        return results
+
+    def __getattr__(self, name):
+        return getattr(self._translator, name)
+
+
+def output_pieces(engine, recorded, translation):
+    """The pieces of the hypothesis CTranslate2 returned whose text is `translation`."""
+    candidates = {tuple(pieces) for pieces in recorded.hypotheses if engine.detokenize(pieces) == translation}
+    assert len(candidates) == 1, (translation, candidates)
+    return list(candidates.pop())
+
+
+def repeated_ngrams(pieces, n):
+    """The n-grams of `pieces` (the end piece left out) that occur more than once."""
+    tokens = [piece for piece in pieces if piece != "</s>"]
+    grams = [tuple(tokens[i: i + n]) for i in range(len(tokens) - n + 1)]
+    return {gram for gram in grams if grams.count(gram) > 1}
+
+
+def test_constrained_unsteered_is_translate_with_options(ct2_version):
+    texts = SENTENCES + validation_sources()
+    n = len(texts)
+    # The export's alpha and max_extra_length (0 and 50), and a length penalty besides.
+    for alpha in (ct2_version.alpha, 0.6):
+        options = {"inputs": strings(texts), "alpha": np.full(n, alpha, np.float32),
+                   "max_extra_length": np.full(n, ct2_version.max_extra_length, np.int32)}
+        want = ct2_version.run("translate_with_options", options)
+        got = constrained(ct2_version, texts, alpha=alpha, max_extra_length=ct2_version.max_extra_length)
+        assert got["translations"].tolist() == want["translations"].tolist()
+        np.testing.assert_array_equal(got["scores"], want["scores"])
+        assert got["constraints_met"].dtype == np.bool_ and got["constraints_met"].all()
+    # A constraints entry of tabs and spaces holds no phrase: the same translations.
+    blank = constrained(ct2_version, texts, constraints=["\t", " \t  "] * (n // 2) + [""] * (n % 2))
+    assert blank["translations"].tolist() == constrained(ct2_version, texts)["translations"].tolist()
+
+
+def test_the_prefix_starts_the_translation_and_counts_in_its_score(ct2_version, monkeypatch):
+    engine = ct2_version.engine
+    recorded = RecordingTranslator(engine.translator)
+    monkeypatch.setattr(engine, "translator", recorded)
+    texts = ["A man rides a bike.", "", "Two dogs play in the snow.", " ".join(["dog"] * 80), "A girl."]
+    # Words, a trailing partial word, spaces the tokenizer collapses, and one longer than
+    # the model's positions (cut to max_length - 1 pieces: the end token still fits).
+    prefixes = ["Ein Mann", "Zwei Hunde spielen", "Ein Mann fä", "Hund  Hund", " ".join(["Hund"] * 40)]
+    outputs = constrained(ct2_version, texts, prefixes)
+    normalized = [engine.detokenize(pieces) for pieces in engine.prefix_pieces(prefixes)]
+    assert normalized[:3] == prefixes[:3] and normalized[3] == "Hund Hund"
+    assert len(engine.prefix_pieces(prefixes[4:])[0]) == engine.max_length - 1
+    translations = [t.decode("utf-8") for t in outputs["translations"]]
+    assert all(t.startswith(prefix) for t, prefix in zip(translations, normalized)), translations
+    # The score is the whole translation's log-probability (alpha 0), prefix included,
+    # as the SavedModel counts it: CTranslate2's own leaves the prefix out.
+    sources = engine.source_pieces(texts[:3])
+    pieces = [output_pieces(engine, recorded, t) for t in translations[:3]]
+    scored = recorded.score_batch(sources, pieces, max_input_length=0)
+    want = [sum(result.log_probs[: len(p)]) for result, p in zip(scored, pieces)]
+    np.testing.assert_allclose(outputs["scores"][:3], want, rtol=1e-5)
+    # The output limit grows by the prefix: max_extra_length 1 still leaves room to end.
+    short = constrained(ct2_version, texts[:1], prefixes[:1], max_extra_length=1)
+    assert short["translations"][0].decode("utf-8").startswith(prefixes[0])
+
+
+def test_a_prefix_is_lowercased_where_the_run_is(ct2_version, monkeypatch):
+    monkeypatch.setattr(ct2_version.engine, "lowercase", True)
+    outputs = constrained(ct2_version, ["A man rides a bike."], ["Ein Mann ÄRGERT"])
+    assert outputs["translations"][0].decode("utf-8").startswith("ein mann ärgert")
+
+
+def test_no_ngram_of_the_size_asked_repeats(ct2_version, monkeypatch):
+    engine = ct2_version.engine
+    recorded = RecordingTranslator(engine.translator)
+    monkeypatch.setattr(engine, "translator", recorded)
+    texts = validation_sources(8)
+    # A large alpha ranks long hypotheses first: the tiny model's loop on one piece.
+    loops = constrained(ct2_version, texts, alpha=3.0)
+    assert all(repeated_ngrams(output_pieces(engine, recorded, t.decode("utf-8")), 3) for t in loops["translations"])
+    for size in (3, 2):
+        outputs = constrained(ct2_version, texts, no_repeat_ngram_size=size, alpha=3.0)
+        for translation in outputs["translations"]:
+            assert not repeated_ngrams(output_pieces(engine, recorded, translation.decode("utf-8")), size)
+
+
+def test_a_batch_of_mixed_settings_translates_each_sentence_as_alone(ct2_version):
+    texts = validation_sources(6)
+    sizes, alphas = [0, 3, 2, 1, 3, 0], [3.0, 3.0, 0.0, 3.0, 0.0, 0.6]
+    prefixes = ["", "Ein Mann", "", "Zwei", "Ein", ""]
+    batch = constrained(ct2_version, texts, prefixes, no_repeat_ngram_size=sizes, alpha=alphas)
+    for i in range(len(texts)):
+        alone = constrained(ct2_version, texts[i: i + 1], prefixes[i: i + 1], no_repeat_ngram_size=sizes[i],
+                            alpha=alphas[i])
+        assert batch["translations"][i] == alone["translations"][0], i
+        np.testing.assert_allclose(batch["scores"][i], alone["scores"][0], rtol=1e-5)
+
+
+def saved_model_constrained(saved_model, texts, prefixes, no_repeat_ngram_size, max_extra_length=50):
+    """The SavedModel's `constrained` at alpha 0 without phrases: `(texts [B] str, scores float32 [B])`."""
+    import tensorflow as tf
+
+    n = len(texts)
+    outputs = saved_model.signatures["constrained"](
+        inputs=tf.constant(texts), prefixes=tf.constant(prefixes), constraints=tf.fill([n], ""),
+        no_repeat_ngram_size=tf.fill([n], no_repeat_ngram_size), alpha=tf.fill([n], 0.0),
+        max_extra_length=tf.fill([n], max_extra_length),
+    )
+    return [t.decode("utf-8") for t in outputs["translations"].numpy()], outputs["scores"].numpy()
+
+
+@pytest.mark.slow
+def test_constrained_translates_as_the_saved_model_but_where_ctranslate2_searches_otherwise(
+        ct2_version, saved_model, monkeypatch):
+    """At alpha 0. Without a prefix, the SavedModel's translations and scores, n-gram rule
+    or not. With one (the references' first one or two words), each translation that
+    differs is one of the two the module docstring names: the SavedModel's ends right
+    after the prefix, or CTranslate2's reached its limit without the end token."""
+    engine = ct2_version.engine
+    recorded = RecordingTranslator(engine.translator)
+    monkeypatch.setattr(engine, "translator", recorded)
+    sources = validation_sources(100)
+    for size in (0, 3):
+        want, want_scores = saved_model_constrained(saved_model, sources, [""] * len(sources), size)
+        got = constrained(ct2_version, sources, no_repeat_ngram_size=size)
+        same = [g.decode("utf-8") == w for g, w in zip(got["translations"], want)]
+        assert sum(same) >= 0.99 * len(sources)
+        np.testing.assert_allclose(got["scores"][same], want_scores[same], rtol=1e-3, atol=1e-3)
+    with gzip.open(os.path.join(ROOT, "data", "multi30k", "val.de.gz"), "rt", encoding="utf-8") as f:
+        references = [next(f).split() for _ in sources]
+    for words, extra in ((1, 50), (2, 50), (1, 3)):
+        prefixes = [" ".join(reference[:words]) for reference in references]
+        recorded.hypotheses.clear()
+        want, _ = saved_model_constrained(saved_model, sources, prefixes, 0, extra)
+        outputs = constrained(ct2_version, sources, prefixes, max_extra_length=extra)
+        got = [t.decode("utf-8") for t in outputs["translations"]]
+        limits = engine.output_limits(engine.source_pieces(sources), extra, engine.prefix_pieces(prefixes))
+        normalized = [engine.detokenize(pieces) for pieces in engine.prefix_pieces(prefixes)]
+        for i in (i for i, (g, w) in enumerate(zip(got, want)) if g != w):
+            at_limit = any(len(pieces) == limits[i] and pieces[-1] != "</s>"
+                           for pieces in recorded.hypotheses if engine.detokenize(pieces) == got[i])
+            assert want[i] == normalized[i] or at_limit, (prefixes[i], got[i], want[i])
+
+
+def test_constrained_refuses_phrases_and_bad_settings_by_name(ct2_version):
+    from app.serving.rest_api import ServingError
+
+    texts = ["A man.", "A dog."]
+    with pytest.raises(ServingError) as raised:
+        constrained(ct2_version, texts, constraints=["", "Hund\t Fahrrad \t"])
+    assert raised.value.status == 400 and raised.value.code == "INVALID_ARGUMENT"
+    assert raised.value.message == (
+        "CTranslate2 versions do not support lexical constraints, got ['Hund', 'Fahrrad'] for input 1: "
+        'serve the SavedModel export for them (constraints "" translates without)'
+    )
+    with pytest.raises(ServingError, match=re.escape(
+            "assertion failed: no_repeat_ngram_size must be >= 0 (0: off), got [0, -2]")):
+        constrained(ct2_version, texts, no_repeat_ngram_size=[0, -2])
+    with pytest.raises(ServingError, match=re.escape("assertion failed: one prefixes per input: 1 for 2 inputs")):
+        ct2_version.run("constrained", {**{name: strings(texts) for name in ("inputs", "constraints")},
+                                        "prefixes": strings([""]), "no_repeat_ngram_size": np.zeros(2, np.int32),
+                                        "alpha": np.zeros(2, np.float32), "max_extra_length": np.ones(2, np.int32)})
+
+
+def test_the_constrained_signature_def_has_a_bool_output(ct2_version):
+    signature = ct2_version.signature_def["signature_def"]["constrained"]
+    assert {name: spec["dtype"] for name, spec in signature["inputs"].items()} == {
+        "inputs": "DT_STRING", "prefixes": "DT_STRING", "constraints": "DT_STRING",
+        "no_repeat_ngram_size": "DT_INT32", "alpha": "DT_FLOAT", "max_extra_length": "DT_INT32",
+    }
+    assert {name: spec["dtype"] for name, spec in signature["outputs"].items()} == {
+        "constraints_met": "DT_BOOL", "scores": "DT_FLOAT", "translations": "DT_STRING",
+    }
+
+
 # Refusals.
 
 
@@ -157,6 +374,30 @@ def test_scale_norm_is_refused_by_name_and_nothing_is_written(model_dir, tmp_pat
     argv = ["--model-dir", str(scale_dir), "--format", "ctranslate2", "--output", str(tmp_path / "out"), "--alpha", "0"]
     assert export.main(argv) == 1
     assert message in capsys.readouterr().err
+
+
+def test_an_ensemble_is_refused_by_name_and_nothing_is_written(ct2_export, tmp_path):
+    from app.export.ctranslate2 import export_ctranslate2
+    from app.export.saved_model import ExportError
+
+    # What export.py records of `--ensemble runs/b` (export_info.json's "ensemble").
+    metadata = {"ensemble": ["runs/a", "runs/b"]}
+    message = "--ensemble: CTranslate2 decodes one model, not an ensemble (runs/a, runs/b)"
+    with pytest.raises(ExportError, match=re.escape(message)):
+        export_ctranslate2(ct2_export[1], str(tmp_path / "ct2"), metadata=metadata)
+    assert not os.path.exists(tmp_path / "ct2")
+
+
+def test_a_version_that_records_an_ensemble_is_refused_when_it_loads(ct2_export, tmp_path):
+    from app.serving.ctranslate2_version import CTranslate2Version
+
+    path = tmp_path / "1"
+    shutil.copytree(ct2_export[0], path)
+    info = json.loads((path / "export_info.json").read_text())
+    (path / "export_info.json").write_text(json.dumps({**info, "ensemble": ["runs/a", "runs/b"]}))
+    with pytest.raises(RuntimeError, match=re.escape(
+            '(\'ensemble\': ["runs/a", "runs/b"]): a CTranslate2 version decodes one model')):
+        CTranslate2Version(1, str(path))
 
 
 def test_missing_ctranslate2_gives_the_install_hint(monkeypatch, model_dir, tmp_path, capsys):
@@ -254,12 +495,25 @@ def test_the_servers_metadata_and_errors_are_the_saved_models(ct2_server, export
 
     saved = shapes(signature_def_json(saved_model_signatures(exported[2])))
     served = shapes(body["metadata"]["signature_def"])
-    # The four that decode by beam search, exactly as the SavedModel's; sampling and forced
-    # decoding (`sample`, `score`) are the SavedModel's only (docs/serving.md).
-    assert {name for name, _ in saved} - {name for name, _ in served} == {"sample", "score"}
-    assert served == {key: value for key, value in saved.items() if key[0] not in ("sample", "score")}
+    # Those that decode by beam search, exactly as the SavedModel's; sampling and forced
+    # decoding (`sample`, `score`) are the SavedModel's only (docs/serving.md). `constrained`
+    # is served whether or not the SavedModel export at hand has it yet; where it has, alike.
+    saved_names, served_names = {name for name, _ in saved}, {name for name, _ in served}
+    assert served_names == (saved_names - {"sample", "score"}) | {"constrained"}
+    assert {key: value for key, value in served.items() if key[0] in saved_names} == {
+        key: value for key, value in saved.items() if key[0] in served_names
+    }
     instance = {"inputs": "A man.", "alpha": -1.0, "max_extra_length": 5}
     status, error = ct2_server.predict({"signature_name": "translate_with_options", "instances": [instance]})
     assert status == 400 and "alpha must not be negative" in error["error"]
     status, error = ct2_server.predict({"signature_name": "nope", "inputs": ["A man."]})
     assert status == 400 and 'Serving signature name: "nope" not found' in error["error"]
+    # `constrained` over REST: its bool output as JSON true, and phrases refused.
+    instance = {"inputs": "A man.", "prefixes": "Ein", "constraints": "", "no_repeat_ngram_size": 2, "alpha": 0.0,
+                "max_extra_length": 5}
+    status, body = ct2_server.predict({"signature_name": "constrained", "instances": [instance]})
+    assert status == 200 and body["predictions"][0]["constraints_met"] is True
+    assert body["predictions"][0]["translations"].startswith("Ein")
+    status, error = ct2_server.predict({"signature_name": "constrained", "instances": [
+        {**instance, "constraints": "Fahrrad"}]})
+    assert status == 400 and "CTranslate2 versions do not support lexical constraints" in error["error"]

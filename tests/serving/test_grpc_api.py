@@ -341,6 +341,7 @@ def test_a_dead_version_is_loaded_again_at_once_and_requests_meanwhile_get_503(t
     np.array([1, 2, 3], dtype=np.int32),
     np.array([2**40, -1], dtype=np.int64),
     np.array([True, False]),
+    np.array([[True], [False], [True]]),  # a [B, K] bool output
     np.array(0.5, dtype=np.float64),
 ])
 def test_tensor_protos_are_read_and_written_as_tensorflow_does(array):
