@@ -5,6 +5,8 @@
     python -m app.translate --model-dir runs/tiny-multi30k-en-de --beam-size 8 --alpha 1.0 --input test.en
     python -m app.translate --input test.en --nbest 4 > nbest.tsv
     python -m app.translate --input mono.de --sampling-topk 10 --seed 1 > back.en     # back-translation
+    python -m app.translate --input test.en --glossary terms.tsv --no-repeat-ngram-size 3   # steered
+    python -m app.translate --input test.en --constraints phrases.txt --prefixes starts.txt
 
 The model: an export (`--saved-model`, its base directory for the newest version, or one
 version; saved_models/translator by default) or a training run (`--model-dir`, with
@@ -22,6 +24,20 @@ whose probability reaches P) and `--sampling-temperature T` draws one translatio
 line instead (app/decoding/sampling.py; the export's `sample` signature). It is
 reproducible: line n (from 1) draws with the seed `--seed` x 2**32 + n, so a line's
 translation depends on the seed, its text and its line number, not on the batch.
+
+Steering (docs/steering.md), beam search only, through the export's `constrained`
+signature (with --model-dir, the same search in memory, at --beam-size): `--constraints
+FILE` gives line n's target phrases (separated by tabs; an empty line: none), which its
+translation must hold; `--prefixes FILE` the text line n's translation starts with (the
+search goes on from it); `--glossary FILE` a TSV of source term <TAB> target term, whose
+target terms become constraints of the lines that hold their source terms (whole words,
+any case: app/decoding/glossary.py; with --constraints, both); `--no-repeat-ngram-size N`
+forbids any N tokens in a row twice. A file's line count must be the input's, checked
+before anything is decoded. Not with sampling, --nbest or --beam-size 1: the signature
+runs beam search and gives its best translation. An empty or blank input line stays an
+empty output line, whatever its prefix or constraints say: there is nothing to
+translate. Where no translation within the length limit holds every constraint of a
+line, the best one found is written all the same and standard error says which line.
 
 Output (UTF-8, on `--output` written whole at the end, or standard output; a tab or line
 break inside a translation is written as a space):
@@ -47,6 +63,7 @@ from app.cli.flags import cpu_threads_from_args, add_decoding_arguments
 from app.cli.model_source import add_model_source_arguments, model_source_from_args, weights_flags_conflict
 from app.cli.flags import add_thread_arguments
 from app.cli.output_file import STDIN, output_file_problem, write_output
+from app.cli.steering import SteeringFlags, add_steering_arguments, read_steering, steering_from_args
 from app.decoding.config import DecodingConfig, SamplingConfig, broken_rule
 from app.evaluation.in_order import in_length_order
 from app.runtime.threads import CpuThreads
@@ -124,6 +141,7 @@ def build_parser():
         help=f"divide the logits by T (default {default.temperature:g})",
     )
     sampling.add_argument("--seed", type=_seed, help=f"the random seed (default {default.seed})")
+    add_steering_arguments(parser)
     add_thread_arguments(parser.add_argument_group("CPU threads"), decoding=True)
     # None: not given, so that a flag that cannot apply is told apart from its default.
     parser.set_defaults(beam_size=None, max_extra_length=None)
@@ -173,6 +191,9 @@ class TranslatePlan:
     overrides: Optional[ExportOverrides]
     # Sampling instead of beam search (--sampling-topk, -topp, -temperature, --seed), or None.
     sampling: Optional[SamplingConfig]
+    # Beam search steered through the constrained signature (--constraints, --prefixes,
+    # --glossary, --no-repeat-ngram-size), or None.
+    steering: Optional[SteeringFlags]
     # TensorFlow's CPU thread pools (--intra-op-threads, --inter-op-threads).
     threads: CpuThreads
 
@@ -184,7 +205,8 @@ def plan_translation(args):
 
     Raises:
         FlagError: naming the flag: no export where --saved-model says, no --model-dir
-            directory, an --input that is no file, an --output that cannot be written.
+            directory, an --input, --constraints, --prefixes or --glossary that is no
+            file, an --output that cannot be written.
     """
     model = model_source_from_args(args)
     if args.input != STDIN and os.path.isdir(args.input):
@@ -209,6 +231,7 @@ def plan_translation(args):
         ),
         overrides=ExportOverrides(args.beam_size, args.alpha, args.max_extra_length) if saved_model else None,
         sampling=sampling_from_flags(args),
+        steering=steering_from_args(args),
         threads=cpu_threads_from_args(args, decoding=True),
     )
 
@@ -237,6 +260,9 @@ def conflicting_flags(args):
                 return f"{flag} applies to beam search, not to sampling (--sampling-topk/-topp/-temperature)"
     elif args.seed is not None:
         return "--seed applies to sampling only: give --sampling-topk, --sampling-topp or --sampling-temperature"
+    problem = steering_conflict(args)
+    if problem:
+        return problem
     if args.nbest is not None:
         if args.scores:
             return "--scores: the --nbest table holds the scores already"
@@ -252,6 +278,22 @@ def conflicting_flags(args):
                         f"{flag} cannot apply with --nbest to a SavedModel: its nbest signature decodes with "
                         "the settings it was exported with (use --model-dir, or leave out the flag)"
                     )
+    return None
+
+
+def steering_conflict(args):
+    """What keeps the steering flags given from applying, or None: the constrained
+    signature runs beam search at the export's beam size and gives the best translation."""
+    steering = SteeringFlags.of(args).given()
+    if not steering:
+        return None
+    flags = " and ".join(steering)
+    if sampling_on(args):
+        return f"{flags} steer beam search, not sampling (--sampling-topk/-topp/-temperature)"
+    if args.nbest is not None:
+        return f"--nbest: {flags} give the best translation of each line only (the constrained signature's)"
+    if args.beam_size == 1:
+        return f"--beam-size 1 (greedy) cannot be steered by {flags}: they steer beam search (give a larger beam)"
     return None
 
 
@@ -321,16 +363,67 @@ def translate_lines(decode, lines, batch_size, progress=None):
 # The model.
 
 
-def make_decoder(plan):
+@dataclasses.dataclass
+class SteeredLines:
+    """What steers each input line (`read_steering`), and the lines whose translation
+    could not hold every constraint, filled in as they are decoded."""
+
+    steering: list  # one SentenceSteering per input line
+    unmet: list = dataclasses.field(default_factory=list)  # line numbers, from 1
+
+    def inputs(self, line_numbers):
+        """The constrained signature's steering inputs for these lines (numbers from 1)."""
+        import tensorflow as tf
+
+        chosen = [self.steering[number - 1] for number in line_numbers]
+        return dict(
+            prefixes=tf.constant([line.prefix for line in chosen], tf.string),
+            constraints=tf.constant([line.constraints for line in chosen], tf.string),
+            no_repeat_ngram_size=tf.constant([line.no_repeat_ngram_size for line in chosen], tf.int32),
+        )
+
+    def record(self, line_numbers, met):
+        """Notes the lines whose `met` (bool `[B]`, the signature's constraints_met) is false."""
+        self.unmet += [number for number, ok in zip(line_numbers, met) if not ok]
+
+    def warnings(self):
+        """One line for standard error per line whose constraints were not all met."""
+        return [
+            f"warning: line {number}: no translation within the length limit holds every constraint; "
+            "the best one found is written" for number in sorted(self.unmet)
+        ]
+
+
+def make_decoder(plan, steered=None):
     """`(decode, description)`: loads the model. `decode(sentences, line_numbers)` returns, per
     sentence, its hypotheses `[(translation, score)]`, best first (one unless --nbest).
+    With `steered` (a `SteeredLines`, given where `plan.steering` is), through the
+    constrained signature, each line steered as `steered` says.
 
     Raises:
-        FlagError: a flag the SavedModel cannot apply (its beam size is another).
+        FlagError: a flag the SavedModel cannot apply (its beam size is another; it has
+            no constrained signature).
     """
     if plan.model.model_dir:
-        return _model_dir_decoder(plan), plan.model.path
-    return _saved_model_decoder(plan), plan.model.path
+        return _model_dir_decoder(plan, steered), plan.model.path
+    return _saved_model_decoder(plan, steered), plan.model.path
+
+
+def _constrained_decoder(constrained, steered, alpha, max_extra_length):
+    """`decode` through `constrained` (the signature, or `Translator.serve_constrained`):
+    one translation per sentence, its lines' unmet constraints recorded in `steered`."""
+    import tensorflow as tf
+
+    def decode(sentences, line_numbers):
+        n = len(sentences)
+        outputs = constrained(
+            inputs=tf.constant(sentences), **steered.inputs(line_numbers),
+            alpha=tf.fill([n], float(alpha)), max_extra_length=tf.fill([n], int(max_extra_length)),
+        )
+        steered.record(line_numbers, outputs["constraints_met"].numpy())
+        return _hypotheses(outputs)
+
+    return decode
 
 
 def _sampling_inputs(sampling, sentences, line_numbers, max_extra_length):
@@ -360,10 +453,19 @@ def _hypotheses(outputs, count=1):
     ]
 
 
-def _model_dir_decoder(plan):
+def _model_dir_decoder(plan, steered):
     import tensorflow as tf
 
     translator, _ = plan.model.load_translator(plan.decoding)
+    if steered is not None:  # at the plan's beam size, alpha and extra length
+        d = plan.decoding
+
+        # Not the bound tf.function itself: it holds the translator weakly, and the
+        # translator must live as long as `decode`.
+        def constrained(**inputs):
+            return translator.serve_constrained(**inputs)
+
+        return _constrained_decoder(constrained, steered, d.alpha, d.max_extra_length)
     if plan.sampling:
 
         def decode(sentences, line_numbers):
@@ -383,7 +485,7 @@ def exported_beam_size(loaded):
     return loaded.signatures["nbest"].structured_outputs["translations"].shape[1]
 
 
-def _saved_model_decoder(plan):
+def _saved_model_decoder(plan, steered):
     import tensorflow as tf
 
     from app.export.export_info import EXPORT_INFO, exported_decoding
@@ -419,6 +521,8 @@ def _saved_model_decoder(plan):
             f"--nbest {plan.nbest} asks for more translations than the beam size {saved_model} "
             f"was exported with ({beam_size})"
         )
+    if steered is not None:
+        return _saved_model_constrained(plan, loaded, exported, steered)
     options = asked.alpha is not None or asked.max_extra_length is not None
     if asked.beam_size == 1 and beam_size != 1:
         if options:
@@ -454,6 +558,32 @@ def _saved_model_decoder(plan):
     return lambda sentences, numbers: _hypotheses(nbest(inputs=tf.constant(sentences)), plan.nbest or 1)
 
 
+def _saved_model_constrained(plan, loaded, exported, steered):
+    """`decode` through the SavedModel's constrained signature, at the alpha and extra
+    length asked for, or the export's own (its export_info.json)."""
+    import tensorflow as tf
+
+    from app.decoding.model_search import checked_alpha
+    from app.export.export_info import EXPORT_INFO
+
+    saved_model, asked = plan.model.saved_model, plan.overrides
+    flags = " and ".join(plan.steering.given())
+    if "constrained" not in loaded.signatures:
+        raise FlagError(
+            f"{flags}: {saved_model} was exported before steering existed (no constrained signature); "
+            "export it again, or give --model-dir"
+        )
+    alpha = asked.alpha if asked.alpha is not None else exported.alpha
+    if alpha is None:
+        raise FlagError(
+            f"{flags}: {saved_model}'s {EXPORT_INFO} does not record the alpha it was exported with, which "
+            "the constrained signature needs; give --alpha"
+        )
+    checked_alpha(alpha, int(loaded.source_lengths(tf.constant([], tf.string))["limit"]))
+    max_extra_length = asked.max_extra_length or exported.max_extra_length
+    return _constrained_decoder(loaded.signatures["constrained"], steered, alpha, max_extra_length)
+
+
 def main(argv=None):
     parser, args = parse_args(argv)
     try:
@@ -470,7 +600,13 @@ def main(argv=None):
 
     try:
         lines = read_lines(plan.input)
-        decode, _ = make_decoder(plan)
+        steered = None
+        if plan.steering:  # every file read and checked against the input before the model loads
+            from app.decoding.constrained_beam_search import MAX_PHRASES
+
+            input_name = "standard input" if plan.input == STDIN else f"--input {plan.input}"
+            steered = SteeredLines(read_steering(plan.steering, lines, input_name, MAX_PHRASES))
+        decode, _ = make_decoder(plan, steered)
     except FlagError as error:
         parser.error(str(error))
     except (DataError, ExportError, OSError, ValueError) as error:
@@ -483,6 +619,8 @@ def main(argv=None):
     results = translate_lines(decode, lines, plan.batch_size, progress and progress.update)
     if progress:
         progress.close()
+    for warning in steered.warnings() if steered else []:
+        print(warning, file=sys.stderr)
     return write_output(plan.output, format_output(results, plan.nbest, plan.scores))
 
 

@@ -6,6 +6,7 @@ import copy
 import pytest
 
 from app.cli.output_file import STDIN
+from app.cli.steering import SteeringFlags
 from app.commands.translate import ExportOverrides, FlagError, TranslatePlan, parse_args, plan_translation
 from app.decoding.config import DecodingConfig, SamplingConfig
 from app.export.model_source import ModelSource
@@ -33,7 +34,8 @@ def base(tmp_path):
 def test_a_saved_model_decodes_as_exported_but_for_the_flags_given(base):
     assert planned("--saved-model", str(base)) == TranslatePlan(
         model=ModelSource(saved_model=str(base / "2")), input=STDIN, output=None, batch_size=64, nbest=None,
-        scores=False, decoding=None, overrides=ExportOverrides(), sampling=None, threads=CpuThreads(decoding=True),
+        scores=False, decoding=None, overrides=ExportOverrides(), sampling=None, steering=None,
+        threads=CpuThreads(decoding=True),
     )
     assert planned("--saved-model", str(base / "1"), "--beam-size", "1").overrides == ExportOverrides(1, None, None)
     given = planned("--saved-model", str(base), "--alpha", "1.0", "--max-extra-length", "9", "--scores")
@@ -48,11 +50,27 @@ def test_a_training_run_decodes_with_the_flags_over_the_papers_settings(tmp_path
         model=ModelSource(model_dir=str(tmp_path), checkpoint="best"),
         input=str(tmp_path / "in.en"), output=str(tmp_path / "out.de"), batch_size=8, nbest=3, scores=False,
         decoding=DecodingConfig(beam_size=4, alpha=1.0, max_extra_length=50), overrides=None, sampling=None,
-        threads=CpuThreads(decoding=True),
+        steering=None, threads=CpuThreads(decoding=True),
     )
     assert planned("--model-dir", str(tmp_path), "--beam-size", "6", "--max-extra-length", "7").decoding == (
         DecodingConfig(6, 0.6, 7)
     )
+
+
+def test_the_steering_flags_make_one_steering_of_their_files(tmp_path):
+    for name in ("c.txt", "p.txt", "g.tsv"):
+        (tmp_path / name).write_text("", encoding="utf-8")
+    paths = [str(tmp_path / name) for name in ("c.txt", "p.txt", "g.tsv")]
+    plan = planned("--model-dir", str(tmp_path), "--constraints", paths[0], "--prefixes", paths[1], "--glossary",
+                   paths[2], "--no-repeat-ngram-size", "3", "--beam-size", "6")
+    assert plan.steering == SteeringFlags(*paths, no_repeat_ngram_size=3)
+    assert plan.decoding == DecodingConfig(6, 0.6, 50)  # the in-memory search's beam: --beam-size
+    assert planned("--model-dir", str(tmp_path), "--no-repeat-ngram-size", "2").steering == SteeringFlags(
+        None, None, None, 2
+    )
+    assert planned("--model-dir", str(tmp_path), "--no-repeat-ngram-size", "0").steering is None  # off
+    with pytest.raises(FlagError, match=f"--constraints {tmp_path / 'none'}: no such file"):
+        planned("--model-dir", str(tmp_path), "--constraints", str(tmp_path / "none"))
 
 
 def test_any_sampling_flag_samples_with_the_others_defaults(tmp_path):
