@@ -50,9 +50,11 @@ import unicodedata
 
 from data.errors import DataError
 
-# White space, as the page's JavaScript spells the same class (Python's \s and
-# JavaScript's \s differ on a few control characters).
-WHITE_SPACE = re.compile("[\t\n\v\f\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+")
+# White space, as the page's JavaScript spells the same class: Python's \s, str.strip and
+# JavaScript's \s and trim() each differ on a few control characters.
+_SPACE = "[\t\n\v\f\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
+WHITE_SPACE = re.compile(_SPACE + "+")
+_AT_THE_ENDS = re.compile(f"^{_SPACE}+|{_SPACE}+$")
 
 # Scripts written without spaces between words: (first, last) code points of each block.
 UNSPACED = (
@@ -85,6 +87,11 @@ def fold(text):
     space at either end."""
     folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
     return WHITE_SPACE.sub(" ", folded).strip(" ")
+
+
+def _strip(text):
+    """`text` without white space (`WHITE_SPACE`) at either end."""
+    return _AT_THE_ENDS.sub("", text)
 
 
 def _in(blocks, character):
@@ -163,9 +170,9 @@ def parse_glossary(text, name="the glossary"):
     entries, seen = [], {}  # seen: folded source term -> its first entry
     for number, line in enumerate(text.removeprefix("\ufeff").split("\n"), start=1):
         line = line.removesuffix("\r")
-        if not line.strip() or line.startswith("#"):
+        if not _strip(line) or line.startswith("#"):
             continue
-        columns = [column.strip() for column in line.split("\t")]
+        columns = [_strip(column) for column in line.split("\t")]
         if len(columns) != 2 or not all(columns) or not fold(columns[0]):
             raise GlossaryError(
                 f"{name}, line {number}: {line!r} is not two non-empty columns separated by one tab "
@@ -203,7 +210,7 @@ def read_glossary(path):
 def split_phrases(constraints):
     """The phrases of a constraints string (separated by tabs), each stripped, the empty
     ones left out: what the `constrained` signature makes of it."""
-    return [phrase.strip() for phrase in constraints.split("\t") if phrase.strip()]
+    return [_strip(phrase) for phrase in constraints.split("\t") if _strip(phrase)]
 
 
 def joined_phrases(*groups):
@@ -213,7 +220,7 @@ def joined_phrases(*groups):
     phrases = []
     for group in groups:
         for phrase in group:
-            phrase = phrase.strip()
+            phrase = _strip(phrase)
             if phrase and phrase not in phrases:
                 phrases.append(phrase)
     return "\t".join(phrases)
