@@ -4,6 +4,8 @@ The client against the real server is in test_serve.py.
 """
 
 import http.server
+import io
+import json
 import subprocess
 import sys
 import threading
@@ -128,8 +130,6 @@ class _RecordingHandler(_Handler):
     requests = []
 
     def do_POST(self):
-        import json
-
         payload = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.requests.append((self.path, payload))
         body = json.dumps({"predictions": [{"translations": f"<{s}>", "scores": 0.0} for s in payload["instances"]]})
@@ -175,3 +175,164 @@ def test_alpha_must_be_a_finite_number_at_least_zero():
         )
         assert result.returncode == 2
         assert f"error: argument --alpha: must be a finite number of at least 0, got {bad}" in result.stderr
+
+
+# Steering: the constrained signature's instances.
+
+
+class _SteeredHandler(http.server.BaseHTTPRequestHandler):
+    """A server as `python -m app.serve` answers the client: /page.json says `page` (404
+    where None), and each constrained instance is answered "<inputs|prefixes>", its
+    constraints met unless they hold "never". Records each request."""
+
+    page, requests = None, []
+
+    def _answer(self, status, body):
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        self.requests.append(("GET", self.path, None))
+        if self.path == "/page.json" and self.page is not None:
+            self._answer(200, self.page)
+        else:
+            self._answer(404, {"error": "not found"})
+
+    def do_POST(self):
+        payload = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.requests.append(("POST", self.path, payload))
+        self._answer(200, {"predictions": [
+            {"translations": f"<{i['inputs']}|{i['prefixes']}>", "scores": -1.5,
+             "constraints_met": "never" not in i["constraints"]}
+            for i in payload["instances"]
+        ]})
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def steered_server():
+    """`start(page)`: a `_SteeredHandler` server whose /page.json says `page`; its URL and requests."""
+    servers = []
+
+    def start(page):
+        handler = type("Handler", (_SteeredHandler,), {"page": page, "requests": []})
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}", handler.requests
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+PAGE = {"model_name": "translator", "version": "3", "alpha": 1.25, "max_extra_length": 20}
+
+
+def client_main(args, stdin, monkeypatch, capsys):
+    """app.client's main in this process: `(exit status, stdout, stderr)`."""
+    from app.commands.client import main
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode())))
+    status = main(args)
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_steered_lines_go_as_constrained_instances_with_the_exports_settings(steered_server, tmp_path, monkeypatch,
+                                                                             capsys):
+    url, requests = steered_server(PAGE)
+    (tmp_path / "terms.tsv").write_text("bike\tFahrrad\nmountain bike\tMountainbike\n", encoding="utf-8")
+    (tmp_path / "c.txt").write_text("Mann\t\nnever\n\n", encoding="utf-8")
+    (tmp_path / "p.txt").write_text("Ein\n\nZwei\n", encoding="utf-8")
+    args = ["--url", url, "--glossary", str(tmp_path / "terms.tsv"), "--constraints", str(tmp_path / "c.txt"),
+            "--prefixes", str(tmp_path / "p.txt"), "--no-repeat-ngram-size", "3", "--batch-size", "2"]
+    stdin = "A man on a mountain bike.\nA dog.\nA bike, a bike.\n"
+    status, out, err = client_main(args, stdin, monkeypatch, capsys)
+    assert status == 0, err
+    assert out == "<A man on a mountain bike.|Ein>\n<A dog.|>\n<A bike, a bike.|Zwei>\n"
+    assert err == (
+        "warning: line 2: no translation within the length limit holds every constraint; the best one found is "
+        "printed\n"
+    )
+    settings = {"no_repeat_ngram_size": 3, "alpha": 1.25, "max_extra_length": 20}  # /page.json's alpha and length
+    # The version /page.json describes, so that its settings are the answering version's.
+    path = "/v1/models/translator/versions/3:predict"
+    assert requests == [
+        ("GET", "/page.json", None),
+        ("POST", path, {"signature_name": "constrained", "instances": [
+            {"inputs": "A man on a mountain bike.", "prefixes": "Ein", "constraints": "Mann\tMountainbike", **settings},
+            {"inputs": "A dog.", "prefixes": "", "constraints": "never", **settings},
+        ]}),
+        ("POST", path, {"signature_name": "constrained", "instances": [
+            {"inputs": "A bike, a bike.", "prefixes": "Zwei", "constraints": "Fahrrad", **settings},
+        ]}),
+    ]
+
+
+def test_without_the_exports_alpha_the_client_asks_for_it(steered_server, tmp_path, monkeypatch, capsys):
+    from app.commands.client import constrained_settings, parse_args, plan_client
+
+    url, requests = steered_server(None)  # TF Serving: no /page.json
+    args = ["--url", url, "--no-repeat-ngram-size", "2"]
+    status, out, err = client_main([*args, "A dog."], "", monkeypatch, capsys)
+    assert (status, out) == (1, "")
+    assert err == (
+        f"error: --no-repeat-ngram-size: the constrained signature needs the length penalty alpha with every "
+        f"sentence, and {url} does not say the export's (python -m app.serve does, over REST, for the newest "
+        "version of its first model): give --alpha (export.py wrote it in the version's export_info.json)\n"
+    )
+    assert [request[0] for request in requests] == ["GET"]  # nothing was translated
+    status, out, err = client_main([*args, "--alpha", "0.5", "A dog."], "", monkeypatch, capsys)
+    assert (status, out) == (0, "<A dog.|>\n")
+    assert requests[-1] == ("POST", "/v1/models/translator:predict", {"signature_name": "constrained", "instances": [
+        {"inputs": "A dog.", "prefixes": "", "constraints": "", "no_repeat_ngram_size": 2, "alpha": 0.5,
+         "max_extra_length": 50},  # DecodingConfig's, as for an export that records none
+    ]})
+    # /page.json of another model, or of another version than asked for, says nothing of this one.
+    url, requests = steered_server(PAGE)
+    for flags in (["--model-name", "other"], ["--version", "2"], ["--label", "stable"]):
+        plan = plan_client(parse_args(["--url", url, "--no-repeat-ngram-size", "2", *flags]))
+        with pytest.raises(ClientError, match="does not say the export's"):
+            constrained_settings(plan)
+    plan = plan_client(parse_args(["--url", url, "--no-repeat-ngram-size", "2", "--version", "3", "--alpha", "0"]))
+    assert constrained_settings(plan) == ((0.0, 20), 3)
+    plan = plan_client(parse_args(["--grpc", "localhost:1", "--no-repeat-ngram-size", "2", "--alpha", "1"]))
+    assert constrained_settings(plan) == ((1.0, 50), None)  # no REST to ask over: nothing is asked
+
+
+def test_steering_files_are_checked_before_any_request(steered_server, tmp_path, monkeypatch, capsys):
+    url, requests = steered_server(PAGE)
+    (tmp_path / "c.txt").write_text("Hund\n", encoding="utf-8")
+    (tmp_path / "bad.tsv").write_text("bike\tFahrrad\nbikes\n", encoding="utf-8")
+    status, _, err = client_main(["--url", url, "--constraints", str(tmp_path / "c.txt")], "A.\nB.\n", monkeypatch,
+                                 capsys)
+    assert status == 2
+    assert err == f"error: --constraints {tmp_path / 'c.txt'} has 1 lines but standard input has 2: line N of " \
+        "--constraints steers input line N\n"
+    status, _, err = client_main(["--url", url, "--glossary", str(tmp_path / "bad.tsv"), "A.", "B."], "",
+                                 monkeypatch, capsys)
+    assert status == 1
+    assert err == f"error: {tmp_path / 'bad.tsv'}, line 2: 'bikes' is not two non-empty columns separated by one " \
+        "tab (source term <TAB> target term)\n"
+    status, _, err = client_main(["--url", url, "--prefixes", str(tmp_path / "none")], "", monkeypatch, capsys)
+    assert (status, err) == (2, f"error: --prefixes {tmp_path / 'none'}: no such file\n")
+    assert requests == []
+    with pytest.raises(SystemExit):
+        client_main(["--nbest", "--glossary", str(tmp_path / "bad.tsv")], "", monkeypatch, capsys)
+    assert "--nbest cannot be combined with --glossary" in capsys.readouterr().err
+
+
+def test_a_constrained_answer_without_constraints_met_is_an_error(answering):
+    from app.commands.client import translate_steered
+    from app.cli.steering import SentenceSteering
+
+    body = b'{"predictions": [{"translations": "x", "scores": -1.0}]}'
+    with pytest.raises(ClientError, match=r"answered prediction 0 as .*constraints_met \(true or false\)$"):
+        translate_steered(answering(body=body), "translator", ["A."], [SentenceSteering()], (0.6, 50))

@@ -43,3 +43,13 @@ def test_one_option_given_sends_the_others_default(monkeypatch):
         ("translate_with_options", [{"inputs": "A man.", "alpha": 0.6, "max_extra_length": 9}]),
         ("translate_with_options", [{"inputs": "A man.", "alpha": 1.0, "max_extra_length": 50}]),
     ]
+
+
+def test_the_steering_flags_plan_the_constrained_signature(tmp_path):
+    from app.cli.steering import SteeringFlags
+
+    (tmp_path / "g.tsv").write_text("bike\tFahrrad\n", encoding="utf-8")
+    plan = planned("--glossary", str(tmp_path / "g.tsv"), "--no-repeat-ngram-size", "3", "--alpha", "0.5")
+    assert plan.steering == SteeringFlags(None, None, str(tmp_path / "g.tsv"), 3)
+    assert (plan.alpha, plan.max_extra_length) == (0.5, None)
+    assert planned("--no-repeat-ngram-size", "0").steering is None  # 0: off, the signatures as before
