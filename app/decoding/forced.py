@@ -24,6 +24,7 @@ V vocabulary size.
 
 import tensorflow as tf
 
+from app.decoding.ensemble import Ensemble
 from app.model.transformer import Transformer
 from layers.special_tokens import END_ID, PAD_ID, START_ID
 
@@ -58,11 +59,13 @@ def decoder_inputs(target_ids):
     return tf.concat([start, target_ids], axis=1)[:, :-1]  # [B, T]
 
 
-def forced_log_probs(transformer: Transformer, source_ids, target_ids):
+def forced_log_probs(transformer: Transformer | Ensemble, source_ids, target_ids):
     """Each target token's log-probability given the source and the earlier tokens.
 
     Args:
-        transformer: the model's decoding view (its configuration names the positions).
+        transformer: the model's decoding view (its configuration names the positions),
+            or an `Ensemble`: each token's log of the mean of the members' probabilities
+            (its `decode` gives them normalized, which log_softmax leaves as they are).
         source_ids: int32 `[B, S]`, 0 = padding, each row ending with the end token;
             S at most the model's `max_length`.
         target_ids: int32 `[B, T]`, the target's tokens then the end token (no start

@@ -19,6 +19,10 @@ request, even per sentence (`checked_request` checks a request's), and so may a
 phrases; `beam_size` fixes the shapes of every loop tensor, so it is a Python int, one
 traced function per beam size.
 
+Each takes an ensemble where it takes a model (app/decoding/ensemble.py):
+
+    ids, scores = translate_ids(ensemble_of([transformer_a, transformer_b]), source_ids)
+
 Dimension names: B batch, S source length, K beam size, L the most output tokens.
 """
 
@@ -28,6 +32,7 @@ import tensorflow as tf
 from app.decoding.beam_search import BeamSearch, BeamSettings, largest_alpha
 from app.decoding.config import RULES, DecodingConfig, check
 from app.decoding.constrained_beam_search import ConstrainedBeamSearch, ConstrainedSettings, checked_phrases
+from app.decoding.ensemble import Ensemble, EnsembleDecoder
 from app.decoding.greedy import GreedySearch
 from app.decoding.incremental import IncrementalDecoder
 from app.decoding.sampling import SamplingSearch, SamplingSettings
@@ -35,6 +40,9 @@ from app.decoding.search import SentenceSettings, per_sentence_setting, search
 from app.decoding.steering import broadcast_steering
 from app.model.transformer import Transformer
 from layers.special_tokens import PAD_ID, START_ID
+
+# What a search decodes: one model, or an ensemble decoded as one (app/decoding/ensemble.py).
+Model = Transformer | Ensemble
 
 
 def make_symbols_to_logits(decoder: IncrementalDecoder):
@@ -53,7 +61,28 @@ def make_symbols_to_logits(decoder: IncrementalDecoder):
     return symbols_to_logits
 
 
-def output_lengths(transformer: Transformer, source_ids, max_extra_length, added_lengths=None):
+def encoded_decoder(model, source_ids, output_kernel=None):
+    """The source encoded and the step-by-step decoder of `model`: the one place that tells
+    a `Transformer` from an `Ensemble`.
+
+    Args:
+        model: a `Transformer`, or an `ensemble.Ensemble`.
+        source_ids: int32 `[B, S]`, 0 = padding.
+        output_kernel: a Transformer's `[D, V]` (`search_model`'s), an Ensemble's list of
+            one per member, or None.
+
+    Returns:
+        `(decoder, memory, memory_mask)`: an `IncrementalDecoder` (`EnsembleDecoder`), and
+        what its `memory` takes: the encoder's `[B, S, D]` and bool `[B, 1, S]` (lists of
+        one per member).
+    """
+    memory, memory_mask = model.encode(source_ids, training=False)  # [B, S, D], [B, 1, S]
+    if isinstance(model, Ensemble):
+        return EnsembleDecoder(model, output_kernel), memory, memory_mask
+    return IncrementalDecoder(model, output_kernel), memory, memory_mask
+
+
+def output_lengths(transformer: Model, source_ids, max_extra_length, added_lengths=None):
     """The most output tokens of each sentence, end token included: int32 `[B]`.
 
     Its source length + `max_extra_length` (+ `added_lengths`), and never more than the
@@ -141,7 +170,7 @@ def _assertion(name, rule, values):
 
 
 def search_model(
-    transformer: Transformer, source_ids, strategy, settings, max_extra_length, *, output_kernel=None,
+    transformer: Model, source_ids, strategy, settings, max_extra_length, *, output_kernel=None,
     parallel_searches=1, steering=None, added_lengths=None,
 ):
     """Runs `strategy` over the model for a batch of sources: `search.search`'s results,
@@ -156,7 +185,8 @@ def search_model(
     products run over fewer rows).
 
     Args:
-        transformer: the model's decoding view.
+        transformer: the model's decoding view: a `Transformer`, or an `Ensemble` of
+            several decoded as one (`encoded_decoder`).
         source_ids: int32 `[B, S]`, 0 = padding.
         strategy: a `search.Strategy`.
         settings: the strategy's settings (`search.SentenceSettings.strategy`), each a
@@ -165,7 +195,8 @@ def search_model(
             tokens, end token included, and never more than the model's `max_length`
             positions: an int, or int32 of shape [] or `[B]`.
         output_kernel: `transformer.output_kernel()`, if the caller keeps it (an export
-            holds it as a variable); made here otherwise.
+            holds it as a variable; for an `Ensemble`, a list of one per member); made
+            here otherwise.
         parallel_searches: P, how many searches share the batch, a Python int >= 1; the
             first `B % P` take `B // P + 1` sentences, the others `B // P` (none, where
             B < P).
@@ -180,8 +211,7 @@ def search_model(
     check("parallel_searches", parallel_searches)
     source_ids = tf.convert_to_tensor(source_ids, tf.int32)  # [B, S]
     batch_size = tf.shape(source_ids)[0]
-    memory, memory_mask = transformer.encode(source_ids, training=False)  # [B, S, D], [B, 1, S]
-    decoder = IncrementalDecoder(transformer, output_kernel)
+    decoder, memory, memory_mask = encoded_decoder(transformer, source_ids, output_kernel)
     steered = steering is not None
     if steered:
         steering = broadcast_steering(steering, batch_size)  # [B, P] and [B]: split with the sentences
@@ -224,7 +254,7 @@ def search_model(
 
 
 def translate_ids(
-    transformer: Transformer,
+    transformer: Model,
     source_ids,
     beam_size=DecodingConfig.beam_size,
     alpha=DecodingConfig.alpha,
@@ -261,7 +291,7 @@ def translate_ids(
 
 
 def constrained_ids(
-    transformer: Transformer,
+    transformer: Model,
     source_ids,
     phrases,
     phrase_lengths,
@@ -306,7 +336,7 @@ def constrained_ids(
     )
 
 
-def greedy_ids(transformer: Transformer, source_ids, max_extra_length=DecodingConfig.max_extra_length,
+def greedy_ids(transformer: Model, source_ids, max_extra_length=DecodingConfig.max_extra_length,
                output_kernel=None, parallel_searches=1, steering=None):
     """Translates a batch greedily: the most likely token at each step (`GreedySearch`).
     The arguments are `search_model`'s.
@@ -322,7 +352,7 @@ def greedy_ids(transformer: Transformer, source_ids, max_extra_length=DecodingCo
 
 
 def sample_ids(
-    transformer: Transformer,
+    transformer: Model,
     source_ids,
     seeds,
     top_k=0,
