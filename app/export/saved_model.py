@@ -2,6 +2,7 @@
 
     python export.py --model-dir runs/tiny-multi30k-en-de       # -> saved_models/translator/1/
     python export.py --model-dir DIR --average-last 5           # average the newest 5 checkpoints
+    python export.py --model-dir runs/a --ensemble runs/b       # one SavedModel, both models as an ensemble
 
 The SavedModel holds the tokenizer, the model, beam search and the detokenizer; every
 signature takes raw strings. Signatures (batch B, beam K):
@@ -30,6 +31,10 @@ request's shapes): a scalar or a `[B, N]` tensor is refused, naming its shape.
 `constraints` holds target phrases separated by tabs that the translation must contain
 ("" for none), and no n-gram of `no_repeat_ngram_size` tokens may occur twice (0: off).
 With none of them it is `translate_with_options`, token for token.
+
+An ensemble's SavedModel (`Translator`'s `ensemble`, app/export/ensemble.py) has the same
+signatures: each decodes and scores with the mean of the members' distributions
+(app/decoding/ensemble.py), sources cut to the smallest member's positions.
 
 `translate_with_options` takes the decoding settings per instance, so TF Serving's row
 format ({"instances": [{"inputs": ..., "alpha": ...}]}) can carry them, and requests with
@@ -62,6 +67,7 @@ import tensorflow as tf
 from app.export.locate import DEFAULT_EXPORT_BASE
 from app.decoding.beam_search import length_penalty
 from app.decoding.config import DecodingConfig
+from app.decoding.ensemble import ensemble_of
 from app.decoding.forced import forced_log_probs, target_ids
 from app.decoding.constrained_beam_search import MAX_PHRASES, padded_phrases
 from app.decoding.model_search import (
@@ -108,28 +114,37 @@ class Translator(tf.Module):
         model_config: its `ModelConfig`.
         tokenizer: the run's `SubwordTokenizer`.
         decoding: the settings of `serving_default` and `nbest`.
+        ensemble: more members, `(model, model_config)` pairs of the same vocabulary and
+            tokenizer (app/export/ensemble.py checks them), decoded with `model` as one
+            ensemble by every signature; () for the model alone, decoded as ever.
     """
 
-    def __init__(self, model, model_config, tokenizer, decoding=DecodingConfig()):
+    def __init__(self, model, model_config, tokenizer, decoding=DecodingConfig(), ensemble=()):
         super().__init__(name="translator")
         self.tokenizer = tokenizer
+        members = [(model, model_config), *ensemble]
         # The variables the traced functions read, tracked so the SavedModel stores them.
-        # (The Keras model itself is not attached: only its variables need saving.)
-        self.model_variables = [weight.value for weight in model.weights]
-        self._transformer = Transformer(model, model_config)
+        # (The Keras models themselves are not attached: only their variables need saving.)
+        self.model_variables = [weight.value for member, _ in members for weight in member.weights]
+        transformers = [Transformer(member, config) for member, config in members]
+        # One model, or the ensemble every signature decodes in its place.
+        self._transformer = ensemble_of(transformers)
         # The pre-softmax projection laid out for decoding ([D, V]), kept rather than
         # transposed from the shared embedding at every call (a copy of V x D weights:
-        # `Transformer.output_kernel` says why).
-        self.output_kernel = tf.Variable(self._transformer.output_kernel(), trainable=False, name="output_kernel")
+        # `Transformer.output_kernel` says why); an ensemble's, a list of one per member.
+        kernels = [tf.Variable(t.output_kernel(), trainable=False, name="output_kernel") for t in transformers]
+        self.output_kernel = kernels[0] if len(kernels) == 1 else kernels
+        max_length = self._transformer.config.max_length  # an ensemble's: its members' smallest
         # Refused here rather than when `serve` is first traced, mid-export.
-        checked_alpha(decoding.alpha, model_config.max_length)
+        checked_alpha(decoding.alpha, max_length)
         self._decoding = decoding
-        self._max_source_length = model_config.max_length
+        self._max_source_length = max_length
 
     @property
     def transformer(self):
-        """The model's decoding view (`app.model.transformer.Transformer`), for tools that need more
-        than strings (`app.pictures` reads its attention weights)."""
+        """The model's decoding view (`app.model.transformer.Transformer`, or an ensemble's
+        `app.decoding.ensemble.Ensemble`), for tools that need more than strings
+        (`app.pictures` reads a model's attention weights)."""
         return self._transformer
 
     @property
@@ -371,10 +386,14 @@ class TrainedModel(typing.NamedTuple):
     tokenizer: SubwordTokenizer
     # Which weights: a checkpoint's path, or "average of ckpt-3, ckpt-4".
     weights: str
+    # More members, each a `TrainedModel` of the same subword model, decoded with this one
+    # as one ensemble (app/export/ensemble.py `load_ensemble`); () for none.
+    ensemble: tuple = ()
 
     def translator(self, decoding=DecodingConfig()):
-        """A `Translator` that reads these weights and decodes by `decoding`."""
-        return Translator(self.model, self.config, self.tokenizer, decoding)
+        """A `Translator` that reads these weights (and the ensemble's) and decodes by `decoding`."""
+        members = [(member.model, member.config) for member in self.ensemble]
+        return Translator(self.model, self.config, self.tokenizer, decoding, ensemble=members)
 
 
 def load_translator(model_dir, checkpoint=None, average_last=None, decoding=DecodingConfig()):
