@@ -1,9 +1,10 @@
 """Which weights a command reads, from its flags: --saved-model PATH or --model-dir DIR,
-with --checkpoint and --average-last for the latter, made into one `ModelSource`
-(app/export/model_source.py) by `model_source_from_args`.
+with --checkpoint, --average-last and --ensemble for the latter, made into one
+`ModelSource` (app/export/model_source.py) by `model_source_from_args`.
 
     add_model_source_arguments(parser)          # app.translate, app.score, app.evaluate
     add_weights_arguments(parser)               # export.py, app.pictures: --model-dir is their own
+    add_ensemble_argument(parser)               # export.py: more runs decoded with --model-dir's
     source = model_source_from_args(args)       # raises FlagError, naming the flag
 
 One conflict rule (`weights_flags_conflict`) and one message format for a path that is not
@@ -38,6 +39,21 @@ def add_model_source_arguments(parser: argparse.ArgumentParser, required: bool =
         )
         model.add_argument("--model-dir", metavar="DIR", help="a training run's directory")
     add_weights_arguments(parser, applies_to="with --model-dir: ")
+    add_ensemble_argument(parser, applies_to="with --model-dir: ")
+
+
+def add_ensemble_argument(parser: argparse.ArgumentParser, applies_to: str = ""):
+    """--ensemble DIR [DIR ...]: more training runs, decoded with --model-dir's as one
+    ensemble (app/export/ensemble.py). `applies_to` prefixes the help."""
+    parser.add_argument(
+        "--ensemble",
+        nargs="+",
+        metavar="DIR",
+        help=f"{applies_to}more training runs decoded with --model-dir's as one ensemble, by the mean of their "
+        "distributions; they must share its subword model and lowercasing, and the smallest max_length holds. "
+        "--checkpoint and --average-last apply to every member; without them each takes its own settings.json's "
+        "choice (default: none, --model-dir's model alone)",
+    )
 
 
 def add_weights_arguments(parser: argparse.ArgumentParser, applies_to: str = ""):
@@ -62,11 +78,17 @@ def add_weights_arguments(parser: argparse.ArgumentParser, applies_to: str = "")
 
 def weights_flags_conflict(args):
     """The rule of the weights' flags, as a message, or None: --checkpoint and --average-last
-    choose among a model directory's weights, so they need --model-dir."""
+    choose among a model directory's weights, and --ensemble adds model directories to
+    it, so they need --model-dir."""
     if getattr(args, "model_dir", None) is None:
         for flag, value in (("--checkpoint", args.checkpoint), ("--average-last", args.average_last)):
             if value is not None:
                 return f"{flag} applies to --model-dir only; a SavedModel holds the weights it was exported with"
+        if getattr(args, "ensemble", None):
+            return (
+                "--ensemble applies to --model-dir only; a SavedModel holds the model (or ensemble) it was "
+                "exported with"
+            )
     return None
 
 
@@ -80,24 +102,28 @@ def missing_directory(flag, path):
 
 
 def model_source_from_args(args):
-    """The `ModelSource` of parsed flags: --model-dir's run with --checkpoint and
-    --average-last, else the newest SavedModel version under --saved-model (a command
-    without --saved-model reads `DEFAULT_EXPORT_BASE` where --model-dir is not given).
-    Reads the disk; no TensorFlow.
+    """The `ModelSource` of parsed flags: --model-dir's run with --checkpoint,
+    --average-last and the --ensemble runs, else the newest SavedModel version under
+    --saved-model (a command without --saved-model reads `DEFAULT_EXPORT_BASE` where
+    --model-dir is not given). Reads the disk; no TensorFlow.
 
     Raises:
-        FlagError: naming the flag: a weights flag without --model-dir, no such model
-            directory, no export where --saved-model says.
+        FlagError: naming the flag: a weights flag or --ensemble without --model-dir, no
+            such model directory, no export where --saved-model says.
     """
     problem = weights_flags_conflict(args)
     if problem:
         raise FlagError(problem)
     model_dir = getattr(args, "model_dir", None)
     if model_dir is not None:
-        problem = missing_directory("--model-dir", model_dir)
-        if problem:
-            raise FlagError(problem)
-        return ModelSource(model_dir=model_dir, checkpoint=args.checkpoint, average_last=args.average_last)
+        ensemble = tuple(getattr(args, "ensemble", None) or ())
+        for flag, path in (("--model-dir", model_dir), *(("--ensemble", member) for member in ensemble)):
+            problem = missing_directory(flag, path)
+            if problem:
+                raise FlagError(problem)
+        return ModelSource(
+            model_dir=model_dir, checkpoint=args.checkpoint, average_last=args.average_last, ensemble=ensemble
+        )
     try:
         return ModelSource(saved_model=saved_model_version(getattr(args, "saved_model", None) or DEFAULT_EXPORT_BASE))
     except ExportNotFound as error:

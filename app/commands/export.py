@@ -4,6 +4,7 @@ at the root, or `transformer-export` once installed.
     python export.py --model-dir runs/tiny-multi30k-en-de        # saved_models/translator/<next>/
     python export.py --model-dir DIR --checkpoint best           # the best by validation BLEU
     python export.py --model-dir DIR --average-last 5            # average the newest 5 checkpoints
+    python export.py --model-dir runs/a --ensemble runs/b runs/c # one SavedModel, the three as an ensemble
     python export.py --model-dir DIR --model-name en-de --version 3   # saved_models/en-de/3/
     python export.py --model-dir DIR --model-base-path /srv/models/translator   # /srv/models/translator/<next>/
     python export.py --model-dir DIR --alpha 0.6                 # this alpha: no search on validation
@@ -30,9 +31,9 @@ import time
 from typing import Optional
 
 # None of these imports TensorFlow: --help and a bad value answer at once.
-from app.cli.flag_types import add_hidden_alias, model_name, positive_int
+from app.cli.flag_types import FlagError, add_hidden_alias, model_name, positive_int
 from app.cli.flags import add_decoding_arguments
-from app.cli.model_source import add_weights_arguments, model_source_from_args
+from app.cli.model_source import add_ensemble_argument, add_weights_arguments, model_source_from_args
 from app.export.locate import DEFAULT_MODEL_NAME, export_base
 from app.decoding.config import DecodingConfig
 from app.export.model_source import ModelSource
@@ -68,6 +69,7 @@ def parse_args(argv=None):
         "(or --model-base-path), which python -m app.serve also serves (pip install -r requirements-ctranslate2.txt)",
     )
     add_weights_arguments(parser)
+    add_ensemble_argument(parser)
     add_decoding_arguments(
         parser,
         beam_size_help="beams of the default signature",
@@ -91,7 +93,7 @@ class ExportPlan:
     """One export, as its flags describe it (`plan_export`)."""
 
     # The training run whose weights are exported (--model-dir), and which of its weights
-    # (--checkpoint, --average-last).
+    # (--checkpoint, --average-last); with --ensemble, the runs exported as one ensemble.
     model: ModelSource
     # How the default signatures decode. Without --alpha, alpha is the paper's until the
     # search on validation chooses one (`choose_alpha`).
@@ -113,10 +115,13 @@ def plan_export(args):
     """The `ExportPlan` of parsed export.py flags `args` (left as they are).
 
     Raises:
-        FlagError: no model directory where --model-dir says.
+        FlagError: no model directory where --model-dir or --ensemble says; --ensemble with
+            --format ctranslate2.
         ValueError: a decoding setting `DecodingConfig` refuses.
     """
     base = args.model_base_path or export_base(args.model_name)
+    if args.format == "ctranslate2" and args.ensemble:
+        raise FlagError("--ensemble applies to --format savedmodel only; a CTranslate2 model holds one model")
     if args.format == "ctranslate2" and not args.model_base_path:
         from app.export.ctranslate2 import SUBDIRECTORY
 
@@ -140,6 +145,7 @@ def run_export(plan):
     """Loads the weights once, chooses alpha on validation unless the plan holds one, and
     writes the version; returns `(its path, a description of the weights)`."""
     from app.export.alpha_search import choose_on_validation
+    from app.export.ensemble import describe, members_record
     from app.export.saved_model import check_export_base, export, export_metadata
 
     if plan.format == "ctranslate2":
@@ -147,19 +153,23 @@ def run_export(plan):
 
         ctranslate2.check_model_dir(plan.model.model_dir)  # before the slow part
     check_export_base(plan.base)  # before the slow part
-    print(f"loading the weights of {plan.model.model_dir}")  # averaging many checkpoints takes a while
+    print(f"loading the weights of {', '.join(plan.model.model_dirs)}")  # averaging many checkpoints takes a while
     trained = plan.model.load_trained()
     decoding, alpha_search = plan.decoding, None
     if plan.choose_alpha:
-        # A translator of the same weights, whose translate_with_options decodes every alpha.
+        # A translator of the same weights, whose translate_with_options decodes every alpha
+        # (an ensemble's on its first run's validation split).
         alpha_search = choose_on_validation(trained.translator(decoding), plan.model.model_dir)
         decoding = dataclasses.replace(decoding, alpha=alpha_search["chosen"])
     translator = trained.translator(decoding)
-    metadata = {**export_metadata(plan.model.model_dir, trained.weights, decoding), "alpha_search": alpha_search}
+    weights = describe(plan.model.model_dirs, trained)
+    metadata = {**export_metadata(plan.model.model_dir, weights, decoding), "alpha_search": alpha_search}
+    if trained.ensemble:
+        metadata["ensemble"] = members_record(plan.model.model_dirs, trained)
     if plan.format == "ctranslate2":
         print(f"writing the CTranslate2 model under {plan.base}")
-        return ctranslate2.export_ctranslate2(translator, plan.base, plan.version, metadata), trained.weights
-    return export(translator, plan.base, plan.version, metadata, log=print), trained.weights  # log: what takes time
+        return ctranslate2.export_ctranslate2(translator, plan.base, plan.version, metadata), weights
+    return export(translator, plan.base, plan.version, metadata, log=print), weights  # log: what takes time
 
 
 def main(argv=None):

@@ -1,10 +1,13 @@
 """Ensembles of training runs (app/export/ensemble.py): loaded as one `Translator` whose
-every signature decodes the ensemble, and refused where the runs cannot decode as one."""
+every signature decodes the ensemble, refused where the runs cannot decode as one, and
+an ensemble of two copies of the shared tiny run exported: it translates and scores as
+the run's own export does, signature by signature."""
 
 import json
 import os
 import shutil
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -14,6 +17,27 @@ from app.export.ensemble import check_members, describe, load_ensemble, members_
 from app.export.saved_model import ExportError, load_trained
 from app.model_dir.settings import load_settings
 from data.tokenizer import MODEL_FILENAME
+from tests.conftest import SENTENCES
+
+# Each export is loaded once per test process (conftest.py), however many tests load it.
+pytestmark = pytest.mark.usefixtures("load_each_export_once")
+
+# A value per input name of every signature, so that a signature added later (with inputs
+# named as these) is compared too; a new input name fails the comparison by name.
+TARGETS = ["Ein Mann fährt Fahrrad.", "", "Hunde.", "Zwei Hunde spielen im Schnee.", "Ein Mann.", "Hund " * 60]
+SIGNATURE_INPUTS = {
+    "inputs": tf.constant(SENTENCES),
+    "targets": tf.constant(TARGETS),
+    "alpha": tf.constant([0.6, 0.0, 1.0, 0.6, 0.2, 0.6]),
+    "max_extra_length": tf.constant([50, 5, 50, 3, 50, 50]),
+    "seed": tf.constant([1, 2, 3, 4, 5, 6], tf.int64),
+    "top_k": tf.constant([0, 5, 0, 10, 1, 0]),
+    "top_p": tf.constant([1.0, 1.0, 0.9, 0.5, 1.0, 1.0]),
+    "temperature": tf.constant([1.0, 0.5, 1.0, 2.0, 1.0, 1.0]),
+    "prefixes": tf.constant(["", "Ein", "", "", "", ""]),
+    "constraints": tf.constant(["", "", "Hund", "", "", ""]),
+    "no_repeat_ngram_size": tf.constant([0, 0, 0, 2, 0, 0]),
+}
 
 
 def copy_run(model_dir, directory):
@@ -87,3 +111,42 @@ def test_an_ensembles_translator_holds_each_members_weights_and_decodes_them_as_
     # One model is decoded as ever: no ensemble in between.
     alone = single.translator(DecodingConfig())
     assert not isinstance(alone.transformer, Ensemble) and isinstance(alone.output_kernel, tf.Variable)
+
+
+def outputs_of(signature):
+    """A loaded signature's outputs for `SIGNATURE_INPUTS`, as numpy arrays."""
+    _, inputs = signature.structured_input_signature
+    missing = sorted(set(inputs) - set(SIGNATURE_INPUTS))
+    assert not missing, f"give SIGNATURE_INPUTS a value for {missing}"
+    return {name: value.numpy() for name, value in signature(**{k: SIGNATURE_INPUTS[k] for k in inputs}).items()}
+
+
+@pytest.mark.slow
+def test_an_export_of_two_copies_of_a_run_answers_every_signature_as_the_runs_own(model_dir, exported, tmp_path):
+    from app.commands.export import ExportPlan, run_export
+    from app.export.model_source import ModelSource
+
+    _, _, single_path, _ = exported
+    plan = ExportPlan(
+        model=ModelSource(model_dir=model_dir, ensemble=(model_dir,)), decoding=DecodingConfig(), choose_alpha=False,
+        format="savedmodel", base=str(tmp_path / "translator"), version=None, model_name="translator",
+    )
+    path, weights = run_export(plan)
+    single, ensemble = tf.saved_model.load(single_path), tf.saved_model.load(path)
+    assert set(ensemble.signatures) == set(single.signatures)
+    for name in sorted(single.signatures):
+        expected, got = outputs_of(single.signatures[name]), outputs_of(ensemble.signatures[name])
+        assert set(got) == set(expected), name
+        for key, value in expected.items():
+            if value.dtype.kind == "f":
+                np.testing.assert_allclose(got[key], value, atol=1e-4, err_msg=f"{name}: {key}")
+            else:
+                np.testing.assert_array_equal(got[key], value, err_msg=f"{name}: {key}")
+    # Each member's projection is its own variable in the SavedModel.
+    assert len(ensemble.output_kernel) == 2
+    with open(os.path.join(path, "export_info.json"), encoding="utf-8") as f:
+        info = json.load(f)
+    own_weights = load_trained(model_dir).weights
+    assert weights == info["weights"] == f"an ensemble of {model_dir} ({own_weights}), {model_dir} ({own_weights})"
+    assert info["ensemble"] == [{"model_dir": os.path.abspath(model_dir), "weights": own_weights}] * 2
+    assert info["model_dir"] == os.path.abspath(model_dir)
