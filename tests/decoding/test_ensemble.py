@@ -10,7 +10,8 @@ import tensorflow as tf
 from app.decoding.ensemble import Ensemble, EnsembleDecoder, ensemble_of
 from app.decoding.forced import forced_log_probs
 from app.decoding.incremental import IncrementalDecoder
-from app.decoding.model_search import greedy_ids, sample_ids, translate_ids
+from app.decoding.model_search import constrained_ids, greedy_ids, sample_ids, translate_ids
+from app.decoding.steering import batch_steering
 from app.model.config import ModelConfig
 from app.model.transformer import Transformer, build_transformer
 from layers.special_tokens import START_ID
@@ -114,6 +115,12 @@ SEARCHES = {
     "greedy": lambda model: greedy_ids(model, SOURCE_IDS, EXTRA),
     "sample": lambda model: sample_ids(model, SOURCE_IDS, np.array([1, 2, 3], np.int64), top_k=5,
                                        max_extra_length=EXTRA),
+    # A prefix on one sentence, no repeated bigram on another.
+    "steered": lambda model: translate_ids(model, SOURCE_IDS, 2, 0.6, EXTRA, steering=batch_steering(
+        3, prefix=[[7, 8], [0, 0], [0, 0]], prefix_lengths=[2, 0, 0], no_repeat_ngram_size=[0, 2, 0])),
+    # A phrase of two tokens on the second sentence, none on the third.
+    "constrained": lambda model: constrained_ids(
+        model, SOURCE_IDS[1:], [[[20, 21]], [[0, 0]]], [[2], [0]], 2, 0.6, EXTRA)[:2],
 }
 
 
