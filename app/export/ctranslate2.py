@@ -30,6 +30,7 @@ import os
 
 import numpy as np
 
+from app.decoding.ensemble import Ensemble
 from app.export.export_info import ENSEMBLE, EXPORT_INFO
 from app.export.saved_model import ExportError, new_version
 from data.tokenizer import MODEL_FILENAME
@@ -234,19 +235,23 @@ def export_ctranslate2(translator, base, version=None, metadata=None, quantizati
     export_info.json: `metadata` plus "engine": "ctranslate2".
 
     Args:
-        translator: an `app.export.saved_model.Translator`.
+        translator: an `app.export.saved_model.Translator` of one model (an ensemble's is
+            refused: CTranslate2 decodes one).
         base: the directory of versions, usually `saved_models/<name>/ctranslate2`.
         version: a positive int; default the next free one.
         quantization: CTranslate2's weight type on disk (None: float32, "int8", ...).
 
     Raises:
-        ExportError: `metadata` records an ensemble (`check_single_model`), before
-            anything is written.
+        ExportError: `metadata` records an ensemble (`check_single_model`), or
+            `translator` decodes one, before anything is written.
 
     Returns:
         the version's path.
     """
     check_single_model(metadata)
+    # Called without export.py's metadata too: the translator itself tells.
+    if isinstance(translator.transformer, Ensemble):
+        raise ExportError("a CTranslate2 model holds one model, not an ensemble: export an ensemble as a SavedModel")
     with new_version(base, version) as (temporary, final):
         model_proto = translator.tokenizer.model_proto
         spec = transformer_spec(translator.transformer, vocabulary_pieces(model_proto))

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from app.decoding.config import DecodingConfig
 from app.decoding.ensemble import Ensemble
+from app.export.ctranslate2 import export_ctranslate2
 from app.export.ensemble import check_members, describe, load_ensemble, members_record
 from app.export.saved_model import ExportError, load_trained
 from app.model_dir.settings import load_settings
@@ -92,7 +93,7 @@ def test_a_checkpoint_path_names_one_runs_file_and_is_refused_for_an_ensemble(mo
         load_ensemble([model_dir, model_dir], checkpoint=path)
 
 
-def test_an_ensembles_translator_holds_each_members_weights_and_decodes_them_as_one(model_dir):
+def test_an_ensembles_translator_holds_each_members_weights_and_decodes_them_as_one(model_dir, tmp_path):
     trained = load_ensemble([model_dir, model_dir], checkpoint="latest")
     single = load_trained(model_dir, checkpoint="latest")
     assert trained.weights == single.weights and [m.weights for m in trained.ensemble] == [single.weights]
@@ -108,6 +109,10 @@ def test_an_ensembles_translator_holds_each_members_weights_and_decodes_them_as_
     assert len(translator.output_kernel) == 2 and translator.output_kernel[0] is not translator.output_kernel[1]
     assert len(translator.model_variables) == 2 * len(single.model.weights)
     assert {id(v) for v in translator.model_variables} >= {id(w.value) for w in trained.ensemble[0].model.weights}
+    # CTranslate2 decodes one model: refused before anything is written.
+    with pytest.raises(ExportError, match="a CTranslate2 model holds one model, not an ensemble"):
+        export_ctranslate2(translator, str(tmp_path / "ctranslate2"))
+    assert not (tmp_path / "ctranslate2").exists()
     # One model is decoded as ever: no ensemble in between.
     alone = single.translator(DecodingConfig())
     assert not isinstance(alone.transformer, Ensemble) and isinstance(alone.output_kernel, tf.Variable)
