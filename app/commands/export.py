@@ -145,7 +145,7 @@ def run_export(plan):
     """Loads the weights once, chooses alpha on validation unless the plan holds one, and
     writes the version; returns `(its path, a description of the weights)`."""
     from app.export.alpha_search import choose_on_validation
-    from app.export.ensemble import describe, members_record
+    from app.export.ensemble import describe, ensemble_metadata
     from app.export.saved_model import check_export_base, export, export_metadata
 
     if plan.format == "ctranslate2":
@@ -163,9 +163,10 @@ def run_export(plan):
         decoding = dataclasses.replace(decoding, alpha=alpha_search["chosen"])
     translator = trained.translator(decoding)
     weights = describe(plan.model.model_dirs, trained)
-    metadata = {**export_metadata(plan.model.model_dir, weights, decoding), "alpha_search": alpha_search}
-    if trained.ensemble:
-        metadata["ensemble"] = members_record(plan.model.model_dirs, trained)
+    metadata = {
+        **export_metadata(plan.model.model_dir, weights, decoding), "alpha_search": alpha_search,
+        **ensemble_metadata(plan.model.model_dirs, trained),
+    }
     if plan.format == "ctranslate2":
         print(f"writing the CTranslate2 model under {plan.base}")
         return ctranslate2.export_ctranslate2(translator, plan.base, plan.version, metadata), weights

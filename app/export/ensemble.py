@@ -2,7 +2,7 @@
 
     trained = load_ensemble(["runs/a", "runs/b"])        # refused unless they can decode as one
     translator = trained.translator(decoding)            # every signature decodes the ensemble
-    info = {**export_metadata(...), "ensemble": members_record(["runs/a", "runs/b"], trained)}
+    info = {**export_metadata(...), **ensemble_metadata(["runs/a", "runs/b"], trained)}
 
 An ensemble averages the members' distributions over one vocabulary
 (app/decoding/ensemble.py), and one tokenizer turns its strings into ids and back, so
@@ -20,6 +20,7 @@ member, and with neither each member takes its own run's choice (`load_trained`)
 
 import os
 
+from app.export.export_info import ENSEMBLE
 from app.export.saved_model import ExportError, load_trained
 from app.model_dir.settings import load_settings
 from data.tokenizer import MODEL_FILENAME
@@ -100,14 +101,17 @@ def _differences(first, reference, other, member):
     return differences
 
 
-def members_record(model_dirs, trained):
-    """What export_info.json records of an ensemble's members, in order: `[{"model_dir":
-    absolute path, "weights": which of its weights}, ...]`."""
+def ensemble_metadata(model_dirs, trained):
+    """What export_info.json records of an ensemble's members, in order: `{"ensemble":
+    [absolute model directories], "ensemble_weights": [which weights of each]}`; {} for one
+    run. `export_info.ENSEMBLE` names the first, which a CTranslate2 version refuses."""
+    if not trained.ensemble:
+        return {}
     members = (trained, *trained.ensemble)
-    return [
-        {"model_dir": os.path.abspath(model_dir), "weights": member.weights}
-        for model_dir, member in zip(model_dirs, members, strict=True)
-    ]
+    return {
+        ENSEMBLE: [os.path.abspath(model_dir) for model_dir in model_dirs],
+        "ensemble_weights": [member.weights for member in members],
+    }
 
 
 def describe(model_dirs, trained):

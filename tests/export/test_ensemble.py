@@ -14,7 +14,7 @@ import tensorflow as tf
 from app.decoding.config import DecodingConfig
 from app.decoding.ensemble import Ensemble
 from app.export.ctranslate2 import export_ctranslate2
-from app.export.ensemble import check_members, describe, load_ensemble, members_record
+from app.export.ensemble import check_members, describe, ensemble_metadata, load_ensemble
 from app.export.saved_model import ExportError, load_trained
 from app.model_dir.settings import load_settings
 from data.tokenizer import MODEL_FILENAME
@@ -101,9 +101,10 @@ def test_an_ensembles_translator_holds_each_members_weights_and_decodes_them_as_
     assert describe([model_dir, model_dir], trained) == f"an ensemble of {model_dir} ({single.weights}), " \
         f"{model_dir} ({single.weights})"
     assert describe([model_dir], single) == single.weights
-    assert members_record([model_dir, model_dir], trained) == [
-        {"model_dir": os.path.abspath(model_dir), "weights": single.weights}
-    ] * 2
+    assert ensemble_metadata([model_dir, model_dir], trained) == {
+        "ensemble": [os.path.abspath(model_dir)] * 2, "ensemble_weights": [single.weights] * 2,
+    }
+    assert ensemble_metadata([model_dir], single) == {}
     translator = trained.translator(DecodingConfig())
     assert isinstance(translator.transformer, Ensemble) and len(translator.transformer.members) == 2
     assert len(translator.output_kernel) == 2 and translator.output_kernel[0] is not translator.output_kernel[1]
@@ -153,5 +154,5 @@ def test_an_export_of_two_copies_of_a_run_answers_every_signature_as_the_runs_ow
         info = json.load(f)
     own_weights = load_trained(model_dir).weights
     assert weights == info["weights"] == f"an ensemble of {model_dir} ({own_weights}), {model_dir} ({own_weights})"
-    assert info["ensemble"] == [{"model_dir": os.path.abspath(model_dir), "weights": own_weights}] * 2
+    assert (info["ensemble"], info["ensemble_weights"]) == ([os.path.abspath(model_dir)] * 2, [own_weights] * 2)
     assert info["model_dir"] == os.path.abspath(model_dir)
