@@ -37,7 +37,9 @@ def add_model_source_arguments(parser: argparse.ArgumentParser, required: bool =
             metavar="PATH",
             help=f"an export: its base directory (its newest version) or one version (default {DEFAULT_EXPORT_BASE})",
         )
-        model.add_argument("--model-dir", metavar="DIR", help="a training run's directory")
+        model.add_argument(
+            "--model-dir", metavar="DIR", help="a training run's directory (default: the export, --saved-model)"
+        )
     add_weights_arguments(parser, applies_to="with --model-dir: ")
     add_ensemble_argument(parser, applies_to="with --model-dir: ")
 

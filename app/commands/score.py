@@ -60,7 +60,8 @@ def parse_args(argv=None):
         "--batch-size", type=positive_int, default=64, help="pairs per forward pass (default 64)"
     )
     parser.add_argument(
-        "--normalize", action="store_true", help="add a fourth column: the mean log-prob per token"
+        "--normalize", action="store_true",
+        help="add a fourth column: the mean log-prob per token (default: three columns)",
     )
     add_thread_arguments(parser.add_argument_group("CPU threads"))
     return parser, parser.parse_args(argv)

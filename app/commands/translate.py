@@ -117,9 +117,12 @@ def build_parser():
         alpha_chosen_by=f"with a SavedModel the export's, with --model-dir {DecodingConfig.alpha}",
     )
     parser.add_argument(
-        "--nbest", type=positive_int, metavar="K", help="write the K best translations of each line, as a TSV table"
+        "--nbest", type=positive_int, metavar="K",
+        help="write the K best translations of each line, as a TSV table (default: the best only)",
     )
-    parser.add_argument("--scores", action="store_true", help="write each translation's score before it")
+    parser.add_argument(
+        "--scores", action="store_true", help="write each translation's score before it (default: the translation only)"
+    )
     sampling = parser.add_argument_group("sampling (one random translation per line, instead of beam search)")
     default = SamplingConfig()
     sampling.add_argument(

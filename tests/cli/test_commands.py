@@ -92,7 +92,7 @@ def parsers_of(module_name):
 @pytest.mark.parametrize(
     "module_name",
     ["train", "export", "app.commands.prepare", "app.commands.evaluate", "app.commands.serve", "app.commands.client",
-     "app.commands.pictures"],
+     "app.commands.pictures", "app.commands.translate", "app.commands.score", "app.commands.preflight"],
 )
 def test_every_optional_flag_says_its_default_in_help(module_name):
     missing = []
