@@ -24,6 +24,14 @@ def model_dir():  # one of tiers.SHARED_BUILDS
 """
 
 
+def inner_environment():
+    """This process's environment for an inner pytest, without PYTEST_ADDOPTS: a whole run
+    given `--record-file-seconds` that way would have its inner runs write their made-up
+    files into the real record."""
+    environment = {name: value for name, value in os.environ.items() if name != "PYTEST_ADDOPTS"}
+    return {**environment, "PYTHONPATH": ROOT}
+
+
 def run_suite(directory, files, bound="0.4"):
     """Runs pytest on `files` ({name: source}) in `directory`; returns (exit code, output)."""
     (directory / "pytest.ini").write_text(f"[pytest]\nmarkers =\n    slow: slow\nfast_test_seconds = {bound}\n")
@@ -32,7 +40,7 @@ def run_suite(directory, files, bound="0.4"):
         (directory / name).write_text(textwrap.dedent(source))
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q", "-s", str(directory)],
-        cwd=directory, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT}, timeout=120,
+        cwd=directory, capture_output=True, text=True, env=inner_environment(), timeout=120,
     )
     return result.returncode, result.stdout + result.stderr
 

@@ -258,12 +258,17 @@ class _Loop:
         """The state with the results of the sentences `which` (bool [A]) written out."""
         found = self.strategy.results(state.strategy, state.ids, state.step, state.settings)
         rows = tf.boolean_mask(state.rows, which)[:, None]  # [D, 1]
-        return state._replace(
-            results=tf.nest.map_structure(
-                lambda results, new: tf.tensor_scatter_nd_update(results, rows, tf.boolean_mask(new, which)),
-                state.results, found,
-            )
-        )
+
+        def scattered(results, new):
+            new = tf.boolean_mask(new, which)
+            if results.dtype != tf.bool:
+                return tf.tensor_scatter_nd_update(results, rows, new)
+            # TensorScatterUpdate has no GPU kernel for bool: on a GPU the loop would copy
+            # the results to the host and back at every step that a sentence leaves.
+            as_ints = tf.tensor_scatter_nd_update(tf.cast(results, tf.int32), rows, tf.cast(new, tf.int32))
+            return tf.cast(as_ints, tf.bool)
+
+        return state._replace(results=tf.nest.map_structure(scattered, state.results, found))
 
     def narrow(self, state, keep, cache_rows):
         """The state of the sentences `keep` (bool [A]) only, its cache `cache_rows`

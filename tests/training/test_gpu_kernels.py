@@ -48,6 +48,10 @@ HOST_SIDE = {
     "RaggedGather": "ragged slicing of the tokenized inputs to the model's length",
     "RaggedTensorToTensor": "the ragged ids padded to `[B, S]`, the model's input",
     "Fill(T=int32, index_type=int64)": "the `[B, 1]` end-token column, sized by the ragged ids' int64 row count",
+    # The constrained signature's phrases: each sentence's constraints split at tabs.
+    "StringSplitV2": "the constraints split into phrases at tabs",
+    "StringStrip": "each phrase's surrounding white space taken off",
+    "DenseBincount(T=int64, Tidx=int32)": "the split phrases' ragged rows counted (int64 row ids)",
 }
 
 SMALL_BASE = ["--size", "base", "--num-layers", "1", "--d-model", "32", "--d-ff", "64", "--num-heads", "2"]
