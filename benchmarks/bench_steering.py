@@ -140,13 +140,22 @@ def main(argv=None):
     alpha = decoding.alpha if decoding.alpha is not None else 0.6
     target_lang = info.get("target_lang", "de")
     sources, references = read_split(args.split, info.get("source_lang", "en"), target_lang, args.sentences)
-    signatures = tf.saved_model.load(path).signatures
+    loaded = {}
+
+    def signatures_of(version):
+        """The version's signatures, each export loaded once however often it is named."""
+        key = os.path.realpath(version)
+        if key not in loaded:
+            loaded[key] = tf.saved_model.load(version).signatures
+        return loaded[key]
+
+    signatures = signatures_of(path)
     if "constrained" not in signatures:
         raise SystemExit(f"{path} has no constrained signature: export it again with this version of export.py")
     others = {}
     for entry in args.also:
         name, other = entry.split("=", 1)
-        others[name] = tf.saved_model.load(saved_model_version(other)).signatures["serving_default"]
+        others[name] = signatures_of(saved_model_version(other))["serving_default"]
 
     def plain(signature):
         def translate(batch):
