@@ -491,7 +491,7 @@ def exported_beam_size(loaded):
 def _saved_model_decoder(plan, steered):
     import tensorflow as tf
 
-    from app.export.export_info import EXPORT_INFO, exported_decoding
+    from app.export.export_info import exported_decoding
 
     saved_model = plan.model.saved_model
     exported = exported_decoding(saved_model)
@@ -536,15 +536,7 @@ def _saved_model_decoder(plan, steered):
         greedy = signatures["greedy"]
         return lambda sentences, numbers: _hypotheses(greedy(inputs=tf.constant(sentences)))
     if options:
-        alpha = asked.alpha if asked.alpha is not None else exported.alpha
-        if alpha is None:
-            raise FlagError(
-                f"--max-extra-length: {saved_model}'s {EXPORT_INFO} does not record the alpha it was "
-                "exported with, which translate_with_options needs; give --alpha too"
-            )
-        from app.decoding.model_search import checked_alpha
-
-        checked_alpha(alpha, int(loaded.source_lengths(tf.constant([], tf.string))["limit"]))
+        alpha = _saved_model_alpha(plan, loaded, exported, "--max-extra-length", "translate_with_options")
         options_signature = signatures["translate_with_options"]
 
         def decode(sentences, line_numbers):
@@ -561,14 +553,28 @@ def _saved_model_decoder(plan, steered):
     return lambda sentences, numbers: _hypotheses(nbest(inputs=tf.constant(sentences)), plan.nbest or 1)
 
 
-def _saved_model_constrained(plan, loaded, exported, steered):
-    """`decode` through the SavedModel's constrained signature, at the alpha and extra
-    length asked for, or the export's own (its export_info.json)."""
+def _saved_model_alpha(plan, loaded, exported, flags, signature):
+    """The alpha a SavedModel's signature that takes one decodes with: `--alpha`, or the
+    export's own (its export_info.json), checked against the model's positions. A FlagError
+    naming `flags` where neither is known."""
     import tensorflow as tf
 
     from app.decoding.model_search import checked_alpha
     from app.export.export_info import EXPORT_INFO
 
+    alpha = plan.overrides.alpha if plan.overrides.alpha is not None else exported.alpha
+    if alpha is None:
+        raise FlagError(
+            f"{flags}: {plan.model.saved_model}'s {EXPORT_INFO} does not record the alpha it was exported with, "
+            f"which {signature} needs; give --alpha"
+        )
+    checked_alpha(alpha, int(loaded.source_lengths(tf.constant([], tf.string))["limit"]))
+    return alpha
+
+
+def _saved_model_constrained(plan, loaded, exported, steered):
+    """`decode` through the SavedModel's constrained signature, at the alpha and extra
+    length asked for, or the export's own (its export_info.json)."""
     saved_model, asked = plan.model.saved_model, plan.overrides
     flags = " and ".join(plan.steering.given())
     if "constrained" not in loaded.signatures:
@@ -576,13 +582,7 @@ def _saved_model_constrained(plan, loaded, exported, steered):
             f"{flags}: {saved_model} was exported before steering existed (no constrained signature); "
             "export it again, or give --model-dir"
         )
-    alpha = asked.alpha if asked.alpha is not None else exported.alpha
-    if alpha is None:
-        raise FlagError(
-            f"{flags}: {saved_model}'s {EXPORT_INFO} does not record the alpha it was exported with, which "
-            "the constrained signature needs; give --alpha"
-        )
-    checked_alpha(alpha, int(loaded.source_lengths(tf.constant([], tf.string))["limit"]))
+    alpha = _saved_model_alpha(plan, loaded, exported, flags, "the constrained signature")
     max_extra_length = asked.max_extra_length or exported.max_extra_length
     return _constrained_decoder(loaded.signatures["constrained"], steered, alpha, max_extra_length)
 
