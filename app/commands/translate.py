@@ -498,7 +498,7 @@ def _saved_model_decoder(plan, steered):
     loaded = plan.model.load_saved_model()
     signatures = loaded.signatures
     asked = plan.overrides
-    max_extra_length = asked.max_extra_length or exported.max_extra_length
+    max_extra_length = exported.max_extra_length if asked.max_extra_length is None else asked.max_extra_length
     if plan.sampling:
         if "sample" not in signatures:
             raise FlagError(
@@ -583,7 +583,7 @@ def _saved_model_constrained(plan, loaded, exported, steered):
             "export it again, or give --model-dir"
         )
     alpha = _saved_model_alpha(plan, loaded, exported, flags, "the constrained signature")
-    max_extra_length = asked.max_extra_length or exported.max_extra_length
+    max_extra_length = exported.max_extra_length if asked.max_extra_length is None else asked.max_extra_length
     return _constrained_decoder(loaded.signatures["constrained"], steered, alpha, max_extra_length)
 
 

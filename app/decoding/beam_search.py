@@ -10,6 +10,14 @@ hypotheses. Score = sum of log-probs / ((5 + length) / 6) ** alpha (GNMT's lengt
 penalty), the length counting the end token. `BeamSearch` chooses the tokens; the loop
 around it is app/decoding/search.py's.
 
+Forced tokens (a target prefix; the phrases of a constrained search) are scored apart:
+score = their log-probs + the other tokens' log-probs / the penalty (`normalized_scores`).
+The penalty makes up for each token the search chose costing log-probability, so that
+longer translations are not ruled out; a forced token's cost is the same whatever the
+length, and divided with the rest, a large one (an unlikely word the user asked for)
+shrinks with every token added, so a high alpha would prefer runs of babble to a
+translation that ends (docs/lab-notebook/2026-11-29-steering-the-search.md).
+
 Dimension names: B batch, A sentences still searched, K beam size, V vocabulary size,
 L the most output tokens; token buffers hold L + 1 positions, the start token at 0.
 """
@@ -90,6 +98,20 @@ def length_penalty(length, alpha):
     return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
 
 
+def normalized_scores(log_probs, forced_log_probs, length, alpha):
+    """The score of hypotheses of `length` tokens (end token included): the log-probs of
+    their forced tokens, plus the others' over `length_penalty`. Without forced tokens
+    (`forced_log_probs` 0) exactly GNMT's log-prob / penalty.
+
+    Args:
+        log_probs: float32 `[A, N]`, the sums of all the tokens' log-probs.
+        forced_log_probs: float32 `[A, N]`, the sums of the forced tokens' among them.
+        length: int32 scalar or `[A]`; alpha: float32 `[A]`.
+    """
+    penalty = length_penalty(length, alpha)  # [A]
+    return forced_log_probs + (log_probs - forced_log_probs) / penalty[:, None]
+
+
 def largest_alpha(max_length):
     """The largest alpha, to two decimals, whose `length_penalty` of `max_length` tokens
     is finite in float32 (inf for one token, whose penalty is 1 at any alpha).
@@ -105,6 +127,18 @@ def largest_alpha(max_length):
     return math.floor(exact * 100.0) / 100.0
 
 
+def forced_log_probs(parent_forced, candidate_log_probs, step, settings):
+    """float32 `[A, N]`: the forced log-prob of candidates that extend hypotheses whose
+    forced log-prob is `parent_forced` `[A, N]` and score `candidate_log_probs` `[A, N]`
+    with the token at `step + 1`. A sentence still in its prefix (`steering.Steering`)
+    has written forced tokens only, so all of a candidate's log-prob is forced; an
+    unsteered search forces nothing."""
+    if not settings.steering:  # () unsteered: the graph stays as it was
+        return parent_forced
+    in_prefix = step < settings.steering.prefix_lengths  # [A]
+    return tf.where(in_prefix[:, None], candidate_log_probs, parent_forced)
+
+
 class BeamSettings(typing.NamedTuple):
     """Beam search's own setting of each sentence (`search.SentenceSettings.strategy`)."""
 
@@ -118,6 +152,9 @@ class BeamState(typing.NamedTuple):
     # float32 [A, K]: sum of the live beams' log-probs, best first; <= NEG / 2 for a slot
     # that holds no real hypothesis (it went through a masked token).
     live_log_probs: tf.Tensor
+    # float32 [A, K]: the part of it that forced tokens wrote (`normalized_scores`); 0
+    # where nothing is forced.
+    live_forced_log_probs: tf.Tensor
     # int32 [A, K, L + 1]: the finished hypotheses: start token, tokens, end token, 0.
     finished_ids: tf.Tensor
     # float32 [A, K]: their length-normalized scores, best first; NEG in empty slots.
@@ -156,6 +193,7 @@ class BeamSearch:
         initial_log_probs = tf.concat([[0.0], tf.fill([k - 1], NEG)], axis=0)  # [K]
         return BeamState(
             live_log_probs=tf.tile(initial_log_probs[None, :], [batch_size, 1]),  # [B, K]
+            live_forced_log_probs=tf.zeros([batch_size, k]),  # [B, K]
             finished_ids=tf.zeros([batch_size, k, buffer_length], tf.int32),  # [B, K, L + 1]
             finished_scores=tf.fill([batch_size, k], NEG),  # [B, K]
             finished_flags=tf.zeros([batch_size, k], tf.bool),  # [B, K]
@@ -175,18 +213,21 @@ class BeamSearch:
         log_probs = tf.where(hypothesis_mask(allowed), tf.nn.log_softmax(logits), NEG)  # [A, K, V]
         candidate_log_probs = state.live_log_probs[:, :, None] + log_probs  # [A, K, V]
         topk_log_probs, topk_beams, topk_tokens = best_candidates(candidate_log_probs, 2 * k)  # [A, 2K] each
+        topk_forced = forced_log_probs(
+            gather_beams(state.live_forced_log_probs, topk_beams), topk_log_probs, step, settings
+        )  # [A, 2K]
         topk_ends = tf.equal(topk_tokens, self.end_id)  # [A, 2K]
 
         # Live: the K best candidates that do not end.
         live_scores = topk_log_probs + NEG * tf.cast(topk_ends, tf.float32)  # [A, 2K]
         live_log_probs, live_positions = tf.math.top_k(live_scores, k=k)  # [A, K]
-        parents, tokens = gather_beams((topk_beams, topk_tokens), live_positions)  # [A, K] each
+        parents, tokens, live_forced = gather_beams((topk_beams, topk_tokens, topk_forced), live_positions)
 
         # Finished: the real candidates among the top K that end join the pool of K.
         new_position = tf.one_hot(step + 1, tf.shape(ids)[2], dtype=tf.int32)  # [L + 1]
         new_ids = gather_beams(ids, topk_beams[:, :k]) + topk_tokens[:, :k, None] * new_position  # [A, K, L + 1]
         new_flags = topk_ends[:, :k] & (topk_log_probs[:, :k] > NEG / 2)  # [A, K]
-        new_scores = topk_log_probs[:, :k] / length_penalty(step + 1, settings.strategy.alpha)[:, None]  # [A, K]
+        new_scores = normalized_scores(topk_log_probs[:, :k], topk_forced[:, :k], step + 1, settings.strategy.alpha)
         new_scores = tf.where(new_flags, new_scores, NEG)  # [A, K]
         # The old pool comes first, so on a tie it stays (top_k is stable).
         pool_scores = tf.concat([state.finished_scores, new_scores], axis=1)  # [A, 2K]
@@ -195,38 +236,43 @@ class BeamSearch:
         finished_scores, finished_ids, finished_flags = gather_topk_beams(
             (pool_scores, pool_ids, pool_flags), pool_scores, k
         )  # [A, K], [A, K, L + 1], [A, K]
-        return BeamState(live_log_probs, finished_ids, finished_scores, finished_flags), parents, tokens
+        beam = BeamState(live_log_probs, live_forced, finished_ids, finished_scores, finished_flags)
+        return beam, parents, tokens
 
     def done(self, state, ids, step, settings):
-        """Once no live beam can beat the last result that must be final: the best a live
-        beam can still reach is its log-prob (log-probs only fall) over the largest
-        penalty it may still get, at its shortest or longest length (the penalty is
-        monotonic in the length for any alpha). Or once no real live beam is left (all
-        were forced to end)."""
+        """Once no live beam can beat the last result that must be final, or once no real
+        live beam is left (all were forced to end).
+
+        The best a live beam can still reach is its forced log-prob plus the rest over the
+        largest penalty it may still get, at its shortest or longest length (the penalty
+        is monotonic in the length for any alpha): log-probs only fall, and a token that
+        becomes forced later (the rest of a constraint phrase) moves its log-prob p <= 0
+        from the divided part to the undivided one, which changes the score by
+        p (1 - 1 / penalty) <= 0, as the penalty is >= 1."""
         alpha = settings.strategy.alpha
         # A live beam of `step` tokens ends with between step + 1 and max_lengths tokens.
         largest_penalty = tf.maximum(
             length_penalty(step + 1, alpha), length_penalty(settings.max_lengths, alpha)
         )  # [A]
-        best_live_scores = self._best_live(state) / largest_penalty  # [A]
+        best_live_scores = tf.reduce_max(
+            state.live_forced_log_probs
+            + (state.live_log_probs - state.live_forced_log_probs) / largest_penalty[:, None],
+            axis=1,
+        )  # [A]
         # The pool is sorted best first, empty slots last: the last result that must be
         # final, or NEG while that slot is empty.
         last = self.final_results - 1
         last_final_scores = tf.where(state.finished_flags[:, last], state.finished_scores[:, last], NEG)  # [A]
-        no_live_beam = self._best_live(state) <= NEG / 2  # [A]
+        no_live_beam = tf.reduce_max(state.live_log_probs, axis=1) <= NEG / 2  # [A]
         return (last_final_scores > best_live_scores) | no_live_beam
-
-    def _best_live(self, state):
-        """float32 `[A]`: the log-prob of the best live beam, the first as they are kept
-        best first; a strategy that keeps them in another order overrides it
-        (`constrained_beam_search.ConstrainedBeamSearch`)."""
-        return state.live_log_probs[:, 0]
 
     def results(self, state, ids, step, settings):
         """`(ids [A, K, L + 1], scores [A, K])`: the finished hypotheses; a sentence that
         finished nothing falls back to its live beams."""
         has_finished = tf.reduce_any(state.finished_flags, axis=1)  # [A]
-        live_scores = state.live_log_probs / length_penalty(step, settings.strategy.alpha)[:, None]  # [A, K]
+        live_scores = normalized_scores(
+            state.live_log_probs, state.live_forced_log_probs, step, settings.strategy.alpha
+        )  # [A, K]
         finished_ids = tf.where(state.finished_flags[:, :, None], state.finished_ids, 0)  # [A, K, L + 1]
         ids = tf.where(has_finished[:, None, None], finished_ids, ids)  # [A, K, L + 1]
         scores = tf.where(has_finished[:, None], state.finished_scores, live_scores)  # [A, K]
@@ -264,7 +310,8 @@ def beam_search(
         `(ids, scores)`: ids int32 `[B, K, L]`, the output tokens without the start
         token, each row ending with the end token and padded with 0 after it; scores
         float32 `[B, K]`, the sum of the tokens' log-probs divided by
-        `length_penalty(number of tokens including the end token, alpha)`. Sorted best
+        `length_penalty(number of tokens including the end token, alpha)`, a forced
+        prefix's log-probs added undivided (`normalized_scores`). Sorted best
         first. A sentence that finished nothing (impossible while `max_lengths` forces
         an end) returns its live beams, scored at their length, without end tokens. A
         slot for which no hypothesis exists (fewer than K possible sequences, e.g.

@@ -18,7 +18,9 @@ fullest bank always advances (its best hypothesis's continuation heads the next 
 takes the first stripe), so given room some hypothesis meets every phrase.
 
 A hypothesis may end only once it has met every phrase, or at its length limit; the
-pool of finished hypotheses ranks those that met every phrase first. At the limit the
+pool of finished hypotheses ranks those that met every phrase first. The tokens of the
+first occurrence of each phrase are forced tokens: their log-probs are added to the score
+undivided by the length penalty (`beam_search.normalized_scores` says why). At the limit the
 best finished hypothesis is the result whatever it met, and `constraints_met` says so.
 
 Matching is exact: every partial match is tracked, so "a a b" is found in "a a a b",
@@ -36,7 +38,7 @@ import typing
 
 import tensorflow as tf
 
-from app.decoding.beam_search import NEG, BeamSearch, BeamState, best_candidates, length_penalty
+from app.decoding.beam_search import NEG, BeamSearch, BeamState, best_candidates, forced_log_probs, normalized_scores
 from app.decoding.search import gather_beams, hypothesis_mask, search
 from layers.special_tokens import END_ID, PAD_ID, START_ID
 
@@ -69,6 +71,9 @@ class ConstrainedBeamState(typing.NamedTuple):
     met: tf.Tensor
     # bool [A, K, C, P]: [..., c, j]: it ends with phrase c's first j + 1 tokens, j + 1 < its length.
     partial: tf.Tensor
+    # float32 [A, K, C, P]: the log-probs of those j + 1 tokens (prefix tokens' left out:
+    # they count as the prefix's); 0 where there is no such match.
+    partial_log_probs: tf.Tensor
     # bool [A, K]: the finished slot's hypothesis holds every phrase (false in an empty slot).
     finished_met: tf.Tensor
 
@@ -116,7 +121,7 @@ def longest_partial(partial):
     return tf.reduce_max(tf.where(partial, tokens_matched, 0), axis=-1)
 
 
-def advance_matches(met, partial, tokens, phrases, phrase_lengths, end_id=END_ID):
+def advance_matches(met, partial, tokens, phrases, phrase_lengths, end_id=END_ID, log_probs=None):
     """The phrases met and partly matched once hypotheses write `tokens`.
 
     A match of j + 1 tokens extends one of j tokens (or none, j = 0) by the phrase's token
@@ -127,19 +132,33 @@ def advance_matches(met, partial, tokens, phrases, phrase_lengths, end_id=END_ID
         met: bool `[A, N, C]`, partial: bool `[A, N, C, P]`: the hypotheses' before.
         tokens: int32 `[A, N]`, the tokens they write.
         phrases: int32 `[A, C, P]`; phrase_lengths: int32 `[A, C]`.
+        log_probs: None, or `(partial_log_probs float32 [A, N, C, P], token_log_probs
+            float32 [A, N])`: the matches' log-probs before (`ConstrainedBeamState`), and
+            those of `tokens`.
 
     Returns:
-        `(met bool [A, N, C], partial bool [A, N, C, P])`.
+        `(met bool [A, N, C], partial bool [A, N, C, P])`, and where `log_probs` is
+        given, `(partial_log_probs [A, N, C, P], met_log_probs [A, N])`: the matches'
+        log-probs after, and the sum over the phrases met by this token, for the first
+        time, of their tokens' log-probs.
     """
     positions = tf.range(tf.shape(phrases)[2])  # [P]
     in_phrase = positions < phrase_lengths[:, :, None]  # [A, C, P]
-    last = tf.equal(positions, phrase_lengths[:, :, None] - 1)  # [A, C, P]
+    last = tf.equal(positions, phrase_lengths[:, :, None] - 1)[:, None]  # [A, 1, C, P]
     # [..., j] holds where a match of j tokens is there to extend (j = 0: always).
     extendable = tf.pad(partial[..., :-1], [[0, 0], [0, 0], [0, 0], [1, 0]], constant_values=True)  # [A, N, C, P]
     same = tf.equal(phrases[:, None], tokens[:, :, None, None]) & in_phrase[:, None]  # [A, N, C, P]
     matched = extendable & same & tf.not_equal(tokens, end_id)[:, :, None, None]  # [A, N, C, P]
-    met = met | tf.reduce_any(matched & last[:, None], axis=3)  # [A, N, C]
-    return met, matched & ~last[:, None]
+    now_met = tf.reduce_any(matched & last, axis=3)  # [A, N, C]
+    advanced = (met | now_met, matched & ~last)
+    if log_probs is None:
+        return advanced
+    partial_log_probs, token_log_probs = log_probs
+    before = tf.pad(partial_log_probs[..., :-1], [[0, 0], [0, 0], [0, 0], [1, 0]])  # [A, N, C, P]
+    matched_log_probs = tf.where(matched, before + token_log_probs[:, :, None, None], 0.0)  # [A, N, C, P]
+    whole = tf.reduce_sum(tf.where(last, matched_log_probs, 0.0), axis=3)  # [A, N, C]
+    met_log_probs = tf.reduce_sum(tf.where(now_met & ~met, whole, 0.0), axis=2)  # [A, N]
+    return advanced, (tf.where(last, 0.0, matched_log_probs), met_log_probs)
 
 
 def banks(met, partial, phrase_lengths):
@@ -229,6 +248,7 @@ class ConstrainedBeamSearch(BeamSearch):
             beam=super().start(batch_size, buffer_length, settings),
             met=tf.zeros([batch_size, k, phrases[1]], tf.bool),  # [B, K, C]
             partial=tf.zeros([batch_size, k, phrases[1], phrases[2]], tf.bool),  # [B, K, C, P]
+            partial_log_probs=tf.zeros([batch_size, k, phrases[1], phrases[2]]),  # [B, K, C, P]
             finished_met=tf.zeros([batch_size, k], tf.bool),  # [B, K]
         )
 
@@ -243,26 +263,30 @@ class ConstrainedBeamSearch(BeamSearch):
         fill the rest all come from beam search's 2K (at least as many of those are
         invalid as there are slots to fill), whose pairs are distinct."""
         k, phrases, lengths = self.width, settings.strategy.phrases, settings.strategy.phrase_lengths
-        candidate_log_probs = state.beam.live_log_probs[:, :, None] + self._log_probs(
-            state, logits, allowed, step, settings
-        )  # [A, K, V]
-        scores, beams, tokens, valid = self._candidates(state, candidate_log_probs, settings.strategy)  # [A, N] each
-        met, partial = advance_matches(
-            gather_beams(state.met, beams), gather_beams(state.partial, beams), tokens, phrases, lengths, self.end_id
-        )  # [A, N, C], [A, N, C, P]
+        log_probs = self._log_probs(state, logits, allowed, step, settings)  # [A, K, V]
+        scores, token_log_probs, beams, tokens, valid = self._candidates(state, log_probs, settings.strategy)
+        # A prefix's tokens are forced as the prefix's, not again as a phrase's.
+        parent_forced = gather_beams(state.beam.live_forced_log_probs, beams)  # [A, N]
+        if settings.steering:
+            token_log_probs = tf.where((step < settings.steering.prefix_lengths)[:, None], 0.0, token_log_probs)
+        (met, partial), (partial_log_probs, met_log_probs) = advance_matches(
+            gather_beams(state.met, beams), gather_beams(state.partial, beams), tokens, phrases, lengths, self.end_id,
+            log_probs=(gather_beams(state.partial_log_probs, beams), token_log_probs),
+        )  # [A, N, C], [A, N, C, P], [A, N, C, P], [A, N]
+        forced = forced_log_probs(parent_forced + met_log_probs, scores, step, settings)  # [A, N]
         order = stripe_order(scores, banks(met, partial, lengths), valid, tf.reduce_sum(lengths, axis=1), 2 * k)
-        scores, beams, tokens, valid, met, partial = gather_beams(
-            (scores, beams, tokens, valid, met, partial), order
+        scores, forced, beams, tokens, valid, met, partial, partial_log_probs = gather_beams(
+            (scores, forced, beams, tokens, valid, met, partial, partial_log_probs), order
         )  # [A, 2K, ...]
         ends = tf.equal(tokens, self.end_id)  # [A, 2K]
-        first = (scores[:, :k], beams[:, :k], tokens[:, :k], ends[:, :k] & valid[:, :k], met[:, :k])
+        first = (scores[:, :k], forced[:, :k], beams[:, :k], tokens[:, :k], ends[:, :k] & valid[:, :k], met[:, :k])
         finished_scores, finished_ids, finished_flags, finished_met = self._pool(state, ids, step, settings, first)
         _, live_positions = tf.math.top_k(tf.cast(~ends, tf.int32), k=k)  # [A, K]: stable, so stripe order
-        live_log_probs, parents, tokens, met, partial = gather_beams(
-            (scores, beams, tokens, met, partial), live_positions
+        live_log_probs, live_forced, parents, tokens, met, partial, partial_log_probs = gather_beams(
+            (scores, forced, beams, tokens, met, partial, partial_log_probs), live_positions
         )  # [A, K, ...]
-        beam = BeamState(live_log_probs, finished_ids, finished_scores, finished_flags)
-        return ConstrainedBeamState(beam, met, partial, finished_met), parents, tokens
+        beam = BeamState(live_log_probs, live_forced, finished_ids, finished_scores, finished_flags)
+        return ConstrainedBeamState(beam, met, partial, partial_log_probs, finished_met), parents, tokens
 
     def _log_probs(self, state, logits, allowed, step, settings):
         """float32 `[A, K, V]`: the log-probs of the tokens each hypothesis may write, NEG
@@ -275,18 +299,20 @@ class ConstrainedBeamSearch(BeamSearch):
         mask = hypothesis_mask(allowed) & (may_end[:, :, None] | ~is_end)  # [A, K, V]
         return tf.where(mask, tf.nn.log_softmax(logits), NEG)
 
-    def _candidates(self, state, candidate_log_probs, settings):
+    def _candidates(self, state, log_probs, settings):
         """A step's candidates, N = 3K + 2KC: beam search's 2K best (in its order, which
         a sentence without phrases keeps), each hypothesis's own best (fairseq's: a
         hypothesis of a low bank stays in reach), and its tokens toward each phrase it
-        has not met (`phrase_candidates`).
+        has not met (`phrase_candidates`), from `log_probs` `[A, K, V]`, the tokens'
+        log-probs as `_log_probs` masked them.
 
         Returns:
-            `(scores float32, beams int32, tokens int32, valid bool)`, each `[A, N]`:
-            `valid` the real candidates seen first; the others score NEG, so that none
-            fills a live slot.
+            `(scores float32, token_log_probs float32, beams int32, tokens int32, valid
+            bool)`, each `[A, N]`: `valid` the real candidates seen first; the others
+            score NEG, so that none fills a live slot.
         """
-        k, vocab_size = self.width, candidate_log_probs.shape[2]
+        k, vocab_size = self.width, log_probs.shape[2]
+        candidate_log_probs = state.beam.live_log_probs[:, :, None] + log_probs  # [A, K, V]
         _, top_beams, top_tokens = best_candidates(candidate_log_probs, 2 * k)  # [A, 2K] each
         own_tokens = tf.argmax(candidate_log_probs, axis=2, output_type=tf.int32)  # [A, K]
         own_beams = tf.broadcast_to(tf.range(k), tf.shape(own_tokens))  # [A, K]
@@ -297,10 +323,12 @@ class ConstrainedBeamSearch(BeamSearch):
         tokens = tf.concat([top_tokens, own_tokens, phrase_tokens], axis=1)  # [A, N]
         keys = beams * vocab_size + tokens  # [A, N]: the flat index of each candidate
         # Gathered, so that each phrase token is scored as the mask left it (forced prefix, limit).
-        scores = tf.gather(tf.reshape(candidate_log_probs, [-1, k * vocab_size]), keys, batch_dims=1)  # [A, N]
+        scores, token_log_probs = (
+            tf.gather(tf.reshape(x, [-1, k * vocab_size]), keys, batch_dims=1) for x in (candidate_log_probs, log_probs)
+        )  # [A, N] each
         wanted = tf.concat([tf.ones_like(top_beams, tf.bool), tf.ones_like(own_beams, tf.bool), wanted], axis=1)
         valid = first_real(keys, wanted & (scores > NEG / 2))  # [A, N]
-        return tf.where(valid, scores, NEG), beams, tokens, valid
+        return tf.where(valid, scores, NEG), token_log_probs, beams, tokens, valid
 
     def _pool(self, state, ids, step, settings, first):
         """The pool of finished hypotheses once the ending candidates among `first`, the
@@ -309,15 +337,16 @@ class ConstrainedBeamSearch(BeamSearch):
         first slot is the best that met them all, whatever beat it unmet at the limit).
 
         Args:
-            first: `(scores, beams, tokens, ends, met)`, `[A, K]` each (`ends`: the valid
-                candidates that end; `met` `[A, K, C]`).
+            first: `(scores, forced, beams, tokens, ends, met)`, `[A, K]` each (`forced`:
+                the forced part of the log-prob; `ends`: the valid candidates that end;
+                `met` `[A, K, C]`).
         """
         k = self.width
-        scores, beams, tokens, ends, met = first
+        scores, forced, beams, tokens, ends, met = first
         unused = tf.equal(settings.strategy.phrase_lengths, 0)  # [A, C]
         new_position = tf.one_hot(step + 1, tf.shape(ids)[2], dtype=tf.int32)  # [L + 1]
         new_ids = gather_beams(ids, beams) + tokens[:, :, None] * new_position  # [A, K, L + 1]
-        new_scores = tf.where(ends, scores / length_penalty(step + 1, settings.strategy.alpha)[:, None], NEG)
+        new_scores = tf.where(ends, normalized_scores(scores, forced, step + 1, settings.strategy.alpha), NEG)
         new_met = ends & tf.reduce_all(met | unused[:, None, :], axis=2)  # [A, K]
         old = (state.beam.finished_scores, state.beam.finished_ids, state.beam.finished_flags, state.finished_met)
         new = (new_scores, new_ids, ends, new_met)
@@ -330,9 +359,6 @@ class ConstrainedBeamSearch(BeamSearch):
         """`BeamSearch.done` on the beams: the pool's slots that count hold hypotheses that
         met every phrase (one that did not ends only at the length limit, the last step)."""
         return super().done(state.beam, ids, step, settings)
-
-    def _best_live(self, state):
-        return tf.reduce_max(state.live_log_probs, axis=1)  # [A]: the live beams are in stripe order
 
     def results(self, state, ids, step, settings):
         """`BeamSearch.results` of the pool, and whether each holds every phrase: bool

@@ -54,9 +54,9 @@ hypotheses it forces to end there score below the best.
   first max_length - 1 pieces so the end token still fits, and forced as translate_batch's
   `target_prefix`; a trailing partial word is forced as its pieces. The sentence's output
   limit grows by the prefix's pieces, still at most max_length. CTranslate2 scores a
-  hypothesis from the first token after its prefix; the SavedModel counts the prefix's
-  log-probabilities too (fairseq's way), so the prefix's (`score_batch`) is added to each
-  hypothesis before it is ranked.
+  hypothesis from the first token after its prefix; the SavedModel adds the prefix's
+  log-probability, undivided by the length penalty (`beam_search.normalized_scores`), so
+  the prefix's (`score_batch`) is added to each hypothesis's score before it is ranked.
 - `no_repeat_ngram_size` is translate_batch's: no n-gram of that size twice in the output,
   prefix included. CTranslate2 bans a token by its logit, before the softmax, so the
   tokens left share the banned one's probability; the SavedModel masks after it. Where a
@@ -260,8 +260,9 @@ class Engine:
     def translate(self, texts, beam_size, alphas, max_extra_lengths, nbest=False, *, prefixes=None,
                   no_repeat_ngram_sizes=None):
         """`(texts [B][K], scores float64 [B][K])`, best first by the SavedModel's score:
-        log-probability / gnmt_penalty(length, alpha), length counting the end token (and
-        the prefix's tokens, whose log-probabilities count too).
+        log-probability / gnmt_penalty(length, alpha), length counting the end token; with
+        a prefix, its tokens count in the length, and their log-probability is added
+        undivided (`beam_search.normalized_scores`).
 
         Args:
             texts: str [B].
@@ -291,7 +292,7 @@ class Engine:
         all_texts, all_scores = [], []
         for i, alpha in enumerate(sentences.alphas):
             scored = sorted(
-                (((log_probability + offsets[i]) / gnmt_penalty(len(pieces), alpha), pieces)
+                ((offsets[i] + log_probability / gnmt_penalty(len(pieces), alpha), pieces)
                  for pieces, log_probability in hypotheses[i]),
                 key=lambda pair: -pair[0],
             )[:beam_size]

@@ -20,8 +20,13 @@ from app.decoding.constrained_beam_search import (
 )
 from app.decoding.model_search import constrained_ids, translate_ids
 from app.decoding.steering import batch_steering
-from tests.decoding.test_beam_search import END, lp, random_cache, random_fn, start_ids, table_fn
-from tests.decoding.test_steering import SOURCE_IDS, sequence_log_prob, transformer  # noqa: F401 (a fixture)
+from tests.decoding.test_beam_search import END, random_cache, random_fn, start_ids, table_fn
+from tests.decoding.test_steering import (  # noqa: F401 (transformer: a fixture)
+    SOURCE_IDS,
+    forced_score,
+    token_log_probs,
+    transformer,
+)
 
 V = 9
 
@@ -94,10 +99,24 @@ def search_table(table, sentences, max_lengths, k=2, alpha=0.6, vocab_size=7):
     )
 
 
-def expected_scores(table, rows, alpha=0.6, vocab_size=7):
-    """Each output row's score as the fake model scores it: log-prob / lp(length)."""
-    scored = [sequence_log_prob(table_fn(table, vocab_size), {}, row) for row in rows]
-    return [total / lp(length, alpha) for total, length in scored]
+def first_occurrence(row, phrase):
+    """The positions of the first occurrence of `phrase` in `row`, [] if none."""
+    row = list(row)
+    for start in range(len(row) - len(phrase) + 1):
+        if row[start : start + len(phrase)] == list(phrase):
+            return list(range(start, start + len(phrase)))
+    return []
+
+
+def expected_scores(table, rows, phrases=(), alpha=0.6, vocab_size=7):
+    """Each output row's score as the fake model scores it: the log-probs of the first
+    occurrence of each of `phrases` that the row holds whole undivided, the others over
+    lp(length)."""
+    scores = []
+    for row in rows:
+        forced = {position for phrase in phrases for position in first_occurrence(row, phrase)}
+        scores.append(forced_score(token_log_probs(table_fn(table, vocab_size), {}, row), forced, alpha))
+    return scores
 
 
 # 3 (.6) or 4 (.4) first; 3 then ends (.7) or 4 (.3), 4 ends (.9) or 3 (.1). 5 and 6 never.
@@ -109,13 +128,14 @@ def test_a_phrase_the_model_never_writes_appears():
     # 3, 4, 5 (bank 0) and 6 (bank 1, the phrase met): stripes 6, 3 stay live. Step 1:
     # "6" may end (met): "6 end" leads bank 1 and finishes; "3 4" (bank 0) and "3 6"
     # (bank 1) stay live, "3 end" is masked. Step 2, the limit: "3 6 end" (met) and
-    # "3 4 end" (unmet, far likelier) finish. The pool ranks the met first: "3 6 end"
-    # (-1e4 over 3 tokens' penalty beats it over 2), then "6 end"; "3 4 end" is dropped.
+    # "3 4 end" (unmet, far likelier) finish. The pool ranks the met first: "6 end" (the
+    # forced 6's -1e4 undivided in both, and nothing else to pay), then "3 6 end"; "3 4
+    # end" is dropped.
     ids, scores, met = search_table(TABLE, [[[6]]], max_lengths=[3])
-    rows = [[3, 6, END], [6, END, 0]]
+    rows = [[6, END, 0], [3, 6, END]]
     assert ids.numpy().tolist() == [rows]
     assert met.numpy().tolist() == [[True, True]]
-    np.testing.assert_allclose(scores[0], expected_scores(TABLE, np.array(rows)), rtol=1e-6)
+    np.testing.assert_allclose(scores[0], expected_scores(TABLE, np.array(rows), [[6]]), rtol=1e-6)
 
 
 def test_at_a_limit_too_short_for_the_phrase_the_best_finished_hypothesis_is_returned():
@@ -146,7 +166,7 @@ def test_a_phrase_of_two_tokens_appears_contiguous():
     # Unconstrained, the best holds 5 and 6 apart, and nothing holds them side by side.
     assert ids.numpy()[1, 0].tolist() == [5, 3, 6, END, 0, 0]
     assert not any(contains(row, [5, 6]) for row in ids.numpy()[1])
-    np.testing.assert_allclose(scores[0, 0], expected_scores(SPLIT_TABLE, ids.numpy()[0, :1]), rtol=1e-6)
+    np.testing.assert_allclose(scores[0, 0], expected_scores(SPLIT_TABLE, ids.numpy()[0, :1], [[5, 6]]), rtol=1e-6)
 
 
 def test_two_phrases_both_appear():
@@ -155,7 +175,7 @@ def test_two_phrases_both_appear():
     assert met.numpy()[0, 0] and contains(best, [5, 6]) and contains(best, [4])
     for row, row_met in zip(ids.numpy()[0], met.numpy()[0]):
         assert row_met == (contains(row, [5, 6]) and contains(row, [4]))
-    np.testing.assert_allclose(scores[0], expected_scores(TABLE, ids.numpy()[0]), rtol=1e-6)
+    np.testing.assert_allclose(scores[0], expected_scores(TABLE, ids.numpy()[0], [[5, 6], [4]]), rtol=1e-6)
 
 
 def test_a_phrase_that_repeats_a_banned_ngram_is_never_met():
@@ -192,6 +212,30 @@ def test_every_partial_match_is_followed():
     # Nested and repeated phrases: one occurrence meets each; the end token matches nothing.
     assert matches_after([a, b], [[a, b], [b], [a, b]])[0] == [True, True, True]
     assert matches_after([a, END], [[a, END]])[0] == [False]
+
+
+def test_a_met_phrase_is_forced_at_its_own_tokens_log_probs_once():
+    # Token t is written with log-prob -t. "a a a b" meets "a a b" with its last three
+    # tokens (-3, -3, -4), not the first "a"; "b" is met by the last token, and met
+    # again nothing is added. The partial match "a" alone of "a b" after "a" holds -3.
+    a, b = 3, 4
+    phrases, lengths = phrase_arrays([[[a, a, b], [b]]])
+    met = tf.zeros([1, 1, 2], tf.bool)
+    partial = tf.zeros([1, 1, 2, 3], tf.bool)
+    partial_log_probs = tf.zeros([1, 1, 2, 3])
+    added = []
+    for token in [a, a, a, b, b]:
+        (met, partial), (partial_log_probs, met_log_probs) = advance_matches(
+            met, partial, tf.constant([[token]]), phrases, lengths,
+            log_probs=(partial_log_probs, tf.constant([[-float(token)]])),
+        )
+        added.append(float(met_log_probs[0, 0]))
+    assert added == [0.0, 0.0, 0.0, -10.0 - 4.0, 0.0]
+    (_, _), (partial_log_probs, _) = advance_matches(
+        tf.zeros([1, 1, 2], tf.bool), tf.zeros([1, 1, 2, 3], tf.bool), tf.constant([[a]]), phrases, lengths,
+        log_probs=(tf.zeros([1, 1, 2, 3]), tf.constant([[-3.0]])),
+    )
+    assert partial_log_probs.numpy()[0, 0].tolist() == [[-3.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
 
 
 def test_a_search_finds_a_phrase_that_overlaps_itself():

@@ -217,34 +217,66 @@ def test_no_output_repeats_an_ngram(strategy):
         assert not any(has_repeated_ngram(row, n) for row in rows), (seed, n, rows)
 
 
-def sequence_log_prob(fn, cache, row):
-    """The fake model's log-prob of the output `row` (up to its end token) of one
-    sentence, the sum of its steps' log-softmax, teacher-forced one step at a time."""
+def token_log_probs(fn, cache, row):
+    """The fake model's log-prob of each token of the output `row` (up to its end token)
+    of one sentence, its step's log-softmax, teacher-forced one step at a time."""
     tokens = list(row[: list(row).index(END) + 1])
     ids = np.zeros([1, len(tokens) + 1], np.int32)
     ids[0, 0] = START
-    total = 0.0
+    log_probs = []
     for step, token in enumerate(tokens):
         logits, cache = fn(tf.constant(ids), tf.constant(step), cache)
-        total += float(tf.nn.log_softmax(tf.cast(logits, tf.float32))[0, token])
+        log_probs.append(float(tf.nn.log_softmax(tf.cast(logits, tf.float32))[0, token]))
         ids[0, step + 1] = token
-    return total, len(tokens)
+    return log_probs
+
+
+def forced_score(log_probs, forced_positions, alpha):
+    """A search's score of a hypothesis of these token `log_probs`: those at
+    `forced_positions` undivided, the others over the length penalty
+    (`beam_search.normalized_scores`)."""
+    forced = sum(log_probs[i] for i in forced_positions)
+    return forced + (sum(log_probs) - forced) / lp(len(log_probs), alpha)
 
 
 # After the prefix 5 3 (5 a token the model never emits first): 4 (.7) or the end (.3).
 PREFIX_TABLE = {(): {3: 0.5, 4: 0.3, END: 0.2}, (5, 3): {4: 0.7, END: 0.3}, (5, 3, 4): {END: 1.0}}
 
 
-def test_a_prefix_starts_every_result_and_is_scored_with_its_log_probs():
+def test_a_prefix_starts_every_result_and_is_scored_with_its_log_probs_undivided():
     fn = table_fn(PREFIX_TABLE, 7)
     steering = batch_steering(1, prefix=[[5, 3]])
     ids, scores = beam_search(fn, start_ids(1), {}, 7, max_lengths=[6], beam_size=2, alpha=0.6, steering=steering)
     assert ids.numpy().tolist() == [[[5, 3, 4, END, 0, 0], [5, 3, END, 0, 0, 0]]]
-    expected = [sequence_log_prob(fn, {}, row) for row in ids.numpy()[0]]
-    assert expected[0][0] == pytest.approx(2 * ZERO_LOGIT + math.log(0.7), abs=1e-2)  # forced, at the model's own cost
-    np.testing.assert_allclose(scores, [[total / lp(length, 0.6) for total, length in expected]], rtol=1e-6)
+    log_probs = [token_log_probs(fn, {}, row) for row in ids.numpy()[0]]
+    assert sum(log_probs[0]) == pytest.approx(2 * ZERO_LOGIT + math.log(0.7), abs=1e-2)  # forced, at the model's cost
+    np.testing.assert_allclose(scores, [[forced_score(row, [0, 1], 0.6) for row in log_probs]], rtol=1e-6)
     ids, _ = search(GreedySearch(), fn, start_ids(1), {}, 7, max_lengths=[6], steering=steering)
     assert ids.numpy().tolist() == [[5, 3, 4, END, 0, 0]]
+
+
+# After "5", which the model never writes first: the end (.6) or 3 (.4); after "5 3 ...",
+# 3 again (.9) or the end (.1).
+RAMBLING_TABLE = {
+    (): {3: 1.0},
+    (5,): {END: 0.6, 3: 0.4},
+    **{(5,) + (3,) * n: {3: 0.9, END: 0.1} for n in range(1, 10)},
+}
+
+
+def test_a_costly_prefix_does_not_make_a_high_alpha_prefer_rambling():
+    # Divided by the penalty with the rest, the prefix's cost (about -1e4) shrinks as
+    # the output grows: at alpha 2, "5", nine 3s and the end would beat "5 end". Forced
+    # tokens count undivided, so the likelier continuation wins.
+    fn = table_fn(RAMBLING_TABLE, 7)
+    steering = batch_steering(1, prefix=[[5]])
+    ids, scores = beam_search(fn, start_ids(1), {}, 7, max_lengths=[11], beam_size=2, alpha=2.0, steering=steering)
+    assert ids.numpy()[0, 0].tolist()[:2] == [5, END]
+    long_row = [5] + [3] * 9 + [END]  # the length limit
+    short, rambling = (token_log_probs(fn, {}, row) for row in ([5, END], long_row))
+    assert sum(short) / lp(2, 2.0) < sum(rambling) / lp(11, 2.0)  # the rule it replaces picks the rambling one
+    assert forced_score(short, [0], 2.0) > forced_score(rambling, [0], 2.0)
+    np.testing.assert_allclose(scores[0, 0], forced_score(short, [0], 2.0), rtol=1e-6)
 
 
 def test_a_prefix_that_fills_the_length_limit_is_followed_by_the_end_token():
@@ -278,7 +310,7 @@ def test_each_sentence_of_a_mixed_batch_equals_its_own_search(strategy):
             np.testing.assert_allclose(scores[sentence : sentence + 1], own_scores, rtol=1e-6)
 
 
-def test_beam_results_start_with_the_prefix_are_distinct_and_scored_as_the_model_scores_them():
+def test_beam_results_start_with_the_prefix_are_distinct_and_scored_from_the_model_log_probs():
     for seed in range(3):
         ids, scores = run("beam 4", seed, batch_steering(3, **MIXED), max_lengths=[6, 9, 7])
         cache = random_cache(3, 9, seed=seed + 1)
@@ -288,8 +320,8 @@ def test_beam_results_start_with_the_prefix_are_distinct_and_scored_as_the_model
             for row, score in zip(rows, scores.numpy()[sentence]):
                 assert list(row[:length]) == prefix[:length]
                 one = tf.nest.map_structure(lambda x: x[sentence : sentence + 1], cache)
-                total, tokens = sequence_log_prob(random_fn(9, seed), one, row)
-                assert score == pytest.approx(total / lp(tokens, 0.6), rel=1e-5)
+                log_probs = token_log_probs(random_fn(9, seed), one, row)
+                assert score == pytest.approx(forced_score(log_probs, range(length), 0.6), rel=1e-5)
 
 
 def test_a_steered_search_runs_inside_a_tf_function_of_any_batch():

@@ -211,6 +211,8 @@ def test_constrained_unsteered_is_translate_with_options(ct2_version):
 
 
 def test_the_prefix_starts_the_translation_and_counts_in_its_score(ct2_version, monkeypatch):
+    from app.serving.ctranslate2_version import gnmt_penalty
+
     engine = ct2_version.engine
     recorded = RecordingTranslator(engine.translator)
     monkeypatch.setattr(engine, "translator", recorded)
@@ -231,6 +233,17 @@ def test_the_prefix_starts_the_translation_and_counts_in_its_score(ct2_version, 
     scored = recorded.score_batch(sources, pieces, max_input_length=0)
     want = [sum(result.log_probs[: len(p)]) for result, p in zip(scored, pieces)]
     np.testing.assert_allclose(outputs["scores"][:3], want, rtol=1e-5)
+    # At alpha > 0 the prefix's log-probability counts undivided, the rest over the
+    # penalty of the whole length (beam_search.normalized_scores).
+    at_alpha = constrained(ct2_version, texts[:3], prefixes[:3], alpha=0.6)
+    pieces = [output_pieces(engine, recorded, t.decode("utf-8")) for t in at_alpha["translations"]]
+    scored = recorded.score_batch(sources, pieces, max_input_length=0)
+    forced = [len(p) for p in engine.prefix_pieces(prefixes[:3])]
+    want = [
+        sum(result.log_probs[:n]) + sum(result.log_probs[n : len(p)]) / gnmt_penalty(len(p), 0.6)
+        for result, p, n in zip(scored, pieces, forced)
+    ]
+    np.testing.assert_allclose(at_alpha["scores"], want, rtol=1e-5)
     # The output limit grows by the prefix: max_extra_length 1 still leaves room to end.
     short = constrained(ct2_version, texts[:1], prefixes[:1], max_extra_length=1)
     assert short["translations"][0].decode("utf-8").startswith(prefixes[0])
