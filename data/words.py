@@ -1,0 +1,64 @@
+"""Words, as word alignments, markup and documents count them, and Pharaoh-format links.
+
+    words("Ein  Mann\xa0fährt.")             # ['Ein', 'Mann', 'fährt.']
+    word_spans("Ein  Mann")                  # [(0, 3), (5, 9)]
+    parse_pharaoh("0-0 1-2", 2, 3)           # [(0, 0), (1, 2)]
+    format_pharaoh([(1, 2), (0, 0), (0, 0)]) # '0-0 1-2'
+
+A **word** is a maximal run of characters that are not Unicode White_Space: the words
+that fast_align, eflomal and Moses read in a tokenized line, and the ones the `align`
+signature links. `str.split()` is nearly that, but it also splits at the information
+separators U+001C-U+001F, which are not White_Space; so this module has its own constant,
+and a graph that finds words reads the same one (`WHITE_SPACE_CODE_POINTS`).
+
+Pharaoh format: `i-j` pairs separated by single spaces, i a source word's index and j a
+target word's, both from 0. No TensorFlow here, so that servers and clients without it
+can use the module.
+"""
+
+import re
+
+# Unicode's White_Space property (PropList.txt), every code point of it.
+WHITE_SPACE = (
+    "\t\n\v\f\r \x85\xa0\u1680"
+    "\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+    "\u2028\u2029\u202f\u205f\u3000"
+)
+WHITE_SPACE_CODE_POINTS = tuple(ord(character) for character in WHITE_SPACE)
+_WORD = re.compile("[^" + re.escape(WHITE_SPACE) + "]+")
+
+
+def word_spans(text):
+    """`[(start, end)]`: each word's character offsets in `text`, in order."""
+    return [match.span() for match in _WORD.finditer(text)]
+
+
+def words(text):
+    """The words of `text`, in order: runs of characters that are not White_Space."""
+    return _WORD.findall(text)
+
+
+def parse_pharaoh(line, source_words, target_words):
+    """`[(i, j)]` from one Pharaoh line, in its order, checked against the word counts.
+
+    Raises:
+        ValueError naming the bad link: not `i-j` of two non-negative integers, or an index
+        outside `source_words` / `target_words`.
+    """
+    links = []
+    for link in line.split():
+        source, dash, target = link.partition("-")
+        if not dash or not source.isdigit() or not target.isdigit() or not source.isascii() or not target.isascii():
+            raise ValueError(f"link {link!r}: not i-j, two word indices from 0")
+        i, j = int(source), int(target)
+        if i >= source_words:
+            raise ValueError(f"link {link}: the source has {source_words} words")
+        if j >= target_words:
+            raise ValueError(f"link {link}: the target has {target_words} words")
+        links.append((i, j))
+    return links
+
+
+def format_pharaoh(links):
+    """One Pharaoh line: the distinct `(i, j)` pairs of `links`, by i and then j."""
+    return " ".join(f"{i}-{j}" for i, j in sorted(set(links)))
