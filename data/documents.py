@@ -37,7 +37,7 @@ given to `split_sentences` as `breaks`, and the tags restored over the whole par
 
 from dataclasses import dataclass
 
-from data.words import WHITE_SPACE, word_spans, words
+from data.words import WHITE_SPACE, format_pharaoh, parse_pharaoh, word_spans, words
 
 
 @dataclass(frozen=True)
@@ -192,3 +192,59 @@ def _stripped(text, start, end):
     """`(start, end)` of `text[start:end]` less its leading and trailing White_Space; None if blank."""
     found = word_spans(text[start:end])
     return (start + found[0][0], start + found[-1][1]) if found else None
+
+
+def translate_blocks(blocks, language, align, markup=None):
+    """Each paragraph's translation and Pharaoh line, its sentences translated by one `align` call.
+
+    Args:
+        blocks: `read_blocks`'s list.
+        language: the source language's code, for `split_sentences`.
+        align: `align(sentences) -> [(translation, pharaoh)]`, one pair per sentence, in order.
+            Called once, with the sentences of every paragraph in document order; not called
+            when there is no paragraph.
+        markup: None, plain text. Markup ("html") is not handled yet: it comes with
+            data/markup.py.
+
+    Returns:
+        `[(translation, pharaoh)]`, one per paragraph: the sentences' translations stripped and
+        joined by one space (empty ones left out), and the union of their links, each shifted
+        by the source and target words of the paragraph's sentences before it.
+
+    Raises:
+        NotImplementedError for a markup. ValueError when `align` returns another number of
+        results than sentences, or links outside a sentence's or its translation's words
+        (naming the sentence).
+    """
+    if markup is not None:
+        raise NotImplementedError(f"markup={markup!r}: documents with markup come with data/markup.py")
+    # A paragraph's hard-wrapped lines rejoin; one character for one keeps the offsets.
+    paragraphs = [
+        [plain[s:e] for s, e in split_sentences(plain, language)]
+        for plain in (block.text.replace("\n", " ") for block in blocks if isinstance(block, Paragraph))
+    ]
+    sentences = [sentence for paragraph in paragraphs for sentence in paragraph]
+    results = list(align(sentences)) if sentences else []
+    if len(results) != len(sentences):
+        raise ValueError(f"align returned {len(results)} results for {len(sentences)} sentences")
+    joined, position = [], 0
+    for paragraph in paragraphs:
+        joined.append(_joined(paragraph, results[position:position + len(paragraph)]))
+        position += len(paragraph)
+    return joined
+
+
+def _joined(sentences, results):
+    """One paragraph's `(translation, pharaoh)` from its sentences and their `align` results."""
+    translations, links, source_words, target_words = [], [], 0, 0
+    for sentence, (translation, pharaoh) in zip(sentences, results):
+        counts = len(words(sentence)), len(words(translation))
+        try:
+            sentence_links = parse_pharaoh(pharaoh, *counts)
+        except ValueError as error:
+            raise ValueError(f"align's links for {sentence!r} -> {translation!r}: {error}") from error
+        links += [(i + source_words, j + target_words) for i, j in sentence_links]
+        source_words, target_words = source_words + counts[0], target_words + counts[1]
+        if translation.strip(WHITE_SPACE):
+            translations.append(translation.strip(WHITE_SPACE))
+    return " ".join(translations), format_pharaoh(links)

@@ -1,7 +1,7 @@
 """Documents (data/documents.py): paragraphs and blank lines, the sentence rule, one `align` call.
 
 The sentence rule's cases are in document_cases.json, for a JavaScript port to be checked on
-too.
+too; a fake `align` (the words copied, diagonal links) stands in for the model.
 """
 
 import json
@@ -11,12 +11,25 @@ from pathlib import Path
 
 import pytest
 
-from data.documents import Blank, Paragraph, read_blocks, split_sentences, write_blocks
+from data.documents import Blank, Paragraph, read_blocks, split_sentences, translate_blocks, write_blocks
 from data.words import words
 
 ROOT = Path(__file__).parents[2]
 CASES = json.loads((Path(__file__).parent / "document_cases.json").read_text(encoding="utf-8"))["cases"]
 DOCUMENT = "P1 a.\nP1 b\n\nP2.\n\n\nP3 one. P3 two.\n"
+
+
+def copy_align(calls):
+    """A fake `align` that writes each sentence's words in capitals, linked on the diagonal."""
+
+    def align(sentences):
+        calls.append(list(sentences))
+        return [
+            (" ".join(words(sentence.upper())), " ".join(f"{k}-{k}" for k in range(len(words(sentence)))))
+            for sentence in sentences
+        ]
+
+    return align
 
 
 def test_paragraphs_and_blank_lines_are_read_and_written_back_in_place():
@@ -67,3 +80,44 @@ def test_a_break_inside_a_word_or_outside_the_text_is_refused():
 def test_importing_the_module_loads_no_splitter():
     code = "import sys, data.documents; assert 'sentencex' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
+
+
+def test_paragraphs_are_translated_in_one_call_and_their_links_shifted():
+    blocks = read_blocks(DOCUMENT.splitlines())
+    calls = []
+    results = translate_blocks(blocks, "en", copy_align(calls))
+    # "P1 a." ends no sentence (sentencex reads "a." as an abbreviation); the lines rejoin.
+    assert calls == [["P1 a. P1 b", "P2.", "P3 one.", "P3 two."]]
+    assert results == [("P1 A. P1 B", "0-0 1-1 2-2 3-3"), ("P2.", "0-0"), ("P3 ONE. P3 TWO.", "0-0 1-1 2-2 3-3")]
+    assert write_blocks(blocks, [translation for translation, _ in results]) == [
+        "P1 A. P1 B", "", "P2.", "", "", "P3 ONE. P3 TWO."
+    ]
+
+
+def test_source_and_target_words_shift_the_links_each_by_their_own_count():
+    # Each translation has one word more than its sentence, linked from the last source word,
+    # and the second one is blank: left out of the line, its links (none) shift nothing.
+    replies = {"Wir kommen heute.": ("Nous venons aujourd'hui !", "0-0 1-1 2-2 2-3"), "Gut so.": (" ", ""),
+               "Er geht jetzt.": ("Il part maintenant !", "0-0 1-1 2-2 2-3")}
+    text = "Wir kommen heute. Gut so. Er geht\njetzt."
+    blocks = [Blank(), Paragraph(2, text)]
+    results = translate_blocks(blocks, "de", lambda sentences: [replies[sentence] for sentence in sentences])
+    assert results == [("Nous venons aujourd'hui ! Il part maintenant !", "0-0 1-1 2-2 2-3 5-4 6-5 7-6 7-7")]
+
+
+def test_align_is_not_called_without_paragraphs_and_its_results_are_checked():
+    def never(sentences):
+        raise AssertionError("align called")
+
+    assert translate_blocks([Blank(), Blank()], "en", never) == []
+    with pytest.raises(ValueError, match="align returned 1 results for 2 sentences"):
+        translate_blocks([Paragraph(1, "One here. Two here.")], "en", lambda sentences: [("Eins hier.", "0-0")])
+    with pytest.raises(ValueError, match=r"align's links for 'Two here.' -> 'Zwei.': link 0-1: the target has 1 words"):
+        translate_blocks(
+            [Paragraph(1, "One here. Two here.")], "en", lambda sentences: [("Eins hier.", "0-0"), ("Zwei.", "0-1")]
+        )
+
+
+def test_markup_is_not_handled_yet():
+    with pytest.raises(NotImplementedError, match="data/markup.py"):
+        translate_blocks([Paragraph(1, "<b>Hi</b> there.")], "en", copy_align([]), markup="html")
