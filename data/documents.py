@@ -30,13 +30,17 @@ language.
 joiner puts one space between sentences, and a word is a run of non-White_Space characters,
 which is not a word in those scripts.
 
-**Markup** (`translate_blocks(..., markup=...)`, `--document --markup html`) is a later
-addition, with `data/markup.py`: each paragraph stripped of its tags, block elements' edges
-given to `split_sentences` as `breaks`, and the tags restored over the whole paragraph.
+**Markup** (`translate_blocks(..., markup="html")`, `--document --markup html`): each
+paragraph is stripped of its tags (`data/markup.py`; malformed markup is refused, naming the
+file's line, before anything is translated), the edges of its block elements and its `<br>`s
+end sentences too (`split_sentences`'s `breaks`), and the tags are put back over the whole
+paragraph, from the union of its sentences' links: a tag that spans sentences encloses the
+hull of its words' translations across them, one element as in the input.
 """
 
 from dataclasses import dataclass
 
+from data.markup import restore, strip
 from data.words import WHITE_SPACE, format_pharaoh, parse_pharaoh, word_spans, words
 
 
@@ -203,25 +207,36 @@ def translate_blocks(blocks, language, align, markup=None):
         align: `align(sentences) -> [(translation, pharaoh)]`, one pair per sentence, in order.
             Called once, with the sentences of every paragraph in document order; not called
             when there is no paragraph.
-        markup: None, plain text. Markup ("html") is not handled yet: it comes with
-            data/markup.py.
+        markup: None for plain text, or "html": inline HTML kept through translation
+            (`data.markup`); then the Pharaoh lines index the words of the paragraphs'
+            plain text.
 
     Returns:
         `[(translation, pharaoh)]`, one per paragraph: the sentences' translations stripped and
-        joined by one space (empty ones left out), and the union of their links, each shifted
-        by the source and target words of the paragraph's sentences before it.
+        joined by one space (empty ones left out), with the paragraph's tags put back where
+        there are any, and the union of their links, each shifted by the source and target
+        words of the paragraph's sentences before it.
 
     Raises:
-        NotImplementedError for a markup. ValueError when `align` returns another number of
-        results than sentences, or links outside a sentence's or its translation's words
-        (naming the sentence).
+        MarkupError naming the line and column of malformed markup, before `align` is called.
+        ValueError for another `markup`, when `align` returns another number of results than
+        sentences, or links outside a sentence's or its translation's words (naming the
+        sentence).
     """
-    if markup is not None:
-        raise NotImplementedError(f"markup={markup!r}: documents with markup come with data/markup.py")
+    if markup not in (None, "html"):
+        raise ValueError(f"markup={markup!r}: None or 'html'")
+    texts = [block.text for block in blocks if isinstance(block, Paragraph)]
+    if markup:
+        first_lines = [block.first_line for block in blocks if isinstance(block, Paragraph)]
+        stripped = [strip(text, first_line=line) for text, line in zip(texts, first_lines)]
+        texts, breaks = [item.text for item in stripped], [item.breaks for item in stripped]
+    else:
+        breaks = [()] * len(texts)
     # A paragraph's hard-wrapped lines rejoin; one character for one keeps the offsets.
+    plains = [text.replace("\n", " ") for text in texts]
     paragraphs = [
-        [plain[s:e] for s, e in split_sentences(plain, language)]
-        for plain in (block.text.replace("\n", " ") for block in blocks if isinstance(block, Paragraph))
+        [plain[s:e] for s, e in split_sentences(plain, language, paragraph_breaks)]
+        for plain, paragraph_breaks in zip(plains, breaks)
     ]
     sentences = [sentence for paragraph in paragraphs for sentence in paragraph]
     results = list(align(sentences)) if sentences else []
@@ -231,7 +246,18 @@ def translate_blocks(blocks, language, align, markup=None):
     for paragraph in paragraphs:
         joined.append(_joined(paragraph, results[position:position + len(paragraph)]))
         position += len(paragraph)
-    return joined
+    if not markup:
+        return joined
+    return [_restored(item, translation, pharaoh) for item, (translation, pharaoh) in zip(stripped, joined)]
+
+
+def _restored(stripped, translation, pharaoh):
+    """A paragraph's `(translation with its tags put back, pharaoh)`; a paragraph without
+    words comes back as it was."""
+    if not stripped.words:
+        return stripped.markup, pharaoh
+    links = parse_pharaoh(pharaoh, len(stripped.words), len(words(translation)))
+    return restore(stripped, translation, links), pharaoh
 
 
 def _joined(sentences, results):

@@ -123,6 +123,9 @@ class Stripped:
     words: tuple  # words(text)
     elements: tuple  # of Element, in the order their opening tags appear
     markup: str  # the line as given: restore's answer when the text has no words
+    # Offsets in `text` of the tags of block elements, `<br>` and `<hr>` (`BREAKS`), in order:
+    # where a document's sentences also end (data/documents.py). Never inside a word.
+    breaks: tuple = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -311,6 +314,7 @@ class _Stripper:
         self.stack = []  # _Open, outermost first
         self.items = []  # _Item, in the order their opening tags appear
         self.untranslated = None  # the _Open of the UNTRANSLATED element being kept whole
+        self.breaks = []  # the plain text's length at each break tag
 
     def add_text(self, raw):
         if self.untranslated:
@@ -324,7 +328,12 @@ class _Stripper:
         self.last = text[-1]
 
     def note_break(self, name):
-        if not self.untranslated and name in BREAKS and self.last and self.last not in WHITE_SPACE:
+        if self.untranslated or name not in BREAKS:
+            return
+        # At a word's end the text that follows is kept apart by a space (`add_text`), so
+        # the offset never falls inside a word.
+        self.breaks.append(self.length)
+        if self.last and self.last not in WHITE_SPACE:
             self.pending_break = True
 
     def add_item(self, kind, text, start):
@@ -417,7 +426,10 @@ def strip(markup, first_line=1):
             kind=kind, open=item.open, close=item.close, span=(first, after) if kind == ELEMENT else (first, first),
             position=first, parent=item.parent, line=line, column=column,
         ))
-    return Stripped(text=text, words=tuple(text[a:b] for a, b in spans), elements=tuple(elements), markup=markup)
+    return Stripped(
+        text=text, words=tuple(text[a:b] for a, b in spans), elements=tuple(elements), markup=markup,
+        breaks=tuple(sorted(set(stripper.breaks))),
+    )
 
 
 def markup_text(markup):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from data.markup import MarkupError
 from data.documents import Blank, Paragraph, read_blocks, split_sentences, translate_blocks, write_blocks
 from data.words import words
 
@@ -118,6 +119,35 @@ def test_align_is_not_called_without_paragraphs_and_its_results_are_checked():
         )
 
 
-def test_markup_is_not_handled_yet():
-    with pytest.raises(NotImplementedError, match="data/markup.py"):
-        translate_blocks([Paragraph(1, "<b>Hi</b> there.")], "en", copy_align([]), markup="html")
+def test_a_tag_that_spans_sentences_encloses_their_translations_across_the_joint():
+    calls = []
+    document = ["The cat sat. <b>The dog ran.", "A bird</b> flew &amp; sang.", "", "<br>"]
+    results = translate_blocks(read_blocks(document), "en", copy_align(calls), markup="html")
+    # The entity is decoded for translation; the paragraph's lines rejoin.
+    assert calls == [["The cat sat.", "The dog ran.", "A bird flew & sang."]]
+    assert [translation for translation, _ in results] == [
+        "THE CAT SAT. <b>THE DOG RAN. A BIRD</b> FLEW &amp; SANG.",
+        "<br>",  # no words: the paragraph as it was
+    ]
+    assert results[0][1] == " ".join(f"{k}-{k}" for k in range(11)) and results[1][1] == ""
+
+
+def test_block_elements_and_line_breaks_end_sentences():
+    calls = []
+    paragraph = "<p>First part</p><p>second part<br>third part</p>"
+    (translation, _), = translate_blocks([Paragraph(1, paragraph)], "en", copy_align(calls), markup="html")
+    assert calls == [["First part", "second part", "third part"]]
+    assert translation == "<p>FIRST PART</p> <p>SECOND PART <br>THIRD PART</p>"
+    # Without markup the same text is one sentence (nothing ends it).
+    calls.clear()
+    translate_blocks([Paragraph(1, "First part second part")], "en", copy_align(calls))
+    assert calls == [["First part second part"]]
+
+
+def test_malformed_markup_names_its_file_line_before_anything_is_translated():
+    calls = []
+    with pytest.raises(MarkupError, match=r"^line 4, column 6: <b> opened at 4:6 is never closed$"):
+        translate_blocks(read_blocks(["Fine.", "", "Also fine.", "Then <b>this."]), "en", copy_align(calls), "html")
+    assert calls == []
+    with pytest.raises(ValueError, match="markup='xml'"):
+        translate_blocks([Paragraph(1, "x")], "en", copy_align(calls), markup="xml")
