@@ -6,6 +6,7 @@
     transformer = Transformer(model, config)             # the same layers, step by step
     memory, memory_mask = transformer.encode(source_ids)
     states = transformer.decoder_states(target_ids, memory, memory_mask)   # [B, T, D]
+    weights = transformer.cross_attention(target_ids, memory, memory_mask, layer=0)   # [B, H, T, S]
     logits = ops.matmul(states, ops.transpose(transformer.output_matrix()))  # as above
     memory_cache = transformer.init_memory_cache(memory, memory_mask)    # once per sentence
     self_cache = transformer.empty_self_cache(batch_size * beams)
@@ -13,7 +14,8 @@
     # decode_step is the reference; searches step app/decoding/incremental.py's decoder.
 
 Dimension names: B batch, S source length, T target length, L positions decoded so far,
-N = B x K hypotheses (K beams per sentence, sentence-major), D d_model, V vocabulary size.
+N = B x K hypotheses (K beams per sentence, sentence-major), H heads, D d_model, V vocabulary
+size.
 """
 
 import keras
@@ -215,9 +217,7 @@ class Transformer:
             states `[B, T, D]` in the compute dtype (normalized, for pre-norm stacks),
             followed by the attention weights as in `decode` if asked for.
         """
-        self_attention_mask = decoder_self_attention_mask(target_ids)  # [B, T, T]
-        x = self.target_positions(self.target_embedding(target_ids))  # [B, T, D]
-        x = self.target_dropout(x, training=training)
+        x, self_attention_mask = self._decoder_input(target_ids, training)  # [B, T, D], [B, T, T]
         self_weights, cross_weights = [], []
         for layer in self.decoder_layers:
             x = layer(
@@ -234,6 +234,45 @@ class Transformer:
                 cross_weights.append(cross_w)
         states = self._final_norm(x)
         return (states, self_weights, cross_weights) if return_attention_scores else states
+
+    def cross_attention(self, target_ids, memory, memory_mask, layer, training=None):
+        """One decoder layer's cross-attention weights from a teacher-forced pass, exactly
+        those `decode(..., return_attention_scores=True)` returns for that layer.
+
+        The pass stops after `layer`: later layers, the final norm and the pre-softmax
+        projection cannot change these weights, and word alignments
+        (app/decoding/alignment.py) need nothing else.
+
+        Args:
+            target_ids: int32 `[B, T]`, the decoder input (start token first), 0 = padding.
+            memory, memory_mask: from `encode`.
+            layer: the decoder layer, from 0 (a Python int).
+
+        Returns:
+            `[B, H, T, S]` in the compute dtype: row t is what position t, reading
+            `target_ids[:, t]`, attends to in the source.
+        """
+        if not 0 <= layer < len(self.decoder_layers):
+            raise ValueError(f"decoder layer {layer!r}: the model has layers 0 to {len(self.decoder_layers) - 1}")
+        x, self_attention_mask = self._decoder_input(target_ids, training)  # [B, T, D], [B, T, T]
+        for decoder_layer in self.decoder_layers[: layer + 1]:
+            # Asked for the weights at every layer, as `decode` asks, so that the same
+            # computation runs and the weights are the same to the last bit.
+            x, _, cross_weights = decoder_layer(
+                x,
+                memory,
+                self_attention_mask=self_attention_mask,
+                memory_mask=memory_mask,
+                return_attention_scores=True,
+                training=training,
+            )
+        return cross_weights
+
+    def _decoder_input(self, target_ids, training):
+        """The decoder's first layer's input `[B, T, D]` and its self-attention mask `[B, T, T]`."""
+        self_attention_mask = decoder_self_attention_mask(target_ids)  # [B, T, T]
+        x = self.target_positions(self.target_embedding(target_ids))  # [B, T, D]
+        return self.target_dropout(x, training=training), self_attention_mask
 
     # Decoder, one position at a time (inference).
 
