@@ -2,6 +2,8 @@
 
     DecodingConfig(beam_size=4, alpha=0.6, max_extra_length=50, parallel_searches=2)
     SamplingConfig(top_k=0, top_p=0.9, temperature=1.0, seed=0)
+    AlignmentHead.parse("-2:mean").resolved(num_layers=6, num_heads=8)   # AlignmentHead(layer=4, head=None)
+    chosen_alignment_head(model_config, override=None)                   # which head word alignments read
 
 `RULES` says which values each setting may take, once: `DecodingConfig` checks its
 Python values with them (`check`), the export's signatures check a request's tensors
@@ -122,3 +124,83 @@ class SamplingConfig:
     def sentence_seed(self, number):
         """The seed sentence `number` draws with (an int64)."""
         return self.seed * self.SEED_STRIDE + number
+
+
+@dataclasses.dataclass(frozen=True)
+class AlignmentHead:
+    """Which decoder cross-attention word alignments read (app/decoding/alignment.py):
+    one head of one layer, or the mean of the layer's heads. Written `LAYER:HEAD` or
+    `LAYER:mean` (`parse`, `str`), as export.py's --alignment-head takes it and
+    export_info.json records it."""
+
+    # The decoder layer, from 0; a negative one counts from the end (-1: the last).
+    layer: int
+    # The head's index, from 0; None: the mean of the layer's heads.
+    head: typing.Optional[int] = None
+
+    @classmethod
+    def parse(cls, text):
+        """`"4:mean"` -> `AlignmentHead(4, None)`, `"-1:0"` -> `AlignmentHead(-1, 0)`.
+
+        Raises:
+            ValueError naming `text`, unless it is an integer layer, a colon, and a head
+            index from 0 or `mean`.
+        """
+        layer, colon, head = str(text).strip().partition(":")
+        if colon and _is_integer(layer) and (head == "mean" or (head.isdigit() and head.isascii())):
+            return cls(int(layer), None if head == "mean" else int(head))
+        raise ValueError(f"alignment head {text!r}: not LAYER:HEAD or LAYER:mean (such as 4:mean or -1:0)")
+
+    def __str__(self):
+        return f"{self.layer}:{'mean' if self.head is None else self.head}"
+
+    def resolved(self, num_layers, num_heads):
+        """The same head in a model of `num_layers` decoder layers of `num_heads` heads, its
+        layer counted from 0.
+
+        Raises:
+            ValueError naming the head and what the model has.
+        """
+        if not -num_layers <= self.layer < num_layers:
+            raise ValueError(
+                f"alignment head {self}: the model has {_layers(num_layers)}, 0 to {num_layers - 1} "
+                f"(or -1 to -{num_layers} from the end)"
+            )
+        if self.head is not None and not 0 <= self.head < num_heads:
+            raise ValueError(f"alignment head {self}: the model's layers have {num_heads} heads, 0 to {num_heads - 1}")
+        return AlignmentHead(self.layer % num_layers, self.head)
+
+
+def _layers(count):
+    return f"{count} decoder layer" + ("" if count == 1 else "s")
+
+
+def _is_integer(text):
+    digits = text[1:] if text.startswith("-") else text
+    return digits.isdigit() and digits.isascii()
+
+
+# The head a model trained without alignment supervision aligns with until the benchmark
+# measures them: the second-to-last layer's mean, as Garg et al. (2019) found best and
+# fairseq's alignment_layer (4 of 6) reads.
+DEFAULT_UNGUIDED = AlignmentHead(-2, None)
+
+
+def default_alignment_head(num_layers):
+    """`DEFAULT_UNGUIDED`, or layer 0's mean in a one-layer model (it has no second-to-last)."""
+    return DEFAULT_UNGUIDED if num_layers > 1 else AlignmentHead(0, None)
+
+
+def chosen_alignment_head(model_config, override=None):
+    """The one rule for the head a model's word alignments read, resolved against
+    `model_config` (its `num_layers` and `num_heads`): `override` (export.py's
+    --alignment-head) where given, else `default_alignment_head`.
+
+    Guided alignment training, once it exists, comes between the two: a run trained to
+    align with a head reads that head. This function is where that rule goes.
+
+    Raises:
+        ValueError naming a head the model does not have.
+    """
+    head = override if override is not None else default_alignment_head(model_config.num_layers)
+    return head.resolved(model_config.num_layers, model_config.num_heads)
