@@ -71,6 +71,7 @@ from sentencepiece import sentencepiece_model_pb2
 
 from data.atomic_files import write_atomically
 from data.errors import DataError, first_line
+from data.words import WHITE_SPACE_CODE_POINTS
 from layers.special_tokens import END_ID, PAD_ID, START_ID, UNKNOWN_ID
 
 # C0 and C1 control characters, DEL, and the Unicode line and paragraph separators (RE2
@@ -240,6 +241,12 @@ class SubwordTokenizer(tf.Module):
         """The serialized sentencepiece model (the bytes of the vocabulary file)."""
         return self._model_proto
 
+    def model_text(self, strings: tf.Tensor) -> tf.Tensor:
+        """string [B] -> string [B]: the text the vocabulary segments, lowercased for a
+        lowercasing model; `tokenize_with_offsets` gives offsets into it. Lowercasing
+        changes no White_Space, so it has the words of `strings` (data/words.py)."""
+        return lowercase_strings(strings) if self._lowercase else strings
+
     def tokenize(self, strings: tf.Tensor) -> tf.RaggedTensor:
         """Raw text to subword ids, in-graph; no start or end id is added.
 
@@ -249,9 +256,24 @@ class SubwordTokenizer(tf.Module):
         Returns:
             int32 RaggedTensor [B, None].
         """
-        if self._lowercase:
-            strings = lowercase_strings(strings)
-        return self._sentencepiece().tokenize(strings)
+        return self._sentencepiece().tokenize(self.model_text(strings))
+
+    def tokenize_with_offsets(self, strings: tf.Tensor):
+        """`tokenize`, with where each piece lies in the text: the ids, then each piece's
+        first byte and the byte after its last, in `model_text(strings)` (UTF-8 bytes).
+
+        Offsets refer to the text before normalization: a piece of normalized text that
+        stands for several bytes of the input covers them all (NFKC folds "\xa0a" into
+        "▁a", bytes 0 to 3), and the byte-fallback pieces of one character all start at its
+        first byte, the last ending after its last (`<0xF0>` (0, 0) ... `<0xB4>` (0, 4)).
+
+        Args:
+            strings: string [B].
+
+        Returns:
+            `(ids int32, begins int64, ends int64)`, RaggedTensors [B, None] of one shape.
+        """
+        return self._sentencepiece().tokenize_with_offsets(self.model_text(strings))
 
     def sample(self, sentences: List[str], dropout: float, seed: int) -> List[List[int]]:
         """BPE-dropout segmentations of `sentences`, for training batches only.
@@ -331,6 +353,58 @@ def _trainer_failure(error: RuntimeError, vocab_size: int) -> str:
             f"empty or longer than {longest} bytes, the longest the trainer reads"
         )
     return f"could not learn a subword vocabulary of {vocab_size} pieces: {first_line(error)}"
+
+
+def _characters_words(strings):
+    """Where each character of `strings` starts and which word it belongs to, by
+    data/words.py's rule (white space belongs to the next word).
+
+    Args:
+        strings: string [B], UTF-8.
+
+    Returns:
+        `(starts int64 [B, C], words int32 [B, C], counts int32 [B])`: each character's
+        first byte (padding past every byte), its word's index (white space after the last
+        word: `counts`), and each string's number of words.
+    """
+    characters, starts = tf.strings.unicode_decode_with_offsets(strings, "UTF-8")  # ragged [B, None]
+    characters = characters.to_tensor(default_value=-1)  # [B, C]; -1: no character
+    starts = starts.to_tensor(default_value=tf.int64.max)  # [B, C]; sorted, padding after every byte
+    white_space = tf.constant(WHITE_SPACE_CODE_POINTS, tf.int32)  # [W]
+    space = tf.cast(tf.reduce_any(characters[:, :, None] == white_space, axis=2), tf.int32)  # [B, C]
+    # Padded then cut, not concatenated, so that C = 0 (every string empty) keeps its shape.
+    after_space = tf.pad(space, [[0, 0], [1, 0]], constant_values=1)[:, :-1]  # [B, C]: or first
+    first = (1 - space) * after_space * tf.cast(characters >= 0, tf.int32)  # [B, C]: a word's first character
+    started = tf.math.cumsum(first, axis=1)  # [B, C]: words begun so far
+    words = tf.where(space == 1, started, started - 1)  # [B, C]
+    return starts, words, tf.reduce_sum(first, axis=1)
+
+
+def word_counts(strings: tf.Tensor) -> tf.Tensor:
+    """string [B] -> int32 [B]: each string's number of words (`data.words.words`), in-graph."""
+    return _characters_words(strings)[2]
+
+
+def piece_words(strings: tf.Tensor, begins: tf.RaggedTensor, ends: tf.RaggedTensor) -> tf.RaggedTensor:
+    """Each subword piece's word, in-graph: `data.words.piece_words` (the rule, and its
+    Python twin, held equal by tests/data/test_words.py) over a batch.
+
+    Args:
+        strings: string [B], the text the pieces were cut from (`SubwordTokenizer.model_text`).
+        begins, ends: int64 RaggedTensors [B, None], each piece's byte offsets in it
+            (`SubwordTokenizer.tokenize_with_offsets`).
+
+    Returns:
+        int32 RaggedTensor [B, None] of `begins`' shape: the word's index, -1 for none.
+    """
+    starts, words, counts = _characters_words(strings)  # [B, C], [B, C], [B]
+    begins, ends, lengths = begins.to_tensor(), ends.to_tensor(), begins.row_lengths()  # [B, P], [B, P], [B]
+    byte = tf.where(ends > begins, ends - 1, begins)  # [B, P]: the last byte, or the first of an empty piece
+    character = tf.searchsorted(starts, byte, side="right", out_type=tf.int32) - 1  # [B, P]
+    # A padding piece of an empty string finds no character; it is cut off below.
+    word = tf.gather(words, tf.maximum(character, 0), batch_dims=1)  # [B, P]
+    word = tf.where(word < counts[:, None], word, -1)  # [B, P]
+    return tf.RaggedTensor.from_tensor(word, lengths=lengths)
 
 
 def lowercase_strings(strings: tf.Tensor) -> tf.Tensor:

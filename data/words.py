@@ -2,6 +2,7 @@
 
     words("Ein  Mann\xa0fährt.")             # ['Ein', 'Mann', 'fährt.']
     word_spans("Ein  Mann")                  # [(0, 3), (5, 9)]
+    piece_words(" lead", [1, 1, 3], [1, 3, 5])   # [0, 0, 0]: each subword piece's word
     parse_pharaoh("0-0 1-2", 2, 3)           # [(0, 0), (1, 2)]
     format_pharaoh([(1, 2), (0, 0), (0, 0)]) # '0-0 1-2'
 
@@ -16,6 +17,7 @@ target word's, both from 0. No TensorFlow here, so that servers and clients with
 can use the module.
 """
 
+import bisect
 import re
 
 # Unicode's White_Space property (PropList.txt), every code point of it.
@@ -36,6 +38,43 @@ def word_spans(text):
 def words(text):
     """The words of `text`, in order: runs of characters that are not White_Space."""
     return _WORD.findall(text)
+
+
+def piece_words(text, begins, ends):
+    """Each subword piece's word: the index of the word of `text` that holds the piece's
+    last byte (`end - 1`), or its first (`begin`) where the piece has no width, as byte-
+    fallback pieces before a character's last byte have. White space belongs to the word
+    after it, so a lone word marker `▁` is the next word's; -1 where there is no word
+    after it (white space at the end).
+
+    The Python twin of the graph's `data.tokenizer.piece_words`, which the align signature
+    runs; tests/data/test_words.py holds the two equal.
+
+    Args:
+        text: the text the pieces were cut from (lowercased first for a lowercasing model).
+        begins, ends: each piece's UTF-8 byte offsets in `text`, as sentencepiece's
+            `encode(..., return_type="proto")` and TF-Text's `tokenize_with_offsets` give them.
+
+    Returns:
+        A list of ints, one per piece.
+    """
+    starts, word_of_character = [], []  # each character's first byte; its word
+    offset, count, after_space = 0, 0, True
+    for character in text:
+        space = character in WHITE_SPACE
+        if not space and after_space:
+            count += 1
+        starts.append(offset)
+        word_of_character.append(count if space else count - 1)
+        offset += len(character.encode("utf-8"))
+        after_space = space
+    result = []
+    for begin, end in zip(begins, ends):
+        byte = end - 1 if end > begin else begin
+        character = bisect.bisect_right(starts, byte) - 1
+        word = word_of_character[character] if character >= 0 else -1
+        result.append(word if word < count else -1)
+    return result
 
 
 def parse_pharaoh(line, source_words, target_words):
