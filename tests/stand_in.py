@@ -5,7 +5,7 @@ graph: the versions export() numbers, writes and cleans up, the processes that l
 
 Its signatures take and give what the translator's `serving_default` and `greedy` do
 (strings `[B]` -> translations `[B]`, scores `[B]`), in a few ops: each "translation" is its
-input in capitals, scored minus its length in bytes. The tiny model's six signatures take
+input in capitals, scored minus its length in bytes. The tiny model's signatures take
 about 20 s of CPU to trace and save, and a process about 10 s to load and warm them up;
 this one takes well under a second.
 """

@@ -9,6 +9,7 @@ at the root, or `transformer-export` once installed.
     python export.py --model-dir DIR --model-base-path /srv/models/translator   # /srv/models/translator/<next>/
     python export.py --model-dir DIR --alpha 0.6                 # this alpha: no search on validation
     python export.py --model-dir DIR --format ctranslate2        # saved_models/translator/ctranslate2/<next>/
+    python export.py --model-dir DIR --alignment-head=-1:0       # align reads the last layer's head 0
 
 With neither --checkpoint nor --average-last, the run's settings.json says which weights:
 tiny averages its newest 10 checkpoints, base and big their newest 5 and 20, as the paper
@@ -35,8 +36,16 @@ from app.cli.flag_types import FlagError, add_hidden_alias, model_name, positive
 from app.cli.flags import add_decoding_arguments
 from app.cli.model_source import add_ensemble_argument, add_weights_arguments, model_source_from_args
 from app.export.locate import DEFAULT_MODEL_NAME, export_base
-from app.decoding.config import DecodingConfig
+from app.decoding.config import AlignmentHead, DecodingConfig
 from app.export.model_source import ModelSource
+
+
+def _alignment_head(text):
+    """argparse's type of --alignment-head: its error, not argparse's "invalid value"."""
+    try:
+        return AlignmentHead.parse(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def parse_args(argv=None):
@@ -85,6 +94,14 @@ def parse_args(argv=None):
         "threads: the same translations, one call on several cores; 1 where the server runs one op at a time "
         f"(default {DecodingConfig.parallel_searches})",
     )
+    parser.add_argument(
+        "--alignment-head",
+        type=_alignment_head,
+        metavar="L:H|L:mean",
+        help="the decoder cross-attention the align signature reads for word alignments: layer L's head H, or "
+        "the mean of its heads; a negative L counts from the end, written --alignment-head=-1:0 (default: the "
+        "second-to-last layer's mean, layer 0's in a one-layer model)",
+    )
     return parser.parse_args(argv)
 
 
@@ -109,19 +126,26 @@ class ExportPlan:
     version: Optional[int]
     # The model's name (--model-name): the server's, in the command printed at the end.
     model_name: str
+    # The head the align signature reads (--alignment-head, as given); None: the default
+    # (app/decoding/config.py's `chosen_alignment_head`).
+    alignment_head: Optional[AlignmentHead] = None
 
 
 def plan_export(args):
     """The `ExportPlan` of parsed export.py flags `args` (left as they are).
 
     Raises:
-        FlagError: no model directory where --model-dir or --ensemble says; --ensemble with
-            --format ctranslate2.
+        FlagError: no model directory where --model-dir or --ensemble says; --ensemble or
+            --alignment-head with --format ctranslate2.
         ValueError: a decoding setting `DecodingConfig` refuses.
     """
     base = args.model_base_path or export_base(args.model_name)
     if args.format == "ctranslate2" and args.ensemble:
         raise FlagError("--ensemble applies to --format savedmodel only; a CTranslate2 model holds one model")
+    if args.format == "ctranslate2" and args.alignment_head is not None:
+        raise FlagError(
+            "--alignment-head applies to --format savedmodel only; a CTranslate2 model has no align signature"
+        )
     if args.format == "ctranslate2" and not args.model_base_path:
         from app.export.ctranslate2 import SUBDIRECTORY
 
@@ -138,6 +162,7 @@ def plan_export(args):
         base=base,
         version=args.version,
         model_name=args.model_name,
+        alignment_head=args.alignment_head,
     )
 
 
@@ -156,12 +181,14 @@ def run_export(plan):
     print(f"loading the weights of {', '.join(plan.model.model_dirs)}")  # averaging many checkpoints takes a while
     trained = plan.model.load_trained()
     decoding, alpha_search = plan.decoding, None
+    # Made first: an alignment head the model lacks is refused before the slow search.
+    translator = trained.translator(decoding, plan.alignment_head)
     if plan.choose_alpha:
         # A translator of the same weights, whose translate_with_options decodes every alpha
         # (an ensemble's on its first run's validation split).
-        alpha_search = choose_on_validation(trained.translator(decoding), plan.model.model_dir)
+        alpha_search = choose_on_validation(translator, plan.model.model_dir)
         decoding = dataclasses.replace(decoding, alpha=alpha_search["chosen"])
-    translator = trained.translator(decoding)
+        translator = trained.translator(decoding, plan.alignment_head)
     weights = describe(plan.model.model_dirs, trained)
     metadata = {
         **export_metadata(plan.model.model_dir, weights, decoding), "alpha_search": alpha_search,
@@ -170,6 +197,8 @@ def run_export(plan):
     if plan.format == "ctranslate2":
         print(f"writing the CTranslate2 model under {plan.base}")
         return ctranslate2.export_ctranslate2(translator, plan.base, plan.version, metadata), weights
+    # The head align reads, resolved: "0:mean", never "-2:mean".
+    metadata["alignment_head"] = str(translator.alignment_head)
     return export(translator, plan.base, plan.version, metadata, log=print), weights  # log: what takes time
 
 

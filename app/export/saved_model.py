@@ -23,6 +23,8 @@ signature takes raw strings. Signatures (batch B, beam K):
                             max_extra_length int32 [B] -> translations string [B],
                             scores float32 [B], constraints_met bool [B]
                             (app/decoding/steering.py, constrained_beam_search.py)
+    align                   inputs string [B] -> translations string [B], scores float32 [B],
+                            alignments string [B]  (app/decoding/alignment.py)
 
 Every input is a vector `[B]`, checked when the graph runs (TF Serving does not check a
 request's shapes): a scalar or a `[B, N]` tensor is refused, naming its shape.
@@ -35,6 +37,13 @@ With none of them it is `translate_with_options`, token for token.
 An ensemble's SavedModel (`Translator`'s `ensemble`, app/export/ensemble.py) has the same
 signatures: each decodes and scores with the mean of the members' distributions
 (app/decoding/ensemble.py), sources cut to the smallest member's positions.
+
+`align` translates as `serving_default` does, the same search, and links the words of
+each input (runs of characters that are not White_Space, data/words.py) to those of its
+translation: Pharaoh lines, `i-j` for source word i and target word j from 0, "" for a
+blank input. One teacher-forced pass over the translation as the tokenizer spells it
+reads one head of the decoder's cross-attention (`Translator.alignment_head`;
+export.py's --alignment-head); the search itself carries no attention.
 
 `translate_with_options` takes the decoding settings per instance, so TF Serving's row
 format ({"instances": [{"inputs": ..., "alpha": ...}]}) can carry them, and requests with
@@ -65,8 +74,9 @@ import typing
 import tensorflow as tf
 
 from app.export.locate import DEFAULT_EXPORT_BASE
+from app.decoding.alignment import alignment_weights, pharaoh, word_links
 from app.decoding.beam_search import length_penalty
-from app.decoding.config import DecodingConfig
+from app.decoding.config import DecodingConfig, chosen_alignment_head
 from app.decoding.ensemble import ensemble_of
 from app.decoding.forced import forced_log_probs, target_ids
 from app.decoding.constrained_beam_search import MAX_PHRASES, padded_phrases
@@ -74,13 +84,13 @@ from app.decoding.model_search import (
     checked_alpha, checked_request, constrained_ids, greedy_ids, sample_ids, translate_ids,
 )
 from app.decoding.steering import Steering, padded_prefixes
-from app.decoding.truncation import truncated_sources
+from app.decoding.truncation import subwords_kept, truncated_sources
 from app.model_dir import checkpoints
 from app.export.export_info import EXPORT_INFO  # beside saved_model.pb: export_metadata()
 from app.model.config import ModelConfig
 from app.model.transformer import Transformer, build_transformer
 from app.model_dir.settings import load_settings
-from data.tokenizer import MODEL_FILENAME, SubwordTokenizer
+from data.tokenizer import MODEL_FILENAME, SubwordTokenizer, piece_words, word_counts
 
 # Ops that are registered in stock TensorFlow but call back into Python, which a
 # TensorFlow Serving process does not have.
@@ -117,9 +127,12 @@ class Translator(tf.Module):
         ensemble: more members, `(model, model_config)` pairs of the same vocabulary and
             tokenizer (app/export/ensemble.py checks them), decoded with `model` as one
             ensemble by every signature; () for the model alone, decoded as ever.
+        alignment_head: the `AlignmentHead` of `model` that `align` reads (an ensemble's
+            first member is read), or None: `chosen_alignment_head`'s default. A head
+            `model` lacks raises a ValueError naming it.
     """
 
-    def __init__(self, model, model_config, tokenizer, decoding=DecodingConfig(), ensemble=()):
+    def __init__(self, model, model_config, tokenizer, decoding=DecodingConfig(), ensemble=(), alignment_head=None):
         super().__init__(name="translator")
         self.tokenizer = tokenizer
         members = [(model, model_config), *ensemble]
@@ -139,6 +152,7 @@ class Translator(tf.Module):
         checked_alpha(decoding.alpha, max_length)
         self._decoding = decoding
         self._max_source_length = max_length
+        self._alignment_head = chosen_alignment_head(model_config, alignment_head)
 
     @property
     def transformer(self):
@@ -155,6 +169,11 @@ class Translator(tf.Module):
         validation with `translate_with_options`, exports a second `Translator` over the
         same `TrainedModel` that holds the alpha chosen."""
         return self._decoding
+
+    @property
+    def alignment_head(self):
+        """The `AlignmentHead` `align` reads, resolved (its layer from 0), of the first model."""
+        return self._alignment_head
 
     def source_ids(self, inputs):
         """string `[B]` -> int32 `[B, S]`: subwords, truncated to fit, then the end token."""
@@ -272,6 +291,67 @@ class Translator(tf.Module):
         ids, scores = sample_ids(self._transformer, self.source_ids(inputs), *settings, self.output_kernel)
         return {"translations": self.tokenizer.detokenize(ids), "scores": scores}
 
+    def word_alignments(self, inputs, targets):
+        """Pharaoh lines linking the words of each input to those of its target
+        (app/decoding/alignment.py), from one teacher-forced pass over the target.
+
+        Each side is cut as the model reads it: the input as `source_ids` cuts it, the
+        target to the model's positions (`app.decoding.forced.target_ids`); a target word
+        cut off copies a neighbour's links. The target is read as the tokenizer spells it,
+        which for a translation may be another segmentation of the same text than the
+        search wrote: the words are those of the text.
+
+        Args:
+            inputs, targets: string `[B]` each.
+
+        Returns:
+            string `[B]`: `i-j` pairs, i < the input's words, j < the target's; every target
+            word has a link where the input has a word; "" for a blank input or target.
+        """
+        tokenizer, max_length = self.tokenizer, self._max_source_length
+        source_text, target_text = tokenizer.model_text(inputs), tokenizer.model_text(targets)  # [B], [B]
+        source_tokens, begins, ends = tokenizer.tokenize_with_offsets(inputs)  # ragged [B, None] each
+        source_ids = truncated_sources(source_tokens, max_length, tokenizer.end_id)  # [B, S]
+        # Cut as the pieces are; the end token's column and padding belong to no word.
+        source_words = piece_words(source_text, begins, ends)[:, : subwords_kept(max_length)].to_tensor(
+            default_value=-1, shape=tf.shape(source_ids)
+        )  # [B, S]
+        target_tokens, begins, ends = tokenizer.tokenize_with_offsets(targets)  # ragged [B, None] each
+        ids, _ = target_ids(target_tokens, max_length)  # [B, T]
+        target_words = piece_words(target_text, begins, ends)[:, :max_length].to_tensor(
+            default_value=-1, shape=tf.shape(ids)
+        )  # [B, T]
+        weights = alignment_weights(self._transformer, source_ids, ids, self._alignment_head)  # [B, T, S]
+        links = word_links(
+            weights, source_words, target_words, word_counts(source_text), word_counts(target_text)
+        )  # [B, J, I]
+        return pharaoh(links)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    def serve_align(self, inputs):
+        """`serving_default`'s translations and scores, the same search, and each input's
+        word alignment with its translation (`word_alignments`)."""
+        inputs = one_per_sentence(inputs)
+        d = self._decoding
+        texts, scores = self.translate(inputs, d.beam_size, d.alpha, d.max_extra_length, best_only=True)
+        return {"translations": texts, "scores": scores, "alignments": self.word_alignments(inputs, texts)}
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None], tf.string, name="inputs"),
+            tf.TensorSpec([None], tf.string, name="targets"),
+        ]
+    )
+    def align_targets(self, inputs, targets):
+        """Given translations aligned as `align` aligns its own: `{"alignments": string [B]}`
+        (`word_alignments`), for alignment error rates against reference alignments. Saved
+        in the SavedModel, not a signature."""
+        inputs, targets = one_per_sentence(inputs), one_per_sentence(targets)
+        check = tf.debugging.assert_equal(tf.size(targets), tf.size(inputs), message="one target per input")
+        with tf.control_dependencies([check]):
+            inputs = tf.identity(inputs)
+        return {"alignments": self.word_alignments(inputs, targets)}
+
     def prefix_ids(self, prefixes):
         """string `[B]` -> `(prefix int32 [B, P], lengths int32 [B])`, P >= 1: each target
         prefix's subwords as the tokenizer spells the text (lowercased for a lowercased
@@ -358,6 +438,7 @@ class Translator(tf.Module):
             "score": self.serve_score.get_concrete_function(),
             "sample": self.serve_sample.get_concrete_function(),
             "constrained": self.serve_constrained.get_concrete_function(),
+            "align": self.serve_align.get_concrete_function(),
         }
 
 
@@ -390,10 +471,13 @@ class TrainedModel(typing.NamedTuple):
     # as one ensemble (app/export/ensemble.py `load_ensemble`); () for none.
     ensemble: tuple = ()
 
-    def translator(self, decoding=DecodingConfig()):
-        """A `Translator` that reads these weights (and the ensemble's) and decodes by `decoding`."""
+    def translator(self, decoding=DecodingConfig(), alignment_head=None):
+        """A `Translator` that reads these weights (and the ensemble's), decodes by `decoding`
+        and aligns with `alignment_head` (None: `chosen_alignment_head`'s default)."""
         members = [(member.model, member.config) for member in self.ensemble]
-        return Translator(self.model, self.config, self.tokenizer, decoding, ensemble=members)
+        return Translator(
+            self.model, self.config, self.tokenizer, decoding, ensemble=members, alignment_head=alignment_head
+        )
 
 
 def load_translator(model_dir, checkpoint=None, average_last=None, decoding=DecodingConfig()):

@@ -159,3 +159,4 @@ def test_an_export_of_two_copies_of_a_run_answers_every_signature_as_the_runs_ow
     assert weights == info["weights"] == f"an ensemble of {model_dir} ({own_weights}), {model_dir} ({own_weights})"
     assert (info["ensemble"], info["ensemble_weights"]) == ([os.path.abspath(model_dir)] * 2, [own_weights] * 2)
     assert info["model_dir"] == os.path.abspath(model_dir)
+    assert info["alignment_head"] == "0:mean"  # the first member's

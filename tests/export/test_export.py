@@ -31,7 +31,7 @@ def test_export_writes_version_1_with_the_serving_signatures(exported):
     assert path == os.path.join(base, "1")
     loaded = tf.saved_model.load(path)
     assert set(loaded.signatures) == {
-        "serving_default", "nbest", "greedy", "translate_with_options", "sample", "score", "constrained",
+        "serving_default", "nbest", "greedy", "translate_with_options", "sample", "score", "constrained", "align",
     }
     outputs = loaded.signatures["serving_default"].structured_outputs
     assert {k: (v.dtype, v.shape.as_list()) for k, v in outputs.items()} == {

@@ -52,6 +52,13 @@ HOST_SIDE = {
     "StringSplitV2": "the constraints split into phrases at tabs",
     "StringStrip": "each phrase's surrounding white space taken off",
     "DenseBincount(T=int64, Tidx=int32)": "the split phrases' ragged rows counted (int64 row ids)",
+    # The align signature's words, after the search: each piece's place in the text, and
+    # the links written as Pharaoh lines.
+    "SentencepieceTokenizeWithOffsetsOp": "strings to subword ids with each piece's byte offsets",
+    "UnicodeDecodeWithOffsets": "each character's code point and first byte, for the word it is in",
+    "AsString": "the links' word indices written as text",
+    "StringJoin": "each link written `i-j`",
+    "UnsortedSegmentJoin": "a sentence's links joined into its Pharaoh line",
 }
 
 SMALL_BASE = ["--size", "base", "--num-layers", "1", "--d-model", "32", "--d-ff", "64", "--num-heads", "2"]
