@@ -298,8 +298,9 @@ class Translator(tf.Module):
         Each side is cut as the model reads it: the input as `source_ids` cuts it, the
         target to the model's positions (`app.decoding.forced.target_ids`); a target word
         cut off copies a neighbour's links. The target is read as the tokenizer spells it,
-        which for a translation may be another segmentation of the same text than the
-        search wrote: the words are those of the text.
+        which may cut a translation into other pieces than the search wrote (of the same
+        text): words are the text's, so every link lies within the translation's words
+        whatever pieces the search wrote.
 
         Args:
             inputs, targets: string `[B]` each.
