@@ -31,7 +31,13 @@ import typing
 
 import tensorflow as tf
 
-from app.decoding.steering import advance_ngram_runs, broadcast_steering, checked_prefix_lengths, steered_tokens
+from app.decoding.steering import (
+    advance_ngram_runs,
+    broadcast_steering,
+    checked_prefix_lengths,
+    steered_tokens,
+    uses_ngram_bans,
+)
 from layers.special_tokens import END_ID, PAD_ID, START_ID
 
 
@@ -236,7 +242,9 @@ class _Loop:
         next_step = step + 1
         ids = ids + tokens[:, :, None] * new_position  # [A, K, L + 1]
         if self.steered:
-            runs = advance_ngram_runs(runs, ids, tokens)  # [A, K, L + 1]
+            runs = tf.cond(
+                uses_ngram_bans(state.settings.steering), lambda: advance_ngram_runs(runs, ids, tokens), lambda: runs
+            )  # [A, K, L + 1]
         state = state._replace(step=next_step, ids=ids, cache=cache, strategy=strategy_state, ngram_runs=runs)
 
         def stay():

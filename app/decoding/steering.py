@@ -179,9 +179,24 @@ def steered_tokens(allowed, steering, runs, ids, step, *, end_id):
     (`forced_prefix`) and the repeated n-grams banned (`repeated_ngram_tokens`, from
     `runs` and `ids`, int32 `[A, K, L + 1]`). A forced token and the end token are never
     banned: forcing wins, and a hypothesis can always end (the end token is in no live
-    hypothesis anyway, so no ban could name it)."""
+    hypothesis anyway, so no ban could name it). Where no sentence left bans n-grams
+    (`uses_ngram_bans`), the bans are not computed: their count over every hypothesis's
+    vocabulary is most of what steering costs a step."""
     allowed, forcing = forced_prefix(allowed, steering, step)  # [A, V], [A]
     vocab_size = allowed.shape[1]
-    banned = repeated_ngram_tokens(runs, ids, step, steering.no_repeat_ngram_size, vocab_size)  # [A, K, V]
-    exempt = forcing[:, None] | tf.equal(tf.range(vocab_size), end_id)[None, :]  # [A, V]
-    return allowed[:, None, :] & (exempt[:, None, :] | ~banned)  # [A, K, V]
+    every_hypothesis = tf.concat([tf.shape(ids)[:2], [vocab_size]], axis=0)  # [3]: A, K, V
+
+    def with_bans():
+        banned = repeated_ngram_tokens(runs, ids, step, steering.no_repeat_ngram_size, vocab_size)  # [A, K, V]
+        exempt = forcing[:, None] | tf.equal(tf.range(vocab_size), end_id)[None, :]  # [A, V]
+        return allowed[:, None, :] & (exempt[:, None, :] | ~banned)
+
+    return tf.cond(
+        uses_ngram_bans(steering), with_bans, lambda: tf.broadcast_to(allowed[:, None, :], every_hypothesis)
+    )  # [A, K, V]
+
+
+def uses_ngram_bans(steering):
+    """bool scalar: whether any sentence bans repeated n-grams. Sentences only leave a
+    search, so once false it stays false, and the runs need no more updates."""
+    return tf.reduce_any(steering.no_repeat_ngram_size > 0)
