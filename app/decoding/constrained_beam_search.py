@@ -356,9 +356,18 @@ class ConstrainedBeamSearch(BeamSearch):
         return gather_beams(pool, tf.math.top_k(tf.cast(pool[3], tf.int32), k=k).indices)  # [A, K, ...]
 
     def done(self, state, ids, step, settings):
-        """`BeamSearch.done` on the beams: the pool's slots that count hold hypotheses that
-        met every phrase (one that did not ends only at the length limit, the last step)."""
-        return super().done(state.beam, ids, step, settings)
+        """`BeamSearch.done` on the beams (the pool's slots that count hold hypotheses that
+        met every phrase: one that did not ends only at the length limit, the last step),
+        or, for a sentence with phrases, once K hypotheses that met them all have finished,
+        as fairseq's search stops at K finished ones.
+
+        The bound alone would rarely stop such a sentence: a live hypothesis that has not
+        met its phrases will pay for their tokens undivided, but no bound can know how much,
+        so it is bounded as if they were free, far above the finished hypotheses, which have
+        paid; the search would run every such sentence to its length limit."""
+        has_phrases = tf.reduce_any(settings.strategy.phrase_lengths > 0, axis=1)  # [A]
+        finished_met = tf.reduce_sum(tf.cast(state.finished_met, tf.int32), axis=1)  # [A]
+        return super().done(state.beam, ids, step, settings) | (has_phrases & (finished_met >= self.width))
 
     def results(self, state, ids, step, settings):
         """`BeamSearch.results` of the pool, and whether each holds every phrase: bool

@@ -138,6 +138,25 @@ def test_a_phrase_the_model_never_writes_appears():
     np.testing.assert_allclose(scores[0], expected_scores(TABLE, np.array(rows), [[6]]), rtol=1e-6)
 
 
+# Runs of 3 cost little (.9 a step) and never need to end; 6 the model never writes.
+CHEAP_RUNS = {(3,) * n: {3: 0.9, END: 0.1} for n in range(40)}
+
+
+def test_a_sentence_with_phrases_stops_once_k_hypotheses_that_met_them_finished():
+    # The live "3 3 3 ..." have not met [6]: bounded as if its -1e4 were free, they would
+    # stay above "6 end" (-1e4 paid) to the limit of 40. The search stops once K = 2
+    # hypotheses holding 6 have finished, a few steps in; a sentence without phrases keeps
+    # the bound's rule (its own test: it is beam search exactly).
+    calls = tf.Variable(0)
+    phrases, lengths = phrase_arrays([[[6]]])
+    ids, _, met = constrained_beam_search(
+        table_fn(CHEAP_RUNS, 7, calls), start_ids(1), {}, 7, max_lengths=[40], phrases=phrases,
+        phrase_lengths=lengths, beam_size=2, alpha=0.6,
+    )
+    assert met.numpy().tolist() == [[True, True]] and all(contains(row, [6]) for row in ids.numpy()[0])
+    assert int(calls.numpy()) <= 4
+
+
 def test_at_a_limit_too_short_for_the_phrase_the_best_finished_hypothesis_is_returned():
     # Three phrase tokens cannot fit in two: at step 0 the end token is masked, the
     # stripes keep "5" (bank 1, the phrase begun) and "3"; at step 1 both must end.
