@@ -7,6 +7,8 @@
     python -m app.translate --input mono.de --sampling-topk 10 --seed 1 > back.en     # back-translation
     python -m app.translate --input test.en --glossary terms.tsv --no-repeat-ngram-size 3   # steered
     python -m app.translate --input test.en --constraints phrases.txt --prefixes starts.txt
+    python -m app.translate --input page.en --markup html --alignments page.align > page.de   # tags kept
+    python -m app.translate --input letter.en --document > letter.de    # paragraphs, split into sentences
 
 The model: an export (`--saved-model`, its base directory for the newest version, or one
 version; saved_models/translator by default) or a training run (`--model-dir`, with
@@ -39,6 +41,21 @@ empty output line, whatever its prefix or constraints say: there is nothing to
 translate. Where no translation within the length limit holds every constraint of a
 line, the best one found is written all the same and standard error says which line.
 
+Markup, documents and word alignments (docs/serving.md#markup-documents-and-word-alignments),
+beam search only, through the export's `align` signature (with --model-dir, the same search
+in memory, at --beam-size): `--alignments FILE` also writes one Pharaoh line per output line,
+`i-j` linking source word i to translation word j (from 0; a word is a run of characters that
+are not White_Space), an empty line for a line not translated; `--markup html` keeps each
+line's inline HTML through translation, every tag once around the translation of the words
+it enclosed (data/markup.py), and refuses malformed markup before the model loads, naming its
+line and column; `--document` reads paragraphs separated by blank lines, splits each into
+sentences (in the source language of the export's export_info.json, or of the run) and
+writes one line per paragraph, its sentences' translations joined by a space, and an empty
+line per blank line (data/documents.py). The three combine; with --markup the alignments
+link the words of the plain text. Not with sampling, --nbest, steering or --beam-size 1,
+nor with a SavedModel's --alpha or --max-extra-length: `align` decodes with the export's
+settings; --document not with --scores, as a paragraph's sentences have a score each.
+
 Output (UTF-8, on `--output` written whole at the end, or standard output; a tab or line
 break inside a translation is written as a space):
 
@@ -68,9 +85,15 @@ from app.decoding.config import DecodingConfig, SamplingConfig, broken_rule
 from app.evaluation.in_order import in_length_order
 from app.runtime.threads import CpuThreads
 from app.export.model_source import ModelSource
+from data.documents import Paragraph, read_blocks, translate_blocks, write_blocks
+from data.markup import MarkupError, strip, translate_markup
 
 # Digits after the point of every score.
 DECIMALS = 6
+# The markup --markup keeps (data/markup.py): inline HTML.
+MARKUP_KINDS = ("html",)
+# The language sentences are split in where an export does not record its own: sentencex's fallback.
+FALLBACK_LANGUAGE = "en"
 
 
 def _seed(text):
@@ -145,10 +168,38 @@ def build_parser():
     )
     sampling.add_argument("--seed", type=_seed, help=f"the random seed (default {default.seed})")
     add_steering_arguments(parser)
+    add_align_arguments(parser)
     add_thread_arguments(parser.add_argument_group("CPU threads"), decoding=True)
     # None: not given, so that a flag that cannot apply is told apart from its default.
     parser.set_defaults(beam_size=None, max_extra_length=None)
     return parser
+
+
+def add_align_arguments(parser):
+    """--alignments, --markup and --document: what the export's align signature makes possible."""
+    group = parser.add_argument_group(
+        "markup, documents and word alignments (the export's align signature, beam search only)"
+    )
+    group.add_argument(
+        "--alignments",
+        metavar="FILE",
+        help="also write one Pharaoh line per output line here, i-j linking source word i to translation word j, "
+        "an empty line for a line not translated (default: none)",
+    )
+    group.add_argument(
+        "--markup",
+        choices=MARKUP_KINDS,
+        help="keep each line's inline markup (each paragraph's, with --document) through translation, every tag "
+        "once around the translation of the words it enclosed; malformed markup is refused before the model "
+        "loads (default: none, plain text)",
+    )
+    group.add_argument(
+        "--document",
+        action="store_true",
+        help="read paragraphs separated by blank lines, translate each sentence by sentence and write it as one "
+        "line, blank lines kept (default: one sentence per line)",
+    )
+    return group
 
 
 def parse_args(argv=None):
@@ -197,8 +248,18 @@ class TranslatePlan:
     # Beam search steered through the constrained signature (--constraints, --prefixes,
     # --glossary, --no-repeat-ngram-size), or None.
     steering: Optional[SteeringFlags]
+    # Through the align signature: the Pharaoh lines' file (--alignments; None: none), the
+    # markup kept (--markup: "html"; None: plain text), paragraphs rather than lines (--document).
+    alignments: Optional[str]
+    markup: Optional[str]
+    document: bool
     # TensorFlow's CPU thread pools (--intra-op-threads, --inter-op-threads).
     threads: CpuThreads
+
+    @property
+    def aligned(self):
+        """Whether the lines go through the align signature (--alignments, --markup, --document)."""
+        return bool(self.alignments or self.markup or self.document)
 
 
 def plan_translation(args):
@@ -209,7 +270,7 @@ def plan_translation(args):
     Raises:
         FlagError: naming the flag: no export where --saved-model says, no --model-dir
             directory, an --input, --constraints, --prefixes or --glossary that is no
-            file, an --output that cannot be written.
+            file, an --output or --alignments that cannot be written.
     """
     model = model_source_from_args(args)
     if args.input != STDIN and os.path.isdir(args.input):
@@ -217,6 +278,9 @@ def plan_translation(args):
     if args.input != STDIN and not os.path.isfile(args.input):
         raise FlagError(f"--input {args.input}: no such file")
     problem = args.output and output_file_problem(args.output, {"--input": args.input}, "the translations")
+    problem = problem or args.alignments and output_file_problem(
+        args.alignments, {"--input": args.input, "--output": args.output}, "the word alignments", flag="--alignments"
+    )
     if problem:
         raise FlagError(problem)
     saved_model = model.saved_model
@@ -235,6 +299,9 @@ def plan_translation(args):
         overrides=ExportOverrides(args.beam_size, args.alpha, args.max_extra_length) if saved_model else None,
         sampling=sampling_from_flags(args),
         steering=steering_from_args(args),
+        alignments=args.alignments,
+        markup=args.markup,
+        document=args.document,
         threads=cpu_threads_from_args(args, decoding=True),
     )
 
@@ -263,7 +330,7 @@ def conflicting_flags(args):
                 return f"{flag} applies to beam search, not to sampling (--sampling-topk/-topp/-temperature)"
     elif args.seed is not None:
         return "--seed applies to sampling only: give --sampling-topk, --sampling-topp or --sampling-temperature"
-    problem = steering_conflict(args)
+    problem = steering_conflict(args) or align_conflict(args)
     if problem:
         return problem
     if args.nbest is not None:
@@ -300,6 +367,45 @@ def steering_conflict(args):
     return None
 
 
+def align_flags(args):
+    """The flags given that decode through the align signature, as on the command line ([]:
+    none); `args` parsed flags, or a `TranslatePlan`."""
+    given = [("--alignments", args.alignments), ("--markup", args.markup), ("--document", args.document)]
+    return [flag for flag, value in given if value]
+
+
+def align_conflict(args):
+    """What keeps --alignments, --markup and --document from applying, or None: the align
+    signature runs beam search, unsteered, with the export's settings, and gives the best
+    translation."""
+    given = align_flags(args)
+    if not given:
+        return None
+    flags = " and ".join(given)
+    if sampling_on(args):
+        return (
+            f"sampling (--sampling-topk/-topp/-temperature) cannot apply with {flags}: the align signature runs "
+            "beam search"
+        )
+    if args.nbest is not None:
+        return f"--nbest cannot apply with {flags}: the align signature gives the best translation of each line only"
+    steering = SteeringFlags.of(args).given()
+    if steering:
+        return f"{' and '.join(steering)} cannot apply with {flags}: the align signature does not steer its search"
+    if args.beam_size == 1:
+        return f"--beam-size 1 (greedy) cannot apply with {flags}: the align signature runs beam search"
+    if args.model_dir is None:
+        for flag, value in (("--alpha", args.alpha), ("--max-extra-length", args.max_extra_length)):
+            if value is not None:
+                return (
+                    f"{flag} cannot apply with {flags} to a SavedModel: its align signature decodes with the "
+                    "settings it was exported with (use --model-dir, or leave out the flag)"
+                )
+    if args.document and args.scores:
+        return "--scores cannot apply with --document: each sentence of a paragraph has its own score"
+    return None
+
+
 # Reading and writing.
 
 
@@ -323,7 +429,8 @@ def read_lines(path):
 
 def format_output(results, nbest=None, scores=False):
     """The output text for `results` (one list of `(translation, score)` per input line,
-    best first; [] for a line not decoded), in the format the flags choose."""
+    best first; [] for a line not decoded, written empty; a score of None for a line
+    written as it was, without its score), in the format the flags choose."""
     rows = []
     for number, hypotheses in enumerate(results, start=1):
         if nbest:
@@ -333,7 +440,7 @@ def format_output(results, nbest=None, scores=False):
             ]
         elif not hypotheses:
             rows.append("")
-        elif scores:
+        elif scores and hypotheses[0][1] is not None:  # None: kept as it was, not translated
             rows.append(f"{hypotheses[0][1]:.{DECIMALS}f}\t{_one_line(hypotheses[0][0])}")
         else:
             rows.append(_one_line(hypotheses[0][0]))
@@ -512,13 +619,7 @@ def _saved_model_decoder(plan, steered):
 
         return decode
 
-    beam_size = exported_beam_size(loaded)
-    if asked.beam_size not in (None, beam_size, 1):
-        raise FlagError(
-            f"--beam-size {asked.beam_size}: {saved_model} was exported with beam size {beam_size}; give "
-            f"--beam-size {beam_size} or 1 (greedy), export again with --beam-size {asked.beam_size}, "
-            "or give --model-dir"
-        )
+    beam_size = checked_beam_size(plan, loaded)
     if plan.nbest is not None and plan.nbest > beam_size:
         raise FlagError(
             f"--nbest {plan.nbest} asks for more translations than the beam size {saved_model} "
@@ -551,6 +652,18 @@ def _saved_model_decoder(plan, steered):
         return decode
     nbest = signatures["nbest"]
     return lambda sentences, numbers: _hypotheses(nbest(inputs=tf.constant(sentences)), plan.nbest or 1)
+
+
+def checked_beam_size(plan, loaded):
+    """The beam size of the loaded SavedModel of `plan`, which --beam-size must be where given
+    (or 1, its greedy signature): a FlagError naming both otherwise."""
+    beam_size, asked = exported_beam_size(loaded), plan.overrides.beam_size
+    if asked not in (None, beam_size, 1):
+        raise FlagError(
+            f"--beam-size {asked}: {plan.model.saved_model} was exported with beam size {beam_size}; give "
+            f"--beam-size {beam_size} or 1 (greedy), export again with --beam-size {asked}, or give --model-dir"
+        )
+    return beam_size
 
 
 def _saved_model_alpha(plan, loaded, exported, flags, signature):
@@ -587,6 +700,140 @@ def _saved_model_constrained(plan, loaded, exported, steered):
     return _constrained_decoder(loaded.signatures["constrained"], steered, alpha, max_extra_length)
 
 
+# Through the align signature: --alignments, --markup, --document.
+
+
+def make_aligner(plan):
+    """`align(sentences) -> [(translation, score, pharaoh)]`, one batch through the export's
+    `align` signature (with --model-dir, `Translator.serve_align` in memory, decoding as the
+    plan says): the best translation, its score and its Pharaoh line. Loads the model.
+
+    Raises:
+        FlagError: a SavedModel without the align signature, or exported with another beam
+            size than --beam-size.
+    """
+    import tensorflow as tf
+
+    if plan.model.model_dir:
+        translator, _ = plan.model.load_translator(plan.decoding)
+
+        # Not the bound tf.function itself: it holds the translator weakly.
+        def align(sentences):
+            return _aligned(translator.serve_align(tf.constant(sentences)))
+
+        return align
+    loaded = plan.model.load_saved_model()
+    checked_beam_size(plan, loaded)
+    if "align" not in loaded.signatures:
+        raise FlagError(
+            f"{' and '.join(align_flags(plan))}: {plan.model.saved_model} was exported before word alignments "
+            "existed (no align signature); export it again, or give --model-dir"
+        )
+    signature = loaded.signatures["align"]
+    return lambda sentences: _aligned(signature(inputs=tf.constant(sentences)))
+
+
+def _aligned(outputs):
+    """`[(translation, score, pharaoh)]` of the align signature's outputs."""
+    texts, scores, alignments = (outputs[name].numpy() for name in ("translations", "scores", "alignments"))
+    return [
+        (text.decode("utf-8", "replace"), float(score), pharaoh.decode("utf-8"))
+        for text, score, pharaoh in zip(texts, scores, alignments)
+    ]
+
+
+def source_language(model):
+    """The language a model translates from, as its sentences are split (--document): the
+    export's export_info.json `source_lang`, or the run's data configuration; None where an
+    export does not record it."""
+    if model.model_dir:
+        from app.model_dir.settings import load_settings
+
+        return load_settings(model.model_dir)[1].source_lang
+    from app.export.export_info import read_export_info
+
+    return read_export_info(model.saved_model).get("source_lang")
+
+
+def checked_markup(plan, lines):
+    """Every line of markup (every paragraph, with --document) read before the model loads:
+    `[Stripped]`, one per line (data/markup.py); None without --markup or with --document,
+    whose paragraphs `data.documents.translate_blocks` strips again.
+
+    Raises:
+        MarkupError: naming the line and the column of the first malformed markup.
+    """
+    if not plan.markup:
+        return None
+    if plan.document:
+        for block in read_blocks(lines):
+            if isinstance(block, Paragraph):
+                strip(block.text, first_line=block.first_line)
+        return None
+    return [strip(line, first_line=number) for number, line in enumerate(lines, start=1)]
+
+
+class Aligner:
+    """The `align(sentences) -> [(translation, pharaoh)]` of data/markup.py and data/documents.py
+    over `make_aligner`'s: the sentences decoded in batches of similar length, as
+    `translate_lines` decodes lines, each answer kept with its score in `answered`.
+
+    Args:
+        align: `make_aligner`'s function, one batch.
+        batch_size: sentences a batch.
+        progress: `progress(total) -> (update, close)` for the sentences of a call, or None.
+    """
+
+    def __init__(self, align, batch_size, progress=None):
+        self.align, self.batch_size, self.progress = align, batch_size, progress
+        self.answered = []  # (sentence, translation, score, pharaoh), in the order asked
+
+    def __call__(self, sentences):
+        update, close = self.progress(len(sentences)) if self.progress else (None, None)
+        answers = in_length_order(self.align, list(sentences), self.batch_size, update)
+        if close:
+            close()
+        self.answered += [(sentence, *answer) for sentence, answer in zip(sentences, answers)]
+        return [(translation, pharaoh) for translation, _, pharaoh in answers]
+
+
+def translate_aligned(plan, lines, aligner, *, language=None, stripped=None):
+    """`(results, pharaohs)`, one of each per output line: the hypotheses `[(text, score)]`
+    as `format_output` takes them ([] for a line not translated; a score of None for a line
+    kept as it was, markup without words, or a paragraph) and the Pharaoh line ("" for none).
+
+    Args:
+        lines: the input's lines.
+        aligner: an `Aligner`.
+        language: the source language, with --document (`source_language`).
+        stripped: `checked_markup`'s lines, with --markup and without --document.
+    """
+    if plan.document:
+        blocks = read_blocks(lines)
+        paragraphs = translate_blocks(blocks, language, aligner, plan.markup)
+        texts = write_blocks(blocks, [text for text, _ in paragraphs])
+        pharaohs = write_blocks(blocks, [pharaoh for _, pharaoh in paragraphs])
+        return [[(text, None)] if isinstance(block, Paragraph) else [] for block, text in zip(blocks, texts)], pharaohs
+    if plan.markup:
+        outputs = translate_markup(lines, aligner)
+        sent = [bool(item.words) for item in stripped]  # what translate_markup sends: the texts with words
+    else:
+        sent = [bool(line.strip()) for line in lines]  # blank lines are not decoded, as in translate_lines
+        aligner([line for line, sending in zip(lines, sent) if sending])
+        outputs = lines  # each line sent becomes its translation below
+    answers = iter(aligner.answered)
+    results, pharaohs = [], []
+    for line, output, sending in zip(lines, outputs, sent):
+        if not sending:  # blank, or markup without words: kept as it is
+            results.append([(output, None)] if line.strip() else [])
+            pharaohs.append("")
+            continue
+        _, translation, score, pharaoh = next(answers)
+        results.append([(output if plan.markup else translation, score)])
+        pharaohs.append(pharaoh)
+    return results, pharaohs
+
+
 def main(argv=None):
     parser, args = parse_args(argv)
     try:
@@ -601,20 +848,30 @@ def main(argv=None):
     from app.export.saved_model import ExportError
     from data.errors import DataError
 
+    input_name = "standard input" if plan.input == STDIN else f"--input {plan.input}"
     try:
         lines = read_lines(plan.input)
-        steered = None
+        steered = stripped = language = None
         if plan.steering:  # every file read and checked against the input before the model loads
             from app.decoding.constrained_beam_search import MAX_PHRASES
 
-            input_name = "standard input" if plan.input == STDIN else f"--input {plan.input}"
             steered = SteeredLines(read_steering(plan.steering, lines, input_name, MAX_PHRASES))
-        decode, _ = make_decoder(plan, steered)
+        if plan.aligned:
+            stripped = checked_markup(plan, lines)  # before the model loads, too
+            language = source_language(plan.model) if plan.document else None
+            align = make_aligner(plan)
+        else:
+            decode, _ = make_decoder(plan, steered)
     except FlagError as error:
         parser.error(str(error))
+    except MarkupError as error:
+        print(f"error: {input_name}: {error}", file=sys.stderr)
+        return 1
     except (DataError, ExportError, OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
+    if plan.aligned:
+        return write_aligned(plan, lines, align, language=language, stripped=stripped)
     # On a terminal only: in a log, lines of progress would be noise beside the translations.
     progress = None
     if sys.stderr.isatty():
@@ -625,6 +882,30 @@ def main(argv=None):
     for warning in steered.warnings() if steered else []:
         print(warning, file=sys.stderr)
     return write_output(plan.output, format_output(results, plan.nbest, plan.scores))
+
+
+def write_aligned(plan, lines, align, *, language=None, stripped=None):
+    """Translates `lines` through `align` (`make_aligner`'s) and writes the output and the
+    --alignments file, each whole, the alignments first; the exit status (`write_output`'s).
+    `language` and `stripped` as `translate_aligned` takes them (None: unknown, English's rules)."""
+    if plan.document and language is None:
+        print(f"note: {plan.model.path} does not record its source language (export_info.json); sentences are "
+              f"split by the rules of {FALLBACK_LANGUAGE!r}", file=sys.stderr)
+    # On a terminal only: in a log, lines of progress would be noise beside the translations.
+    aligner = Aligner(align, plan.batch_size, _sentence_progress if sys.stderr.isatty() else None)
+    results, pharaohs = translate_aligned(plan, lines, aligner, language=language or FALLBACK_LANGUAGE,
+                                          stripped=stripped)
+    if plan.alignments and write_output(plan.alignments, "".join(line + "\n" for line in pharaohs), "--alignments"):
+        return 1
+    return write_output(plan.output, format_output(results, scores=plan.scores))
+
+
+def _sentence_progress(total):
+    """`(update, close)` of a progress line for `total` sentences."""
+    from app.runtime.progress import CountProgress
+
+    progress = CountProgress("translating", total, "sentences")
+    return progress.update, progress.close
 
 
 if __name__ == "__main__":

@@ -57,3 +57,16 @@ def test_a_file_is_replaced_whole_and_a_write_that_fails_keeps_the_earlier_one(f
     assert error.startswith(f"error: could not write --output {files / 'folder'}: [Errno 21] Is a directory")
     assert sorted(path.name for path in files.iterdir()) == ["folder", "out.de", "source.en"]  # no partial file
     assert output.read_text(encoding="utf-8") == "Ein Mann.\nZwei Hunde.\n"
+
+
+def test_another_output_file_is_named_by_its_flag_and_kept_off_one_not_yet_written(files, capsys):
+    # app.translate's --alignments beside --output: neither file exists before the work.
+    path = str(files / "out.align")
+    assert output_file_problem(path, {"--output": path}, "the word alignments", flag="--alignments") == (
+        f"--alignments {path} is the --output file; the word alignments would overwrite it"
+    )
+    assert output_file_problem(str(files / "folder"), {}, "the word alignments", flag="--alignments") == (
+        f"--alignments {files / 'folder'} is a directory; name a file to write the word alignments to"
+    )
+    assert write_output(str(files / "folder"), "0-0\n", flag="--alignments") == 1
+    assert capsys.readouterr().err.startswith(f"error: could not write --alignments {files / 'folder'}: ")

@@ -34,8 +34,8 @@ def base(tmp_path):
 def test_a_saved_model_decodes_as_exported_but_for_the_flags_given(base):
     assert planned("--saved-model", str(base)) == TranslatePlan(
         model=ModelSource(saved_model=str(base / "2")), input=STDIN, output=None, batch_size=64, nbest=None,
-        scores=False, decoding=None, overrides=ExportOverrides(), sampling=None, steering=None,
-        threads=CpuThreads(decoding=True),
+        scores=False, decoding=None, overrides=ExportOverrides(), sampling=None, steering=None, alignments=None,
+        markup=None, document=False, threads=CpuThreads(decoding=True),
     )
     assert planned("--saved-model", str(base / "1"), "--beam-size", "1").overrides == ExportOverrides(1, None, None)
     given = planned("--saved-model", str(base), "--alpha", "1.0", "--max-extra-length", "9", "--scores")
@@ -50,7 +50,7 @@ def test_a_training_run_decodes_with_the_flags_over_the_papers_settings(tmp_path
         model=ModelSource(model_dir=str(tmp_path), checkpoint="best"),
         input=str(tmp_path / "in.en"), output=str(tmp_path / "out.de"), batch_size=8, nbest=3, scores=False,
         decoding=DecodingConfig(beam_size=4, alpha=1.0, max_extra_length=50), overrides=None, sampling=None,
-        steering=None, threads=CpuThreads(decoding=True),
+        steering=None, alignments=None, markup=None, document=False, threads=CpuThreads(decoding=True),
     )
     assert planned("--model-dir", str(tmp_path), "--beam-size", "6", "--max-extra-length", "7").decoding == (
         DecodingConfig(6, 0.6, 7)
@@ -71,6 +71,16 @@ def test_the_steering_flags_make_one_steering_of_their_files(tmp_path):
     assert planned("--model-dir", str(tmp_path), "--no-repeat-ngram-size", "0").steering is None  # off
     with pytest.raises(FlagError, match=f"--constraints {tmp_path / 'none'}: no such file"):
         planned("--model-dir", str(tmp_path), "--constraints", str(tmp_path / "none"))
+
+
+def test_the_align_flags_go_into_the_plan_and_the_alignments_file_is_checked(tmp_path):
+    alignments = str(tmp_path / "out.align")
+    plan = planned("--model-dir", str(tmp_path), "--alignments", alignments, "--markup", "html", "--document")
+    assert (plan.alignments, plan.markup, plan.document, plan.aligned) == (alignments, "html", True, True)
+    assert planned("--model-dir", str(tmp_path), "--document").aligned
+    assert not planned("--model-dir", str(tmp_path)).aligned
+    with pytest.raises(FlagError, match=f"--alignments {tmp_path}/ is a directory"):
+        planned("--model-dir", str(tmp_path), "--alignments", f"{tmp_path}/")
 
 
 def test_any_sampling_flag_samples_with_the_others_defaults(tmp_path):
