@@ -358,6 +358,101 @@ def test_the_constrained_signature_def_has_a_bool_output(ct2_version):
     }
 
 
+# Word alignments: CTranslate2's attention is the head the SavedModel's `align` reads.
+
+
+def test_head_first_puts_the_heads_units_first_and_the_others_in_order():
+    from app.decoding.config import AlignmentHead
+    from app.export.ctranslate2 import alignment_settings, head_first
+
+    assert head_first(1, 2, 3).tolist() == [3, 4, 5, 0, 1, 2]
+    assert head_first(2, 4, 1).tolist() == [2, 0, 1, 3]
+    assert head_first(0, 2, 2).tolist() == [0, 1, 2, 3]
+    assert alignment_settings(AlignmentHead(3, None)) == (3, 0)  # 0: the mean of all heads
+    assert alignment_settings(AlignmentHead(0, 1)) == (0, 1)  # the first head, which head 1 becomes
+
+
+def test_only_the_alignment_layers_cross_attention_heads_are_reordered():
+    """A two-layer model: with head 1:1, layer 1's cross-attention holds head 1's weights
+    first and head 0's after, and nothing else differs from the spec with head 1:0."""
+    import keras
+
+    from app.decoding.config import AlignmentHead
+    from app.export.ctranslate2 import transformer_spec
+    from app.model.config import ModelConfig
+    from app.model.transformer import Transformer, build_transformer
+
+    keras.utils.set_random_seed(91)
+    config = ModelConfig.from_size("tiny", vocab_size=40, num_layers=2, d_model=16, d_ff=32, num_heads=2,
+                                   max_length=16)
+    transformer = Transformer(build_transformer(config), config)
+    pieces = ["<pad>", "<s>", "</s>", "<unk>"] + [f"p{i}" for i in range(36)]
+    first, second = (transformer_spec(transformer, pieces, AlignmentHead(1, head)) for head in (0, 1))
+    for spec in (first, second):
+        assert (spec.decoder.alignment_layer, spec.decoder.alignment_heads) == (1, 1)
+    swapped = np.r_[8:16, 0:8]  # [H * K]: head 1's units, then head 0's
+
+    def kernel(dense):
+        return np.asarray(dense.kernel)  # [in, out]
+
+    cross = transformer.decoder_layers[1].cross_attention
+    attention = second.decoder.layer[1].attention
+    np.testing.assert_array_equal(attention.linear[0].weight, kernel(cross.query_dense)[:, swapped].T)
+    np.testing.assert_array_equal(attention.linear[0].bias, np.asarray(cross.query_dense.bias)[swapped])
+    np.testing.assert_array_equal(
+        attention.linear[1].weight, np.concatenate([kernel(cross.key_dense)[:, swapped].T,
+                                                    kernel(cross.value_dense)[:, swapped].T]))
+    np.testing.assert_array_equal(attention.linear[2].weight, kernel(cross.output_dense)[swapped].T)
+    np.testing.assert_array_equal(attention.linear[2].bias, np.asarray(cross.output_dense.bias))
+    # Everything else as without the reordering: every other variable of the two specs is equal.
+    reordered = {f"decoder/layer_1/attention/linear_{i}/{name}" for i in range(3) for name in ("weight", "bias")}
+    reordered -= {"decoder/layer_1/attention/linear_2/bias"}
+    variables, others = first.variables(), second.variables()
+    assert variables.keys() == others.keys() and reordered <= variables.keys()
+    for name in variables.keys() - reordered:
+        np.testing.assert_array_equal(np.asarray(variables[name]), np.asarray(others[name]), err_msg=name)
+
+
+@pytest.fixture(scope="module")
+def ct2_heads(model_dir, ct2_export, tmp_path_factory):
+    """`{head: (path, translator)}`: the fixture run exported for CTranslate2 at alpha 0 with
+    each alignment head of its one decoder layer: "0:0", "0:1" (its heads reordered) and
+    "0:mean" (`ct2_export`, the default)."""
+    from app.decoding.config import AlignmentHead, DecodingConfig
+    from app.export.ctranslate2 import export_ctranslate2
+    from app.export.saved_model import load_trained
+
+    trained = load_trained(model_dir)
+    base = str(tmp_path_factory.mktemp("ct2-heads") / "ctranslate2")
+    exports = {"0:mean": ct2_export}
+    for head in (0, 1):
+        translator = trained.translator(DecodingConfig(beam_size=4, alpha=0.0, max_extra_length=50),
+                                        AlignmentHead(0, head))
+        exports[f"0:{head}"] = export_ctranslate2(translator, base), translator
+    return exports
+
+
+def test_export_info_records_the_head_ctranslate2s_attention_returns(ct2_heads):
+    for head, (path, translator) in ct2_heads.items():
+        assert json.load(open(os.path.join(path, "export_info.json")))["alignment_head"] == head
+        assert str(translator.alignment_head) == head
+
+
+@pytest.mark.slow
+def test_a_head_1_export_translates_exactly_as_a_head_0_one(ct2_heads):
+    from app.serving.ctranslate2_version import Engine
+
+    sources = SENTENCES + validation_sources(100)
+    n = len(sources)
+    (texts, scores), (want_texts, want_scores) = (
+        Engine(ct2_heads[head][0], intra_threads=1).translate(sources, 4, [0.0] * n, [50] * n, nbest=True)
+        for head in ("0:1", "0:0")
+    )
+    assert texts == want_texts  # all K hypotheses of each sentence, in order
+    # The reordered heads sum in another order: the last bits of a score may differ.
+    np.testing.assert_allclose(scores, want_scores, rtol=0, atol=1e-5)
+
+
 # Refusals.
 
 
@@ -432,12 +527,25 @@ def test_export_command_writes_the_next_version(model_dir, tmp_path, capsys):
 
     base = tmp_path / "ct2"
     argv = ["--model-dir", model_dir, "--format", "ctranslate2", "--output", str(base), "--alpha", "0.6"]
-    assert export.main(argv) == 0 and export.main(argv) == 0
+    assert export.main(argv) == 0 and export.main([*argv, "--alignment-head=-1:1"]) == 0
     assert sorted(os.listdir(base)) == ["1", "2"]
     assert f"serve it: python -m app.serve --model_base_path {base}" in capsys.readouterr().out
     info = json.load(open(base / "2" / "export_info.json"))
     assert (info["engine"], info["alpha"]) == ("ctranslate2", 0.6)
     assert "parallel_searches" not in info  # the SavedModel's graph only
+    # The head, resolved; by default the one-layer model's mean.
+    assert info["alignment_head"] == "0:1"
+    assert json.load(open(base / "1" / "export_info.json"))["alignment_head"] == "0:mean"
+
+
+def test_a_head_the_model_lacks_is_refused_before_any_ctranslate2_export(model_dir, tmp_path, capsys):
+    import export
+
+    argv = ["--model-dir", model_dir, "--format", "ctranslate2", "--output", str(tmp_path / "ct2"), "--alpha", "0",
+            "--alignment-head", "0:2"]
+    assert export.main(argv) == 1
+    assert "error: alignment head 0:2: the model's layers have 2 heads, 0 to 1" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "ct2")
 
 
 # Serving: the local server over a CTranslate2 version answers as over the SavedModel.
