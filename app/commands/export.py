@@ -10,6 +10,7 @@ at the root, or `transformer-export` once installed.
     python export.py --model-dir DIR --alpha 0.6                 # this alpha: no search on validation
     python export.py --model-dir DIR --format ctranslate2        # saved_models/translator/ctranslate2/<next>/
     python export.py --model-dir DIR --alignment-head=-1:0       # align reads the last layer's head 0
+    python export.py --model-dir DIR --format ctranslate2 --alignment-head=-1:0   # CTranslate2's attention: the same
 
 With neither --checkpoint nor --average-last, the run's settings.json says which weights:
 tiny averages its newest 10 checkpoints, base and big their newest 5 and 20, as the paper
@@ -98,9 +99,10 @@ def parse_args(argv=None):
         "--alignment-head",
         type=_alignment_head,
         metavar="L:H|L:mean",
-        help="the decoder cross-attention the align signature reads for word alignments: layer L's head H, or "
-        "the mean of its heads; a negative L counts from the end, written --alignment-head=-1:0 (default: the "
-        "second-to-last layer's mean, layer 0's in a one-layer model)",
+        help="the decoder cross-attention the align signature reads for word alignments (with --format "
+        "ctranslate2, the attention CTranslate2 returns): layer L's head H, or the mean of its heads; a negative L "
+        "counts from the end, written --alignment-head=-1:0 (default: the second-to-last layer's mean, layer 0's "
+        "in a one-layer model)",
     )
     return parser.parse_args(argv)
 
@@ -135,17 +137,13 @@ def plan_export(args):
     """The `ExportPlan` of parsed export.py flags `args` (left as they are).
 
     Raises:
-        FlagError: no model directory where --model-dir or --ensemble says; --ensemble or
-            --alignment-head with --format ctranslate2.
+        FlagError: no model directory where --model-dir or --ensemble says; --ensemble
+            with --format ctranslate2.
         ValueError: a decoding setting `DecodingConfig` refuses.
     """
     base = args.model_base_path or export_base(args.model_name)
     if args.format == "ctranslate2" and args.ensemble:
         raise FlagError("--ensemble applies to --format savedmodel only; a CTranslate2 model holds one model")
-    if args.format == "ctranslate2" and args.alignment_head is not None:
-        raise FlagError(
-            "--alignment-head applies to --format savedmodel only; a CTranslate2 model has no align signature"
-        )
     if args.format == "ctranslate2" and not args.model_base_path:
         from app.export.ctranslate2 import SUBDIRECTORY
 
@@ -194,11 +192,11 @@ def run_export(plan):
         **export_metadata(plan.model.model_dir, weights, decoding), "alpha_search": alpha_search,
         **ensemble_metadata(plan.model.model_dirs, trained),
     }
+    # The head align reads, resolved: "0:mean", never "-2:mean".
+    metadata["alignment_head"] = str(translator.alignment_head)
     if plan.format == "ctranslate2":
         print(f"writing the CTranslate2 model under {plan.base}")
         return ctranslate2.export_ctranslate2(translator, plan.base, plan.version, metadata), weights
-    # The head align reads, resolved: "0:mean", never "-2:mean".
-    metadata["alignment_head"] = str(translator.alignment_head)
     return export(translator, plan.base, plan.version, metadata, log=print), weights  # log: what takes time
 
 

@@ -19,6 +19,8 @@ belongs to a word (never the source's end token or padding), and a word links to
 words its pieces link to. A target word none of whose pieces were read (the target was
 cut to the model's positions) copies the links of the nearest linked target word, the
 preceding one first: every target word has a link whenever the source has a word.
+app/decoding/word_links.py is this rule over one sentence in numpy, for the CTranslate2
+version server, which imports no TensorFlow.
 
 Dimension names: B batch, H heads, S source pieces, T target pieces, I source words,
 J target words.

@@ -4,7 +4,7 @@
     # -> saved_models/translator/ctranslate2/<next version>/
     #    model.bin, config.json, shared_vocabulary.json, subwords.model, export_info.json
 
-    spec = transformer_spec(translator.transformer)      # a ctranslate2 TransformerSpec
+    spec = transformer_spec(translator.transformer, pieces, translator.alignment_head)   # a ctranslate2 TransformerSpec
     path = export_ctranslate2(translator, "saved_models/translator/ctranslate2", metadata=...)
 
 The weights are the `Translator`'s, as `app.export.saved_model.load_translator` chooses
@@ -19,6 +19,14 @@ start, end and unknown tokens are the pieces of START_ID, END_ID and UNKNOWN_ID
 other than d_model / h) are refused with an ExportError naming the setting, and so is an
 ensemble (export_info.json's `ensemble`): CTranslate2 decodes one model.
 
+Word alignments: CTranslate2 returns the attention of one decoder layer's cross-attention
+(`return_attention`), the mean of its first N heads (the spec's `alignment_layer` and
+`alignment_heads`; N = 0: all of them). The export makes that the head the SavedModel's
+`align` reads (`Translator.alignment_head`, export.py's --alignment-head): a layer's mean
+is N = 0; head h is N = 1 once that layer's cross-attention heads are reordered so that h
+comes first (`head_first`), which changes no output. export_info.json records the head
+(`alignment_head`), and the version server answers `align` with it.
+
 `app/serving/ctranslate2_version.py` serves such a directory behind the same REST API as
 the SavedModel. TF Serving ignores the non-numeric `ctranslate2/` directory beside its
 versions. CTranslate2 is optional: `pip install -r requirements-ctranslate2.txt`.
@@ -30,6 +38,7 @@ import os
 
 import numpy as np
 
+from app.decoding.config import chosen_alignment_head
 from app.decoding.ensemble import Ensemble
 from app.export.export_info import ENSEMBLE, EXPORT_INFO
 from app.export.saved_model import ExportError, new_version
@@ -99,12 +108,33 @@ def _numpy(variable):
     return np.asarray(variable.numpy() if hasattr(variable, "numpy") else variable, dtype=np.float32)
 
 
-def _linear(spec, *denses):
+def _linear(spec, *denses, outputs=None, inputs=None):
     """Sets a LinearSpec from Keras Dense layers (kernel `[in, out]`), concatenated along
-    their outputs: CTranslate2's weight is `[out, in]`."""
-    spec.weight = np.concatenate([_numpy(d.kernel).T for d in denses], axis=0)
+    their outputs: CTranslate2's weight is `[out, in]`. `outputs` and `inputs` (index
+    arrays; None: as they are) reorder each layer's output units and input units."""
+    outputs = slice(None) if outputs is None else outputs
+    inputs = slice(None) if inputs is None else inputs
+    spec.weight = np.concatenate([_numpy(d.kernel)[inputs][:, outputs].T for d in denses], axis=0)
     if denses[0].use_bias:
-        spec.bias = np.concatenate([_numpy(d.bias) for d in denses], axis=0)
+        spec.bias = np.concatenate([_numpy(d.bias)[outputs] for d in denses], axis=0)
+
+
+def head_first(head, num_heads, width):
+    """The units of a layer's `num_heads` heads of `width` each (`split_heads`' layout:
+    head k holds units k * width to (k + 1) * width - 1), head `head` first, the others
+    after it in order: int `[num_heads * width]`. Reordering the query, key and value
+    projections' output units and the output projection's input units by the same heads
+    changes no output: the heads attend independently and the output projection sums
+    over them."""
+    order = [head] + [k for k in range(num_heads) if k != head]
+    return np.concatenate([np.arange(k * width, (k + 1) * width) for k in order])
+
+
+def alignment_settings(head):
+    """CTranslate2's `(alignment_layer, alignment_heads)` for a resolved `AlignmentHead`:
+    its layer, and 0 (the mean of all heads) for a layer's mean, else 1 (the first head,
+    which `head_first` makes the one chosen)."""
+    return head.layer, 0 if head.head is None else 1
 
 
 def _norm(spec, layer):
@@ -127,20 +157,29 @@ def _positions(spec, layer, config):
         spec.encodings = sinusoid_table(config.max_length, config.d_model)
 
 
-def transformer_spec(transformer, pieces):
+def transformer_spec(transformer, pieces, alignment_head=None):
     """A CTranslate2 `TransformerSpec` holding the weights of `transformer`.
 
     Args:
         transformer: an `app.model.transformer.Transformer` (`Translator.transformer`).
         pieces: the vocabulary's pieces in id order (`len == vocab_size`).
+        alignment_head: the `AlignmentHead` CTranslate2's attention returns
+            (`Translator.alignment_head`); None: `chosen_alignment_head`'s default.
+
+    Raises:
+        ExportError naming a setting CTranslate2 cannot express; ValueError naming a head
+        the model does not have.
     """
     ctranslate2 = import_ctranslate2()
     config = transformer.config
     check_expressible(config)
     if len(pieces) != config.vocab_size:
         raise ExportError(f"the vocabulary has {len(pieces)} pieces, the model {config.vocab_size}")
+    alignment_head = chosen_alignment_head(config, alignment_head)
+    alignment_layer, alignment_heads = alignment_settings(alignment_head)
     spec = ctranslate2.specs.TransformerSpec.from_config(
-        (config.num_layers, config.num_layers), config.num_heads, pre_norm=config.norm_first
+        (config.num_layers, config.num_layers), config.num_heads, pre_norm=config.norm_first,
+        alignment_layer=alignment_layer, alignment_heads=alignment_heads,
     )
     for embedding in (transformer.source_embedding, transformer.target_embedding):
         if not embedding.scale:
@@ -166,15 +205,19 @@ def transformer_spec(transformer, pieces):
         _linear(layer_spec.self_attention.linear[0], attention.query_dense, attention.key_dense, attention.value_dense)
         _linear(layer_spec.self_attention.linear[1], attention.output_dense)
         _feed_forward(layer_spec.ffn, layer.feed_forward_norm, layer.feed_forward)
-    for layer_spec, layer in zip(decoder.layer, transformer.decoder_layers):
+    for index, (layer_spec, layer) in enumerate(zip(decoder.layer, transformer.decoder_layers)):
         attention, cross = layer.self_attention, layer.cross_attention
         _norm(layer_spec.self_attention.layer_norm, layer.self_attention_norm)
         _linear(layer_spec.self_attention.linear[0], attention.query_dense, attention.key_dense, attention.value_dense)
         _linear(layer_spec.self_attention.linear[1], attention.output_dense)
+        # The alignment layer's chosen head first, where CTranslate2 reads it (module docstring).
+        heads = None
+        if index == alignment_head.layer and alignment_head.head is not None:
+            heads = head_first(alignment_head.head, config.num_heads, config.key_dim)  # [H * K]
         _norm(layer_spec.attention.layer_norm, layer.cross_attention_norm)
-        _linear(layer_spec.attention.linear[0], cross.query_dense)
-        _linear(layer_spec.attention.linear[1], cross.key_dense, cross.value_dense)
-        _linear(layer_spec.attention.linear[2], cross.output_dense)
+        _linear(layer_spec.attention.linear[0], cross.query_dense, outputs=heads)
+        _linear(layer_spec.attention.linear[1], cross.key_dense, cross.value_dense, outputs=heads)
+        _linear(layer_spec.attention.linear[2], cross.output_dense, inputs=heads)
         _feed_forward(layer_spec.ffn, layer.feed_forward_norm, layer.feed_forward)
 
     spec.config.layer_norm_epsilon = float(config.layer_norm_epsilon)
@@ -206,8 +249,9 @@ def save_spec(spec, directory, quantization=None):
 def ctranslate2_metadata(translator, metadata=None, quantization=None):
     """export_info.json of a CTranslate2 version: the SavedModel's `metadata`
     (`export_metadata`), the engine, and what serving needs of the model that
-    CTranslate2's files do not say: its positions and the largest alpha the
-    SavedModel accepts (`checked_alpha`)."""
+    CTranslate2's files do not say: its positions, the largest alpha the SavedModel
+    accepts (`checked_alpha`), and the head its attention returns (`alignment_head`,
+    resolved: "0:mean"), which the version server's `align` reads."""
     from app.decoding.beam_search import largest_alpha
 
     max_length = translator.transformer.config.max_length
@@ -224,6 +268,7 @@ def ctranslate2_metadata(translator, metadata=None, quantization=None):
         "quantization": quantization or "float32",
         "max_length": max_length,
         "max_alpha": largest_alpha(max_length),
+        "alignment_head": str(translator.alignment_head),
     }
 
 
@@ -232,7 +277,7 @@ def export_ctranslate2(translator, base, version=None, metadata=None, quantizati
 
     The directory holds CTranslate2's files (model.bin, config.json,
     shared_vocabulary.json), the run's subwords.model, which serving tokenizes with, and
-    export_info.json: `metadata` plus "engine": "ctranslate2".
+    export_info.json: `metadata` plus "engine": "ctranslate2" and the alignment head.
 
     Args:
         translator: an `app.export.saved_model.Translator` of one model (an ensemble's is
@@ -254,7 +299,7 @@ def export_ctranslate2(translator, base, version=None, metadata=None, quantizati
         raise ExportError("a CTranslate2 model holds one model, not an ensemble: export an ensemble as a SavedModel")
     with new_version(base, version) as (temporary, final):
         model_proto = translator.tokenizer.model_proto
-        spec = transformer_spec(translator.transformer, vocabulary_pieces(model_proto))
+        spec = transformer_spec(translator.transformer, vocabulary_pieces(model_proto), translator.alignment_head)
         os.makedirs(temporary)
         save_spec(spec, temporary, quantization)
         with open(os.path.join(temporary, MODEL_FILENAME), "wb") as f:

@@ -18,6 +18,8 @@ Signatures as the SavedModel's (app/export/saved_model.py), batch B, beam K:
                             no_repeat_ngram_size int32 [B], alpha float32 [B],
                             max_extra_length int32 [B]
                             -> translations string [B], scores float32 [B], constraints_met bool [B]
+    align                   inputs string [B] -> translations string [B], scores float32 [B],
+                            alignments string [B]
 
 (The SavedModel's `sample` and `score` have no CTranslate2 counterpart here.)
 
@@ -73,6 +75,21 @@ hypotheses it forces to end there score below the best.
   that says to serve the SavedModel for them; `constraints_met` is true for every
   sentence, which asked for none.
 
+`align`: `serving_default`'s translations and scores, the same search, and Pharaoh lines
+linking each input's words to its translation's, as the SavedModel's `align` links them
+(app/export/saved_model.py's `word_alignments`): the translation is segmented as the
+export's tokenizer segments it (its canonical pieces, with their byte offsets, which may
+differ from the pieces the search wrote), and one batched call forces those pieces as
+`target_prefix` with `return_attention`: the attention of the head export_info.json's
+`alignment_head` names, which the export made the one CTranslate2 returns
+(app/export/ctranslate2.py). Each side is cut as the model reads it; then
+data/words.py's `piece_words` and app/decoding/word_links.py, the Python twins of the
+graph's rules. The search's own attention is not read: with a batch of several sentences,
+CTranslate2 4.8.5's beam search returns another sentence's first-step attention as a
+sentence's first row (tests/export/test_ctranslate2.py pins it). A version exported before
+CTranslate2 returned that head (no `alignment_head` in export_info.json) has no `align`:
+export it again.
+
 Ensembles: a version whose export_info.json records one (`ensemble`) is refused when it
 loads: CTranslate2 decodes one model (app/export/ctranslate2.py refuses to export one).
 
@@ -89,8 +106,10 @@ import numpy as np
 
 from app.decoding.config import RULES
 from app.decoding.truncation import subwords_kept, truncated_source
+from app.decoding.word_links import pharaoh_line, word_links
 from app.export.export_info import ENSEMBLE, EXPORT_INFO, read_export_info
 from app.serving.rest_api import ServingError, TensorSpec, signature_def_json, signature_of_specs
+from data.words import piece_words, words
 from layers.special_tokens import END_ID, PAD_ID, START_ID
 
 SUBWORDS = "subwords.model"
@@ -105,6 +124,9 @@ _NOT_ON_ONE_LINE = re.compile(" *[\x00-\x1f\x7f-\x9f\u2028\u2029][ \x00-\x1f\x7f
 EMPTY_SCORE = -1e9
 
 _STRING, _FLOAT, _INT, _BOOL = np.dtype(object), np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.bool_)
+
+# export_info.json's record of the head CTranslate2's attention returns: `align` needs it.
+ALIGNMENT_HEAD = "alignment_head"
 
 # The settings a request carries besides its inputs, in the order the SavedModel's
 # signatures check them: translate_with_options', and constrained's.
@@ -153,14 +175,31 @@ class Engine:
             files=_model_files(path, self.pieces[PAD_ID]),
         )
 
-    def _segmented(self, texts):
-        """str list [B] -> piece-id lists: each text as the export's tokenizer segments it,
-        lowercased first where the run was trained lowercased."""
+    def _model_texts(self, texts):
+        """str list [B] -> str list [B]: the texts the vocabulary segments, lowercased where
+        the run was trained lowercased (the graph's `SubwordTokenizer.model_text`)."""
         if self.lowercase:
             from data.lowercase import lowercase
 
-            texts = [lowercase(text) for text in texts]
-        return self.processor.encode(list(texts), out_type=int)
+            return [lowercase(text) for text in texts]
+        return list(texts)
+
+    def _segmented(self, texts):
+        """str list [B] -> piece-id lists: each text as the export's tokenizer segments it,
+        lowercased first where the run was trained lowercased."""
+        return self.processor.encode(self._model_texts(texts), out_type=int)
+
+    def _pieces_and_words(self, texts):
+        """str list [B] -> `(pieces, their words, words)` each: the text's pieces as
+        `_segmented` cuts it, each piece's word (data/words.py's `piece_words`: -1 for
+        none), and how many words the text has."""
+        texts = self._model_texts(texts)
+        segmented = []
+        for text, proto in zip(texts, self.processor.encode(texts, return_type="proto")):
+            pieces = proto.pieces
+            their_words = piece_words(text, [p.begin for p in pieces], [p.end for p in pieces])
+            segmented.append(([self.pieces[p.id] for p in pieces], their_words, len(words(text))))
+        return segmented
 
     def source_pieces(self, texts):
         """str list [B] -> piece lists: each text's pieces, truncated to max_length - 1, then the end piece."""
@@ -191,6 +230,72 @@ class Engine:
             if i not in (PAD_ID, START_ID):
                 ids.append(i)
         return _NOT_ON_ONE_LINE.sub(" ", self.processor.decode(ids))
+
+    def forced_attention(self, sources, targets):
+        """CTranslate2's attention over given targets, in one call that forces each as its
+        `target_prefix`: the head export_info.json's `alignment_head` names.
+
+        Args:
+            sources: piece lists, as `source_pieces` gives them.
+            targets: piece lists, each at most max_length pieces, without the end piece.
+
+        Returns:
+            float32 `[T, S]` per sentence, T its target's pieces and S its source's: row t,
+            what the position predicting target piece t attends to.
+        """
+        if not sources:
+            return []
+        results = self.translator.translate_batch(
+            sources,
+            target_prefix=targets,
+            beam_size=1,
+            max_input_length=0,
+            # The prefix counts in the length: decoding ends with the longest target, no
+            # position past the model's.
+            max_decoding_length=max(len(target) for target in targets),
+            min_decoding_length=0,
+            return_attention=True,
+            end_token=self.pieces[END_ID],
+        )
+        return [np.asarray(result.attention[0], np.float32)[: len(target)] for result, target in zip(results, targets)]
+
+    def word_alignments(self, texts, translations):
+        """Pharaoh lines linking each text's words to its translation's, as the
+        SavedModel's `Translator.word_alignments` links them: each side segmented as the
+        tokenizer segments it and cut as the model reads it (the source to max_length - 1
+        pieces and the end piece, the translation to max_length pieces), the attention of
+        one forced call (`forced_attention`), then `word_links`.
+
+        Args:
+            texts, translations: str [B] each.
+
+        Returns:
+            str [B]: `i-j` pairs, i < the text's words, j < the translation's; "" for a
+            blank text or translation.
+        """
+        kept = subwords_kept(self.max_length)
+        sentences = []
+        for (source, source_words, source_count), (target, target_words, target_count) in zip(
+            self._pieces_and_words(texts), self._pieces_and_words(translations)
+        ):
+            sentences.append(_Aligned(
+                source=truncated_source(source, self.max_length, self.pieces[END_ID]),
+                source_words=source_words[:kept] + [-1],  # the end piece belongs to no word
+                source_count=source_count,
+                target=target[: self.max_length],
+                target_words=target_words[: self.max_length],
+                target_count=target_count,
+            ))
+        # Where either side has no word there is no link to find.
+        aligned = [i for i, s in enumerate(sentences) if s.source_count and s.target_count]
+        attention = self.forced_attention(
+            [sentences[i].source for i in aligned], [sentences[i].target for i in aligned]
+        )  # [T, S] each
+        lines = [""] * len(sentences)
+        for i, weights in zip(aligned, attention):
+            s = sentences[i]
+            lines[i] = pharaoh_line(word_links(weights, s.source_words, s.target_words, s.source_count, s.target_count))
+        return lines
 
     def _decode(self, sentences, indices, limit, call):
         """CTranslate2's finished hypotheses of the sentences `indices` in one call, at most
@@ -313,6 +418,17 @@ class _Sentences(typing.NamedTuple):
     no_repeat_ngram_sizes: list  # ints, 0 for none
 
 
+class _Aligned(typing.NamedTuple):
+    """One sentence as `Engine.word_alignments` reads it, each side cut as the model reads it."""
+
+    source: list  # pieces, truncated, with the end piece
+    source_words: list  # each piece's word, -1 for none (the end piece)
+    source_count: int  # the source's words
+    target: list  # pieces, at most max_length, without the end piece
+    target_words: list  # each piece's word, -1 for none
+    target_count: int  # the target's words
+
+
 class _Call(typing.NamedTuple):
     """The settings CTranslate2 takes once per translate_batch call, and the sentences that share them."""
 
@@ -390,6 +506,10 @@ class CTranslate2Version:
             "serving_default": one_each, "nbest": k_each, "greedy": one_each, "translate_with_options": one_each,
             "constrained": {**one_each, "constraints_met": TensorSpec(_BOOL, vector)},
         }
+        # An export that records its alignment head returns that head's attention.
+        if ALIGNMENT_HEAD in info:
+            self.inputs["align"] = {"inputs": TensorSpec(_STRING, vector)}
+            self.outputs["align"] = {**one_each, "alignments": TensorSpec(_STRING, vector)}
         self.signatures = dict(self.inputs)
         self.signature_def = signature_def_json(
             {name: signature_of_specs(name, self.inputs[name], self.outputs[name]) for name in self.inputs}
@@ -415,6 +535,9 @@ class CTranslate2Version:
         translations, scores = self.engine.translate(
             texts, beam_size, alphas, extras, signature_name == "nbest", **steering
         )
+        alignments = None
+        if signature_name == "align":
+            alignments = _strings(self.engine.word_alignments(texts, [row[0] for row in translations]))
         translations = np.array(
             [[t.encode("utf-8") for t in row] for row in translations] or np.zeros((0, beam_size)), dtype=object
         ).reshape(n, beam_size)
@@ -422,6 +545,8 @@ class CTranslate2Version:
         if signature_name == "nbest":
             return {"translations": translations, "scores": scores}
         outputs = {"translations": translations[:, 0], "scores": scores[:, 0]}
+        if alignments is not None:
+            outputs["alignments"] = alignments
         if signature_name == "constrained":
             # No phrase was asked for (`_steering` refuses any): every sentence met its none.
             outputs["constraints_met"] = np.ones(n, dtype=bool)
@@ -475,6 +600,11 @@ def _check_request(name, values):
     for rule in RULES[name]:
         if not np.all(rule.holds(values)):
             raise ServingError(f"assertion failed: {name} {rule.phrase}, got {values.tolist()}")
+
+
+def _strings(texts):
+    """str list [B] -> object `[B]` of UTF-8 bytes, as a string tensor's numpy."""
+    return np.array([text.encode("utf-8") for text in texts], dtype=object).reshape(len(texts))
 
 
 def _text(value):

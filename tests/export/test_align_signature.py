@@ -135,8 +135,6 @@ def test_export_info_records_the_head_align_reads_resolved(model_dir, tmp_path, 
         (["--alignment-head", "0:2"], 1, "error: alignment head 0:2: the model's layers have 2 heads, 0 to 1"),
         (["--alignment-head", "1:mean"], 1, "error: alignment head 1:mean: the model has 1 decoder layer, 0 to 0"),
         (["--alignment-head", "last"], 2, "argument --alignment-head: alignment head 'last': not LAYER:HEAD"),
-        (["--alignment-head", "0:0", "--format", "ctranslate2"], 1,
-         "error: --alignment-head applies to --format savedmodel only"),
     ],
 )
 def test_a_head_the_model_lacks_is_refused_by_name_before_any_export(model_dir, tmp_path, capsys, flags, code,

@@ -1,6 +1,7 @@
 """The CTranslate2 export (app/export/ctranslate2.py) and its serving
 (app/serving/ctranslate2_version.py): the same translations as the SavedModel with the
-length penalty off, behind the same REST API; what it cannot express is refused by name."""
+length penalty off, and the same word alignments from the same attention head, behind the
+same REST API; what it cannot express is refused by name."""
 
 import gzip
 import json
@@ -358,6 +359,257 @@ def test_the_constrained_signature_def_has_a_bool_output(ct2_version):
     }
 
 
+# Word alignments: CTranslate2's attention is the head the SavedModel's `align` reads, and
+# the version's `align` links words as the SavedModel's does. The tiny run's translations at
+# alpha 0 are all one word ("er"), so that each translation's line is one link: the
+# references, given as translations, exercise alignments of many words.
+
+# Where the two engines' weights of a row lie closer than this, its argmax may fall either way.
+NEAR_TIE = 1e-3
+
+
+def test_head_first_puts_the_heads_units_first_and_the_others_in_order():
+    from app.decoding.config import AlignmentHead
+    from app.export.ctranslate2 import alignment_settings, head_first
+
+    assert head_first(1, 2, 3).tolist() == [3, 4, 5, 0, 1, 2]
+    assert head_first(2, 4, 1).tolist() == [2, 0, 1, 3]
+    assert head_first(0, 2, 2).tolist() == [0, 1, 2, 3]
+    assert alignment_settings(AlignmentHead(3, None)) == (3, 0)  # 0: the mean of all heads
+    assert alignment_settings(AlignmentHead(0, 1)) == (0, 1)  # the first head, which head 1 becomes
+
+
+def test_only_the_alignment_layers_cross_attention_heads_are_reordered():
+    """A two-layer model: with head 1:1, layer 1's cross-attention holds head 1's weights
+    first and head 0's after, and nothing else differs from the spec with head 1:0."""
+    import keras
+
+    from app.decoding.config import AlignmentHead
+    from app.export.ctranslate2 import transformer_spec
+    from app.model.config import ModelConfig
+    from app.model.transformer import Transformer, build_transformer
+
+    keras.utils.set_random_seed(91)
+    config = ModelConfig.from_size("tiny", vocab_size=40, num_layers=2, d_model=16, d_ff=32, num_heads=2,
+                                   max_length=16)
+    transformer = Transformer(build_transformer(config), config)
+    pieces = ["<pad>", "<s>", "</s>", "<unk>"] + [f"p{i}" for i in range(36)]
+    first, second = (transformer_spec(transformer, pieces, AlignmentHead(1, head)) for head in (0, 1))
+    for spec in (first, second):
+        assert (spec.decoder.alignment_layer, spec.decoder.alignment_heads) == (1, 1)
+    swapped = np.r_[8:16, 0:8]  # [H * K]: head 1's units, then head 0's
+
+    def kernel(dense):
+        return np.asarray(dense.kernel)  # [in, out]
+
+    cross = transformer.decoder_layers[1].cross_attention
+    attention = second.decoder.layer[1].attention
+    np.testing.assert_array_equal(attention.linear[0].weight, kernel(cross.query_dense)[:, swapped].T)
+    np.testing.assert_array_equal(attention.linear[0].bias, np.asarray(cross.query_dense.bias)[swapped])
+    np.testing.assert_array_equal(
+        attention.linear[1].weight, np.concatenate([kernel(cross.key_dense)[:, swapped].T,
+                                                    kernel(cross.value_dense)[:, swapped].T]))
+    np.testing.assert_array_equal(attention.linear[2].weight, kernel(cross.output_dense)[swapped].T)
+    np.testing.assert_array_equal(attention.linear[2].bias, np.asarray(cross.output_dense.bias))
+    # Everything else as without the reordering: every other variable of the two specs is equal.
+    reordered = {f"decoder/layer_1/attention/linear_{i}/{name}" for i in range(3) for name in ("weight", "bias")}
+    reordered -= {"decoder/layer_1/attention/linear_2/bias"}
+    variables, others = first.variables(), second.variables()
+    assert variables.keys() == others.keys() and reordered <= variables.keys()
+    for name in variables.keys() - reordered:
+        np.testing.assert_array_equal(np.asarray(variables[name]), np.asarray(others[name]), err_msg=name)
+
+
+@pytest.fixture(scope="module")
+def ct2_heads(model_dir, ct2_export, tmp_path_factory):
+    """`{head: (path, translator)}`: the fixture run exported for CTranslate2 at alpha 0 with
+    each alignment head of its one decoder layer: "0:0", "0:1" (its heads reordered) and
+    "0:mean" (`ct2_export`, the default)."""
+    from app.decoding.config import AlignmentHead, DecodingConfig
+    from app.export.ctranslate2 import export_ctranslate2
+    from app.export.saved_model import load_trained
+
+    trained = load_trained(model_dir)
+    base = str(tmp_path_factory.mktemp("ct2-heads") / "ctranslate2")
+    exports = {"0:mean": ct2_export}
+    for head in (0, 1):
+        translator = trained.translator(DecodingConfig(beam_size=4, alpha=0.0, max_extra_length=50),
+                                        AlignmentHead(0, head))
+        exports[f"0:{head}"] = export_ctranslate2(translator, base), translator
+    return exports
+
+
+def test_export_info_records_the_head_ctranslate2s_attention_returns(ct2_heads):
+    for head, (path, translator) in ct2_heads.items():
+        assert json.load(open(os.path.join(path, "export_info.json")))["alignment_head"] == head
+        assert str(translator.alignment_head) == head
+
+
+@pytest.mark.slow
+def test_a_head_1_export_translates_exactly_as_a_head_0_one(ct2_heads):
+    from app.serving.ctranslate2_version import Engine
+
+    sources = SENTENCES + validation_sources(100)
+    n = len(sources)
+    (texts, scores), (want_texts, want_scores) = (
+        Engine(ct2_heads[head][0], intra_threads=1).translate(sources, 4, [0.0] * n, [50] * n, nbest=True)
+        for head in ("0:1", "0:0")
+    )
+    assert texts == want_texts  # all K hypotheses of each sentence, in order
+    # The reordered heads sum in another order: the last bits of a score may differ.
+    np.testing.assert_allclose(scores, want_scores, rtol=0, atol=1e-5)
+
+
+def validation_pairs(count):
+    """The first `count` Multi30k validation pairs, `(English, German)`."""
+    with gzip.open(os.path.join(ROOT, "data", "multi30k", "val.de.gz"), "rt", encoding="utf-8") as f:
+        references = [next(f).rstrip("\n") for _ in range(count)]
+    return validation_sources(count), references
+
+
+# Pairs whose sides the model cuts (over 48 pieces), with byte-fallback pieces, white space
+# a word does not hold, and a blank side.
+EDGE_PAIRS = (
+    ["A man 🚴 rides\xa0a  bike. ", " ".join(["dog"] * 80), "Two dogs.", "   ", "A girl."],
+    ["Ein Mann 🚴 fährt  Rad. ", "Zwei Hunde.", " ".join(["Hund"] * 80), "Ein Mann.", "  "],
+)
+
+
+def saved_model_weights(translator, sources, targets):
+    """The SavedModel's `alignment_weights` of `translator`'s head over given targets, each
+    side segmented and cut as its `word_alignments` reads them: float32 `[B, T, S]`, with
+    each sentence's source pieces (S_b, the end token included) and target pieces (T_b,
+    without the end token)."""
+    import tensorflow as tf
+
+    from app.decoding.alignment import alignment_weights
+    from app.decoding.forced import target_ids
+    from app.decoding.truncation import truncated_sources
+    from layers.special_tokens import END_ID
+
+    tokenizer, max_length = translator.tokenizer, translator.transformer.config.max_length
+    source_ids = truncated_sources(tokenizer.tokenize(tf.constant(sources)), max_length, END_ID)  # [B, S]
+    tokens = tokenizer.tokenize(tf.constant(targets))  # ragged [B, None]
+    ids, _ = target_ids(tokens, max_length)  # [B, T]
+    weights = alignment_weights(translator.transformer, source_ids, ids, translator.alignment_head)
+    source_lengths = np.count_nonzero(source_ids.numpy(), axis=1)
+    target_lengths = np.minimum(tokens.row_lengths().numpy(), max_length)
+    return weights.numpy(), source_lengths, target_lengths
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("head", ["0:0", "0:1", "0:mean"])
+def test_the_forced_attention_is_the_saved_models_alignment_weights(ct2_heads, head):
+    from app.serving.ctranslate2_version import Engine
+
+    path, translator = ct2_heads[head]
+    engine = Engine(path, intra_threads=1)
+    sources, targets = (a + b for a, b in zip(validation_pairs(40), EDGE_PAIRS))
+    want, source_lengths, target_lengths = saved_model_weights(translator, sources, targets)
+    # The targets as the tokenizer segments them, cut to the model's positions.
+    pieces = [row[: engine.max_length] for row in engine.processor.encode(targets, out_type=str)]
+    got = engine.forced_attention(engine.source_pieces(sources), pieces)
+    for b, weights in enumerate(got):
+        assert weights.shape == (target_lengths[b], source_lengths[b]), b
+        np.testing.assert_allclose(weights, want[b, : target_lengths[b], : source_lengths[b]], rtol=0, atol=1e-4)
+    assert max(target_lengths) == engine.max_length  # a target cut to the model's positions
+
+
+def near_ties(translator, sources, targets):
+    """How many target pieces of each sentence have a near tie in the SavedModel's weights:
+    their two most attended source pieces of a word within NEAR_TIE of each other, so that
+    another engine's argmax may take the other."""
+    import sentencepiece
+
+    from data.words import piece_words
+
+    weights, _, _ = saved_model_weights(translator, sources, targets)
+    processor = sentencepiece.SentencePieceProcessor(model_proto=translator.tokenizer.model_proto)
+    max_length = translator.transformer.config.max_length
+
+    def words_of(text, cut):
+        pieces = processor.encode(text, return_type="proto").pieces[:cut]
+        return piece_words(text, [p.begin for p in pieces], [p.end for p in pieces])
+
+    counts = []
+    for b, (source, target) in enumerate(zip(sources, targets)):
+        columns = [s for s, word in enumerate(words_of(source, max_length - 1)) if word >= 0]
+        rows = [t for t, word in enumerate(words_of(target, max_length)) if word >= 0]
+        top = np.sort(weights[b][np.ix_(rows, columns)], axis=1)  # [rows, columns]
+        counts.append(int(np.sum(top[:, -1] - top[:, -2] < NEAR_TIE)) if len(columns) > 1 else 0)
+    return counts
+
+
+def assert_lines_agree_but_at_near_ties(got, want, ties):
+    """Each line of `got` equals `want`'s, but where its sentence has a near tie (`ties`,
+    from `near_ties`); and at least a third of the sentences have none, so that the
+    comparison stays mostly strict. The tiny run's attention is nearly uniform: a near tie
+    is common, though the two engines' weights agree far closer than NEAR_TIE."""
+    differing = [b for b, (g, w) in enumerate(zip(got, want)) if g != w]
+    assert all(ties[b] for b in differing), [(b, got[b], want[b]) for b in differing if not ties[b]]
+    assert sum(1 for count in ties if not count) >= len(ties) / 3, ties
+
+
+@pytest.mark.slow
+def test_align_is_the_saved_models_at_alpha_0_but_where_an_argmax_nearly_ties(ct2_export, ct2_version):
+    import tensorflow as tf
+
+    translator = ct2_export[1]  # the export's weights, head and alpha 0
+    sources = SENTENCES + validation_sources(100)
+    got = ct2_version.run("align", {"inputs": strings(sources)})
+    # The in-memory translator's align, which test_align_signature.py holds equal to the loaded SavedModel's.
+    want = {k: v.numpy() for k, v in translator.serve_align(tf.constant(sources)).items()}
+    assert got["translations"].tolist() == want["translations"].tolist()
+    np.testing.assert_allclose(got["scores"], want["scores"], rtol=1e-3, atol=1e-3)
+    translations = [t.decode("utf-8") for t in got["translations"]]
+    ties = near_ties(translator, sources, translations)
+    assert_lines_agree_but_at_near_ties(got["alignments"].tolist(), want["alignments"].tolist(), ties)
+    assert got["alignments"].tolist()[1:3] == [b"", b""]  # the blank inputs
+
+    # Translations of many words: the references, given, as the SavedModel's align_targets aligns them.
+    sources, references = (a + b for a, b in zip(validation_pairs(200), EDGE_PAIRS))
+    lines = ct2_version.engine.word_alignments(sources, references)
+    want = [line.decode("utf-8") for line in
+            translator.align_targets(tf.constant(sources), tf.constant(references))["alignments"].numpy()]
+    assert_lines_agree_but_at_near_ties(lines, want, near_ties(translator, sources, references))
+    assert lines[-2:] == ["", ""] and all(lines[:-2])
+
+
+def test_the_search_attention_is_not_read_ctranslate2_mixes_up_its_first_rows(ct2_version):
+    """Why `align` forces its translations rather than read the search's attention: with a
+    batch of several sentences, CTranslate2 4.8.5's beam search returns as a sentence's first
+    row another sentence's first row (cut to its source's length), while its later rows are
+    the forced pass's. When this fails, CTranslate2 returns the search's attention rightly,
+    and `align` may read it instead."""
+    engine = ct2_version.engine
+    sources = engine.source_pieces(validation_sources(6))
+    searched = engine.translator.translate_batch(
+        sources, beam_size=4, max_input_length=0, min_decoding_length=4, max_decoding_length=4,
+        return_attention=True, end_token=engine.pieces[2],
+    )
+    forced = engine.forced_attention(sources, [result.hypotheses[0] for result in searched])
+    rows = [np.asarray(result.attention[0], np.float32) for result in searched]  # [4, S] each
+    for row, want in zip(rows, forced):
+        np.testing.assert_allclose(row[1:], want[1:], rtol=0, atol=1e-5)
+    own = [np.allclose(row[0], want[0], rtol=0, atol=1e-5) for row, want in zip(rows, forced)]
+    assert not all(own), own
+    for row in rows:
+        assert any(len(want[0]) >= len(row[0]) and np.allclose(row[0], want[0][: len(row[0])], rtol=0, atol=1e-5)
+                   for want in forced)
+
+
+def test_a_version_exported_without_its_alignment_head_has_no_align(ct2_export, tmp_path):
+    from app.serving.ctranslate2_version import CTranslate2Version
+
+    path = tmp_path / "1"
+    shutil.copytree(ct2_export[0], path)
+    info = json.loads((path / "export_info.json").read_text())
+    del info["alignment_head"]
+    (path / "export_info.json").write_text(json.dumps(info))
+    version = CTranslate2Version(1, str(path))
+    assert "align" not in version.signatures and "align" not in version.signature_def["signature_def"]
+
+
 # Refusals.
 
 
@@ -432,12 +684,25 @@ def test_export_command_writes_the_next_version(model_dir, tmp_path, capsys):
 
     base = tmp_path / "ct2"
     argv = ["--model-dir", model_dir, "--format", "ctranslate2", "--output", str(base), "--alpha", "0.6"]
-    assert export.main(argv) == 0 and export.main(argv) == 0
+    assert export.main(argv) == 0 and export.main([*argv, "--alignment-head=-1:1"]) == 0
     assert sorted(os.listdir(base)) == ["1", "2"]
     assert f"serve it: python -m app.serve --model_base_path {base}" in capsys.readouterr().out
     info = json.load(open(base / "2" / "export_info.json"))
     assert (info["engine"], info["alpha"]) == ("ctranslate2", 0.6)
     assert "parallel_searches" not in info  # the SavedModel's graph only
+    # The head, resolved; by default the one-layer model's mean.
+    assert info["alignment_head"] == "0:1"
+    assert json.load(open(base / "1" / "export_info.json"))["alignment_head"] == "0:mean"
+
+
+def test_a_head_the_model_lacks_is_refused_before_any_ctranslate2_export(model_dir, tmp_path, capsys):
+    import export
+
+    argv = ["--model-dir", model_dir, "--format", "ctranslate2", "--output", str(tmp_path / "ct2"), "--alpha", "0",
+            "--alignment-head", "0:2"]
+    assert export.main(argv) == 1
+    assert "error: alignment head 0:2: the model's layers have 2 heads, 0 to 1" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "ct2")
 
 
 # Serving: the local server over a CTranslate2 version answers as over the SavedModel.
@@ -508,12 +773,12 @@ def test_the_servers_metadata_and_errors_are_the_saved_models(ct2_server, export
 
     saved = shapes(signature_def_json(saved_model_signatures(exported[2])))
     served = shapes(body["metadata"]["signature_def"])
-    # Those that decode by beam search, exactly as the SavedModel's; sampling and forced
-    # decoding (`sample`, `score`) are the SavedModel's only (docs/serving.md), and so, until
-    # a CTranslate2 version returns attention, is `align`. `constrained` is served whether
-    # or not the SavedModel export at hand has it yet; where it has, alike.
+    # Those that decode by beam search, and `align`, exactly as the SavedModel's; sampling and
+    # forced decoding (`sample`, `score`) are the SavedModel's only (docs/serving.md).
+    # `constrained` and `align` are served whether or not the SavedModel export at hand has
+    # them yet; where it has, alike.
     saved_names, served_names = {name for name, _ in saved}, {name for name, _ in served}
-    assert served_names == (saved_names - {"sample", "score", "align"}) | {"constrained"}
+    assert served_names == (saved_names - {"sample", "score"}) | {"constrained", "align"}
     assert {key: value for key, value in served.items() if key[0] in saved_names} == {
         key: value for key, value in saved.items() if key[0] in served_names
     }
@@ -531,3 +796,11 @@ def test_the_servers_metadata_and_errors_are_the_saved_models(ct2_server, export
     status, error = ct2_server.predict({"signature_name": "constrained", "instances": [
         {**instance, "constraints": "Fahrrad"}]})
     assert status == 400 and "CTranslate2 versions do not support lexical constraints" in error["error"]
+    # `align` over REST: each translation with its Pharaoh line, "" for a blank input.
+    status, body = ct2_server.predict({"signature_name": "align", "instances": ["A man rides a bike.", " "]})
+    assert status == 200 and [set(p) for p in body["predictions"]] == [{"translations", "scores", "alignments"}] * 2
+    assert re.fullmatch(r"\d+-\d+( \d+-\d+)*", body["predictions"][0]["alignments"])
+    assert body["predictions"][1]["alignments"] == ""
+    assert ct2_server.predict({"signature_name": "align", "inputs": []}) == (
+        200, {"outputs": {"alignments": [], "scores": [], "translations": []}}
+    )
