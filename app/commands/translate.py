@@ -341,14 +341,23 @@ def conflicting_flags(args):
         if args.model_dir is not None and args.beam_size is None and args.nbest > DecodingConfig.beam_size:
             default = DecodingConfig.beam_size
             return f"--nbest {args.nbest} asks for more translations than the default --beam-size {default}"
-        if args.model_dir is None:
-            for flag, given in (("--alpha", args.alpha), ("--max-extra-length", args.max_extra_length)):
-                if given is not None:
-                    return (
-                        f"{flag} cannot apply with --nbest to a SavedModel: its nbest signature decodes with "
-                        "the settings it was exported with (use --model-dir, or leave out the flag)"
-                    )
+        flag = export_setting_given(args)
+        if flag:
+            return (
+                f"{flag} cannot apply with --nbest to a SavedModel: its nbest signature decodes with "
+                "the settings it was exported with (use --model-dir, or leave out the flag)"
+            )
     return None
+
+
+def export_setting_given(args):
+    """The first of --alpha and --max-extra-length given with a SavedModel, or None: the
+    flags that only `translate_with_options` and `constrained` take, which the nbest and
+    align signatures fix at export."""
+    if args.model_dir is not None:
+        return None
+    given = (("--alpha", args.alpha), ("--max-extra-length", args.max_extra_length))
+    return next((flag for flag, value in given if value is not None), None)
 
 
 def steering_conflict(args):
@@ -394,13 +403,12 @@ def align_conflict(args):
         return f"{' and '.join(steering)} cannot apply with {flags}: the align signature does not steer its search"
     if args.beam_size == 1:
         return f"--beam-size 1 (greedy) cannot apply with {flags}: the align signature runs beam search"
-    if args.model_dir is None:
-        for flag, value in (("--alpha", args.alpha), ("--max-extra-length", args.max_extra_length)):
-            if value is not None:
-                return (
-                    f"{flag} cannot apply with {flags} to a SavedModel: its align signature decodes with the "
-                    "settings it was exported with (use --model-dir, or leave out the flag)"
-                )
+    setting = export_setting_given(args)
+    if setting:
+        return (
+            f"{setting} cannot apply with {flags} to a SavedModel: its align signature decodes with the "
+            "settings it was exported with (use --model-dir, or leave out the flag)"
+        )
     if args.document and args.scores:
         return "--scores cannot apply with --document: each sentence of a paragraph has its own score"
     return None

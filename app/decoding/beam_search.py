@@ -127,7 +127,7 @@ def largest_alpha(max_length):
     return math.floor(exact * 100.0) / 100.0
 
 
-def forced_log_probs(parent_forced, candidate_log_probs, step, settings):
+def forced_through_prefix(parent_forced, candidate_log_probs, step, settings):
     """float32 `[A, N]`: the forced log-prob of candidates that extend hypotheses whose
     forced log-prob is `parent_forced` `[A, N]` and score `candidate_log_probs` `[A, N]`
     with the token at `step + 1`. A sentence still in its prefix (`steering.Steering`)
@@ -213,7 +213,7 @@ class BeamSearch:
         log_probs = tf.where(hypothesis_mask(allowed), tf.nn.log_softmax(logits), NEG)  # [A, K, V]
         candidate_log_probs = state.live_log_probs[:, :, None] + log_probs  # [A, K, V]
         topk_log_probs, topk_beams, topk_tokens = best_candidates(candidate_log_probs, 2 * k)  # [A, 2K] each
-        topk_forced = forced_log_probs(
+        topk_forced = forced_through_prefix(
             gather_beams(state.live_forced_log_probs, topk_beams), topk_log_probs, step, settings
         )  # [A, 2K]
         topk_ends = tf.equal(topk_tokens, self.end_id)  # [A, 2K]

@@ -38,7 +38,14 @@ import typing
 
 import tensorflow as tf
 
-from app.decoding.beam_search import NEG, BeamSearch, BeamState, best_candidates, forced_log_probs, normalized_scores
+from app.decoding.beam_search import (
+    NEG,
+    BeamSearch,
+    BeamState,
+    best_candidates,
+    forced_through_prefix,
+    normalized_scores,
+)
 from app.decoding.search import gather_beams, hypothesis_mask, search
 from layers.special_tokens import END_ID, PAD_ID, START_ID
 
@@ -273,7 +280,7 @@ class ConstrainedBeamSearch(BeamSearch):
             gather_beams(state.met, beams), gather_beams(state.partial, beams), tokens, phrases, lengths, self.end_id,
             log_probs=(gather_beams(state.partial_log_probs, beams), token_log_probs),
         )  # [A, N, C], [A, N, C, P], [A, N, C, P], [A, N]
-        forced = forced_log_probs(parent_forced + met_log_probs, scores, step, settings)  # [A, N]
+        forced = forced_through_prefix(parent_forced + met_log_probs, scores, step, settings)  # [A, N]
         order = stripe_order(scores, banks(met, partial, lengths), valid, tf.reduce_sum(lengths, axis=1), 2 * k)
         scores, forced, beams, tokens, valid, met, partial, partial_log_probs = gather_beams(
             (scores, forced, beams, tokens, valid, met, partial, partial_log_probs), order

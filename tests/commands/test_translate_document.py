@@ -13,10 +13,10 @@ import shutil
 import pytest
 
 from app.commands import translate
-from app.commands.translate import main
 from data.documents import Paragraph, read_blocks, split_sentences
 from data.markup import markup_text, strip
 from data.words import parse_pharaoh, words
+from tests.commands.test_translate_markup import read, run
 from tests.data.test_markup import _TagChecker
 
 pytestmark = pytest.mark.usefixtures("load_each_export_once")
@@ -42,17 +42,6 @@ def saved_model(exported, model_dir, tmp_path_factory):
 def write(path, text):
     path.write_text(text, encoding="utf-8")
     return str(path)
-
-
-def read(path):
-    return open(path, encoding="utf-8").read().split("\n")[:-1]
-
-
-def run(args, tmp_path, name="output.txt"):
-    """The command in this process with --output: its output's lines."""
-    output = tmp_path / name
-    assert main([*args, "--output", str(output)]) == 0
-    return read(output)
 
 
 @pytest.fixture(scope="module")
