@@ -2,6 +2,7 @@
 the gold links of guided alignment training (`--guided-alignment eflomal`).
 
     lines = align_corpus(sources, targets)             # one Pharaoh line per pair: "0-0 1-2"
+    path = cached_train_alignments(corpus, data_dir, config)   # train's, made once per corpus
     grow_diag_final_and({(0, 0)}, {(0, 0), (1, 1)}, 2, 2)   # {(0, 0), (1, 1)}
 
 eflomal (Östling and Tiedemann, 2016) aligns both ways, source to target and back; the
@@ -16,13 +17,20 @@ two runs give different links, which is why a preparation keeps its output
 (`cached_train_alignments`, data/prepare.py) rather than running it again.
 """
 
+import importlib.metadata
+import json
 import os
 import tempfile
 
+from data.atomic_files import write_atomically
 from data.errors import DataError
 from data.words import format_pharaoh, parse_pharaoh, words
 
 INSTALL_HINT = "pip install -r requirements-alignment.txt"
+# Train's alignments in a preparation's data directory, and what they were made from.
+# Plain files, not a directory: data/shards.py's clean-up removes directories without a manifest.
+TRAIN_ALIGNMENTS = "train.eflomal.gdfa"
+TRAIN_ALIGNMENTS_KEY = "train.eflomal.json"
 # Koehn's neighbourhood of an alignment point: the four sides first, then the diagonals.
 _NEIGHBOURS = ((-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1))
 # Characters Python's str.split(), which eflomal splits its lines with, takes for white
@@ -104,10 +112,7 @@ def align_corpus(sources, targets, log=print):
     try:
         import eflomal
     except ImportError:
-        raise DataError(
-            f"--guided-alignment eflomal needs eflomal, which is not installed: {INSTALL_HINT} "
-            "(GPL-3.0, built from source; or give a file of Pharaoh alignments instead)"
-        ) from None
+        raise _not_installed() from None
     source_words = [words(sentence.translate(_SPLIT_ONLY)) for sentence in sources]
     target_words = [words(sentence.translate(_SPLIT_ONLY)) for sentence in targets]
     # Only pairs with words on both sides go to eflomal; the others have no link.
@@ -136,3 +141,69 @@ def align_corpus(sources, targets, log=print):
 def _lines(path):
     with open(path, encoding="utf-8") as file:
         return file.read().splitlines()
+
+
+def cached_train_alignments(corpus, data_dir, config, log=print):
+    """The path of a file of gold links for every raw train line of `corpus`, by
+    `align_corpus`: made once, then reused for as long as the corpus, the language pair
+    and eflomal's version are the same (never made again for the same: eflomal's links
+    differ from run to run, and the preparation's fingerprint holds the file's checksum).
+
+    Args:
+        corpus: a `data.corpora.CorpusStream`; its raw train pairs are aligned, empty
+            ones and the held-out validation pairs included (one line per line).
+        data_dir: the preparation's directory (MODEL_DIR/data).
+        config: the `DataConfig` (its dataset and languages).
+        log: where a line about the alignment goes.
+
+    Raises:
+        DataError: as `align_corpus`, or a corpus that cannot be read.
+    """
+    path = made_train_alignments(corpus, data_dir, config)
+    if path is not None:
+        return path
+    path, key_path, key = _train_alignments(corpus, data_dir, config)
+    sources, targets = [], []
+    for source, target in corpus.raw_pairs("train"):
+        sources.append(source)
+        targets.append(target)
+    lines = align_corpus(sources, targets, log)
+    write_atomically(path, "".join(line + "\n" for line in lines))
+    write_atomically(key_path, json.dumps(key, indent=1, sort_keys=True))
+    log(f"eflomal: train's alignments in {path}")
+    return path
+
+
+def made_train_alignments(corpus, data_dir, config):
+    """The path `cached_train_alignments` returns where it would make nothing, else None."""
+    path, key_path, key = _train_alignments(corpus, data_dir, config)
+    try:
+        with open(key_path, encoding="utf-8") as file:
+            if json.load(file) == key and os.path.isfile(path):
+                return path
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _train_alignments(corpus, data_dir, config):
+    """(the file, the file of what it was made from, what it is to be made from)."""
+    key = {
+        "dataset": config.dataset, "source_lang": config.source_lang, "target_lang": config.target_lang,
+        "input": corpus.fingerprint(), "eflomal": _eflomal_version(),
+    }
+    return os.path.join(data_dir, TRAIN_ALIGNMENTS), os.path.join(data_dir, TRAIN_ALIGNMENTS_KEY), key
+
+
+def _eflomal_version():
+    try:
+        return importlib.metadata.version("eflomal")
+    except importlib.metadata.PackageNotFoundError:
+        raise _not_installed() from None
+
+
+def _not_installed():
+    return DataError(
+        f"--guided-alignment eflomal needs eflomal, which is not installed: {INSTALL_HINT} "
+        "(GPL-3.0, built from source; or give a file of Pharaoh alignments instead)"
+    )
