@@ -23,8 +23,8 @@ Dimension names: B batch, T target positions, S source pieces.
 
 import tensorflow as tf
 
-# The types of --guided-alignment-type, as OpenNMT-tf names them.
-COST_TYPES = ("ce", "mse")
+from app.training.guidance import COST_TYPES
+
 # Added to the attention before the log: a gold link on a weight of exactly 0 (a masked
 # position cannot have one, but a saturated softmax can) costs -log(1e-6), not infinity.
 EPSILON = 1e-6
