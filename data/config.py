@@ -22,6 +22,9 @@ DEFAULT_MAX_LENGTH = 256
 # sentencepiece's segmentation algorithms: byte-pair encoding (Sennrich et al., 2016; the
 # default, as in the paper) or the unigram language model (Kudo, 2018).
 SUBWORD_MODELS = ("bpe", "unigram")
+# `DataConfig.alignments`'s value that aligns train with eflomal (data/eflomal_alignments.py)
+# instead of reading a file: a file of that name is given as ./eflomal.
+EFLOMAL = "eflomal"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +56,11 @@ class DataConfig:
     # graph: the published Multi30k baselines' preprocessing. Off by default, because the
     # model then writes lowercase German, which is not what a reader wants.
     lowercase: bool = False
+    # Gold word alignments of train, for guided alignment training (`--guided-alignment`):
+    # a file of one Pharaoh line ("0-0 1-2": source word i, target word j, from 0) per
+    # raw train line, empty pairs included, or EFLOMAL to have eflomal align train when
+    # the data is prepared. They are stored with the pairs (data/shards.py). None: none.
+    alignments: Optional[str] = None
 
     def __post_init__(self):
         # A language names a dataset's column and a part of the default model directory:
@@ -85,6 +93,8 @@ class DataConfig:
             raise DataError(f"max_length must be at least 4, got {self.max_length}")
         if not 0.0 <= self.bpe_dropout < 1.0:
             raise DataError(f"bpe_dropout must be in [0, 1), got {self.bpe_dropout}")
+        if self.alignments is not None and not (isinstance(self.alignments, str) and self.alignments.strip()):
+            raise DataError(f"alignments must be a file of Pharaoh lines or {EFLOMAL!r}, got {self.alignments!r}")
         if self.batch_tokens is not None and self.batch_tokens < self.max_length:
             raise DataError(
                 f"batch_tokens {self.batch_tokens} cannot hold one row of max_length "

@@ -17,11 +17,17 @@ Nothing here tokenizes.
                  files, 1% of the training pairs (at most 1000, evenly spaced) are held
                  out as validation and removed from train; a counting pass over train
                  finds how many pairs there are first.
+
+With gold word alignments for train (`DataConfig.alignments`, guided alignment training:
+`open_corpus(...).with_alignments(PATH)`), one Pharaoh line per raw train line, like
+OpenNMT-tf's `train_alignments`: `aligned_pairs("train")` yields each kept pair with its
+line, which the same filters (empty pairs, held-out validation) drop with its pair.
 """
 
 import concurrent.futures
 import dataclasses
 import functools
+import hashlib
 import os
 import socket
 import urllib.parse
@@ -30,7 +36,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from data.errors import DataError, first_line
-from data.text_files import check_readable, iter_parallel_lines
+from data.text_files import check_readable, iter_lines, iter_parallel_lines
 
 MULTI30K_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "multi30k")
 MULTI30K_LANGUAGES = ("en", "de", "fr")
@@ -93,10 +99,15 @@ class CorpusStream:
     (train: less the held-out validation, so that read = kept + dropped per split).
     """
 
-    def __init__(self, dataset: str, raw: Dict[str, Callable[[], Iterator[Tuple[str, str]]]], fingerprint: dict):
+    def __init__(
+        self, dataset: str, raw: Dict[str, Callable[[], Iterator[Tuple[str, str]]]], fingerprint: dict,
+        alignments: Optional[str] = None,
+    ):
         self.dataset = dataset
         self._raw = raw  # split -> a fresh iterator of its raw line pairs
         self._fingerprint = fingerprint
+        # A file of one Pharaoh line per raw train line (guided alignment), or None.
+        self.alignments = alignments
         self.read: Dict[str, int] = {}
         self.dropped_empty: Dict[str, int] = {}
         self._held: Optional[np.ndarray] = None
@@ -123,6 +134,28 @@ class CorpusStream:
         """What the text came from: file paths, sizes and mtimes, or the TFDS name and version."""
         return dict(self._fingerprint)
 
+    def with_alignments(self, path: str) -> "CorpusStream":
+        """The same corpus with `path`, a file of one Pharaoh line per raw train line, as
+        train's gold alignments (`aligned_pairs`).
+
+        Raises:
+            DataError: the file is missing or unreadable.
+        """
+        check_readable(path)
+        return CorpusStream(self.dataset, self._raw, self._fingerprint, path)
+
+    def alignments_fingerprint(self) -> Optional[dict]:
+        """The alignment file's path, size, mtime and sha256 (None without one): a changed
+        file changes the preparation's fingerprint (data/prepare.py)."""
+        if self.alignments is None:
+            return None
+        digest = hashlib.sha256()
+        with open(self.alignments, "rb") as file:
+            for block in iter(functools.partial(file.read, 1 << 20), b""):
+                digest.update(block)
+        described = _file_fingerprint([self.alignments])["files"][0]
+        return dict(described, sha256=digest.hexdigest())
+
     def pairs(self, split: str) -> Iterator[Tuple[str, str]]:
         """The split's non-empty pairs in order, stripped; a new pass each call.
 
@@ -134,6 +167,47 @@ class CorpusStream:
         if self.holds_out_validation and split in ("train", "validation"):
             return self._held_out_pairs(split)
         return self._counted(split, self._raw[split]())
+
+    def raw_pairs(self, split: str) -> Iterator[Tuple[str, str]]:
+        """Every pair of the split as read, empty ones and held-out validation included:
+        line N of the files is pair N (what an alignment file's lines count)."""
+        if split not in self._raw:
+            raise DataError(f"{self.dataset} has no raw split {split!r}; it has {', '.join(self._raw)}")
+        return self._raw[split]()
+
+    def aligned_pairs(self, split: str = "train") -> Iterator[Tuple[str, str, int, str]]:
+        """`pairs(split)` with each pair's gold alignment: `(source, target, line number,
+        Pharaoh line)`, the number counted from 1 in the raw split (and the file).
+
+        Raises (while streaming):
+            DataError: as `pairs`, or the alignment file and the split have different
+                line counts (naming both).
+        """
+        if split != "train" or self.alignments is None:
+            raise DataError(f"{self.dataset}: only train has alignments, and only with an alignment file")
+        if self.holds_out_validation:
+            return self._held_out_pairs(split, self._aligned_raw)
+        return self._counted(split, self._aligned_raw())
+
+    def _aligned_raw(self):
+        """`(source, target, number, Pharaoh line)` of every raw train pair."""
+        lines, pairs = iter_lines(self.alignments), self._raw["train"]()
+        count = 0
+        for source, target in pairs:
+            line = next(lines, None)
+            if line is None:  # The file ended first: count the rest of train.
+                self._misaligned_links(count + 1 + sum(1 for _ in pairs), count)
+            count += 1
+            yield source, target, count, line
+        rest = sum(1 for _ in lines)
+        if rest:
+            self._misaligned_links(count, count + rest)
+
+    def _misaligned_links(self, pairs, lines):
+        raise DataError(
+            f"alignment file {self.alignments} has {lines} lines but train has {pairs} pairs: give one Pharaoh "
+            "line (i-j links of source word i and target word j, from 0) per train line, empty lines included"
+        )
 
     def count(self, split: str) -> int:
         """How many pairs `pairs(split)` yields: a pass over the split the first time, none
@@ -151,13 +225,15 @@ class CorpusStream:
         return self._counts[split]
 
     def _counted(self, split, raw):
+        """The non-empty pairs of `raw` (pairs, or longer tuples whose first two are the
+        pair), stripped, counted as they go by."""
         read = kept = 0
-        for source, target in raw:
+        for source, target, *rest in raw:
             read += 1
             source, target = source.strip(), target.strip()
             if source and target:
                 kept += 1
-                yield source, target
+                yield (source, target, *rest)
         if not kept:
             raise DataError(f"{self.dataset}: split {split!r} has no non-empty pairs ({read} read)")
         self.read[split], self.dropped_empty[split] = read, read - kept
@@ -169,10 +245,10 @@ class CorpusStream:
             self._held = held_out_indices(kept)
         return self._held
 
-    def _held_out_pairs(self, split):
+    def _held_out_pairs(self, split, raw=None):
         held = self._held_out()
         next_held = 0
-        for index, pair in enumerate(self._counted("train", self._raw["train"]())):
+        for index, pair in enumerate(self._counted("train", (raw or self._raw["train"])())):
             is_held = next_held < len(held) and held[next_held] == index
             next_held += is_held
             if is_held == (split == "validation"):

@@ -31,7 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from data.buckets import BatchPlan, BucketScheme
-from data.config import DataConfig
+from data.config import EFLOMAL, DataConfig
 from data.corpora import CorpusStream, ParallelText, open_corpus
 from data.errors import DataError
 from data.pipeline import shard_batches
@@ -234,8 +234,11 @@ def open_prepared(
     if not os.path.exists(model_path):
         return None
     corpus = open_corpus(config.dataset, config.source_lang, config.target_lang)
-    wanted = fingerprint(config, SubwordTokenizer.load(model_path).model_proto, corpus)
     data_dir = os.path.join(model_dir, DATA_SUBDIR)
+    corpus = _with_alignments(config, corpus, data_dir, log, make=False)
+    if corpus is None:
+        return None
+    wanted = fingerprint(config, SubwordTokenizer.load(model_path).model_proto, corpus)
     if not all(prepared_for(read_manifest(data_dir, split), wanted) for split in corpus.splits):
         return None
     return prepare_data(config, model_dir, num_replicas, log=log)
@@ -275,8 +278,9 @@ def _prepare(config, model_dir, workers, log) -> _Prepared:
         DataError: any bad input or setting, or a split with no pair that fits.
     """
     corpus = open_corpus(config.dataset, config.source_lang, config.target_lang)
-    tokenizer = load_vocabulary(config, model_dir, corpus)
     data_dir = os.path.join(model_dir, DATA_SUBDIR)
+    corpus = _with_alignments(config, corpus, data_dir, log)
+    tokenizer = load_vocabulary(config, model_dir, corpus)
     manifests = prepare_splits(config, tokenizer.model_proto, corpus, data_dir, workers, log=log)
 
     tokens, counts = {}, {}
@@ -296,6 +300,25 @@ def _prepare(config, model_dir, workers, log) -> _Prepared:
                 f"of {counts[split].read} read)"
             )
     return _Prepared(corpus, tokenizer, data_dir, manifests, tokens, counts)
+
+
+def _with_alignments(config, corpus, data_dir, log, make=True) -> Optional[CorpusStream]:
+    """`corpus` with train's gold alignments where `config` has some: its file, or
+    eflomal's, made now (`data.eflomal_alignments.cached_train_alignments`); with
+    `make=False`, None where eflomal's are not made yet."""
+    if config.alignments is None:
+        return corpus
+    path = config.alignments
+    if path == EFLOMAL:
+        from data.eflomal_alignments import cached_train_alignments, made_train_alignments
+
+        if make:
+            path = cached_train_alignments(corpus, data_dir, config, log)
+        else:
+            path = made_train_alignments(corpus, data_dir, config)
+            if path is None:
+                return None
+    return corpus.with_alignments(path)
 
 
 def load_vocabulary(config: DataConfig, model_dir: str, corpus: CorpusStream) -> SubwordTokenizer:

@@ -5,7 +5,8 @@ Each pair becomes
     target ids = [start] + tokens + [end]      (the trainer shifts it into decoder
                                                 input and labels)
 int32, 0 = padding. A batch is the tuple (source [B, S], target [B, T]) with the shape
-the plan gives it.
+the plan gives it; from a split with gold word alignments (guided alignment training),
+(source, target, gold uint8 [B, T - 1, S]) (data/shards.py).
 
 `shard_batches` is what training reads: each batch is gathered with numpy from the
 memory-mapped shards of a prepared split (data/shards.py), so no epoch re-tokenizes and
@@ -110,7 +111,8 @@ def _tokenize_all(tokenizer, sentences, add_start) -> tf.RaggedTensor:
 
 def shard_batches(pairs, plan: BatchPlan, skip: int = 0) -> tf.data.Dataset:
     """The plan's batches as a dataset of (source int32 [B, S], target int32 [B, T]),
-    gathered from a prepared split.
+    gathered from a prepared split; with its gold alignments where the split has some
+    (`pairs.has_alignments`): (source, target, gold uint8 [B, T - 1, S]).
 
     Args:
         pairs: a `data.shards.ShardedPairs` or `BothDirections` (anything with
@@ -120,17 +122,20 @@ def shard_batches(pairs, plan: BatchPlan, skip: int = 0) -> tf.data.Dataset:
     """
     _release_iterators_before_exit()
 
-    def assemble(batch):  # int64 scalar -> (int32 [B, S], int32 [B, T]), in numpy
+    def assemble(batch):  # int64 scalar -> (int32 [B, S], int32 [B, T][, uint8 [B, T - 1, S]]), in numpy
         batch = int(batch)
         return pairs.assemble(
             plan.indices[batch], int(plan.rows[batch]), int(plan.source_lengths[batch]), int(plan.target_lengths[batch])
         )
 
+    aligned = getattr(pairs, "has_alignments", False)
+    dtypes = [tf.int32, tf.int32] + ([tf.uint8] if aligned else [])
+
     def gather(batch):
-        source, target = tf.numpy_function(assemble, [batch], [tf.int32, tf.int32], stateful=False)
-        source.set_shape([None, None])  # [B, S]
-        target.set_shape([None, None])  # [B, T]
-        return source, target
+        tensors = tf.numpy_function(assemble, [batch], dtypes, stateful=False)
+        for tensor in tensors:
+            tensor.set_shape([None] * (2 if tensor.dtype == tf.int32 else 3))  # [B, S], [B, T], [B, T - 1, S]
+        return tuple(tensors)
 
     return (
         tf.data.Dataset.range(skip, len(plan))

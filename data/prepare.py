@@ -21,6 +21,14 @@ are prepared again whole.
 
 BPE-dropout's per-epoch segmentation is the same pass over train (`prepare_sampled_train`),
 written as the split "train-sampled", the previous epoch's replaced.
+
+With gold word alignments (`DataConfig.alignments`, guided alignment training), train's
+pairs come with their Pharaoh lines (data/corpora.py `aligned_pairs`), and the workers
+parse each against the pair's words (data/words.py): a link outside them is an error
+naming the file's line. A pair whose pieces do not mark its words (as many pieces starting
+with "▁" as words, the first one among them; normalization can split a word, `¨` into
+` ̈`) keeps no links, and is counted (`alignments_dropped_mismatch`). The links are
+stored with the pairs that fit (data/shards.py), and the file is part of the fingerprint.
 """
 
 import collections
@@ -33,12 +41,13 @@ import multiprocessing
 import os
 import sys
 import time
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
 from data.errors import DataError
 from data.shards import FORMAT_VERSION, SplitWriter, read_manifest, remove_leftovers
+from data.words import parse_pharaoh, word_start_table, words
 
 # Pairs per chunk handed to a worker: large enough to amortize the inter-process copy.
 _CHUNK = 20_000
@@ -63,18 +72,25 @@ SAMPLED_TRAIN = "train-sampled"
 
 
 def fingerprint(config, model_proto: bytes, corpus) -> dict:
-    """What a split's shards are made from; a change means they must be made again."""
-    return {
+    """What a split's shards are made from; a change means they must be made again.
+
+    The alignments (the setting, and the file's size, mtime and checksum) are in it only
+    where there are some: a preparation without them has the fingerprint it always had.
+    """
+    data = {
+        field: getattr(config, field)
+        for field in ("dataset", "source_lang", "target_lang", "vocab_size", "subword_model", "max_length", "lowercase")
+    }
+    wanted = {
         "format": FORMAT_VERSION,
-        "data": {
-            field: getattr(config, field)
-            for field in (
-                "dataset", "source_lang", "target_lang", "vocab_size", "subword_model", "max_length", "lowercase",
-            )
-        },
+        "data": data,
         "vocabulary_sha256": hashlib.sha256(model_proto).hexdigest(),
         "input": corpus.fingerprint(),
     }
+    if config.alignments is not None:
+        data["alignments"] = config.alignments
+        wanted["alignments_input"] = corpus.alignments_fingerprint()
+    return wanted
 
 
 def prepared_for(manifest, wanted) -> bool:
@@ -170,25 +186,30 @@ def _difference(old, new) -> str:
 
 def _write_split(split, corpus, config, *, segmenter, data_dir, wanted, log):
     keep_text = split != "train"  # Validation and test keep their raw pairs for BLEU.
+    aligned = split == "train" and corpus.alignments is not None  # Only train has gold alignments.
     sources, targets = [], []
     resume_key = None if keep_text else wanted  # Train is written resumably, shard by shard.
-    with SplitWriter(data_dir, split, config.vocab_size, config.max_length, resume_key=resume_key) as writer:
-        done = writer.resumed or {"consumed": 0, "too_long": 0}
-        consumed, too_long = done["consumed"], done["too_long"]
+    word_starts = segmenter.word_starts() if aligned else None
+    with SplitWriter(
+        data_dir, split, config.vocab_size, config.max_length, resume_key=resume_key, word_starts=word_starts
+    ) as writer:
+        done = {"consumed": 0, "too_long": 0, "mismatched": 0, **(writer.resumed or {})}
+        consumed, too_long, mismatched = done["consumed"], done["too_long"], done["mismatched"]
         if consumed:
             log(f"prepare {split}: resuming after the {consumed:,} pairs an interrupted preparation left prepared")
         progress = _Progress(f"prepare {split}", log, pairs=consumed)
         # The pairs already prepared are read past, not tokenized: the stream still counts them.
-        pairs = itertools.islice(corpus.pairs(split), consumed, None)
+        pairs = itertools.islice(corpus.aligned_pairs(split) if aligned else corpus.pairs(split), consumed, None)
         last_checkpoint = consumed
-        for chunk, encoded in segmenter.map(_chunks(pairs, _CHUNK), _encode_chunk):
-            too_long += _append_fitting(writer, encoded, config.max_length)
+        for chunk, encoded in segmenter.map(_chunks(pairs, _CHUNK, corpus.alignments), _encode_chunk):
+            dropped, unlinked = _append_fitting(writer, encoded, config.max_length)
+            too_long, mismatched = too_long + dropped, mismatched + unlinked
             consumed += len(chunk[0])
             if keep_text:
                 sources += chunk[0]
                 targets += chunk[1]
             elif consumed - last_checkpoint >= SHARD_PAIRS:
-                writer.checkpoint({"consumed": consumed, "too_long": too_long})
+                writer.checkpoint({"consumed": consumed, "too_long": too_long, "mismatched": mismatched})
                 last_checkpoint = consumed
             progress.update(len(chunk[0]))
         manifest = {
@@ -199,6 +220,8 @@ def _write_split(split, corpus, config, *, segmenter, data_dir, wanted, log):
             "validation_note": corpus.validation_note if split == "validation" else None,
             "fingerprint": wanted,
         }
+        if aligned:
+            manifest["alignments_dropped_mismatch"] = mismatched
         writer.commit(manifest, (sources, targets) if keep_text else None)
     progress.done()
     return read_manifest(data_dir, split)
@@ -221,32 +244,50 @@ def prepare_sampled_train(
     manifest = read_manifest(data_dir, SAMPLED_TRAIN)
     if manifest is not None and manifest.get("fingerprint") == wanted:
         return manifest
-    too_long = 0
+    too_long = mismatched = 0
+    aligned = corpus.alignments is not None
     progress = _Progress("BPE-dropout segmentation of train", log)
     with _Segmenter(model_proto, config.lowercase, workers) as segmenter:
-        with SplitWriter(data_dir, SAMPLED_TRAIN, config.vocab_size, config.max_length) as writer:
+        word_starts = segmenter.word_starts() if aligned else None
+        with SplitWriter(
+            data_dir, SAMPLED_TRAIN, config.vocab_size, config.max_length, word_starts=word_starts
+        ) as writer:
             starts = itertools.count(0, SAMPLE_CHUNK)
+            pairs = corpus.aligned_pairs("train") if aligned else corpus.pairs("train")
             chunks = (
-                (sources, targets, start, draw_seed, config.bpe_dropout)
-                for start, (sources, targets) in zip(starts, _chunks(corpus.pairs("train"), SAMPLE_CHUNK))
+                _SampleChunk(chunk, start, draw_seed, config.bpe_dropout)
+                for start, chunk in zip(starts, _chunks(pairs, SAMPLE_CHUNK, corpus.alignments))
             )
             for chunk, encoded in segmenter.map(chunks, _sample_chunk):
-                too_long += _append_fitting(writer, encoded, config.max_length)
-                progress.update(len(chunk[0]))
-            writer.commit({"split": SAMPLED_TRAIN, "dropped_too_long": too_long, "fingerprint": wanted})
+                dropped, unlinked = _append_fitting(writer, encoded, config.max_length)
+                too_long, mismatched = too_long + dropped, mismatched + unlinked
+                progress.update(len(chunk.chunk.sources))
+            manifest = {"split": SAMPLED_TRAIN, "dropped_too_long": too_long, "fingerprint": wanted}
+            if aligned:
+                manifest["alignments_dropped_mismatch"] = mismatched
+            writer.commit(manifest)
     progress.done()
     return read_manifest(data_dir, SAMPLED_TRAIN)
 
 
-def _append_fitting(writer, encoded, max_length) -> int:
-    """Appends the pairs of a segmented chunk that fit max_length; returns how many did not."""
-    source_ids, source_lengths, target_ids, target_lengths = encoded
+def _append_fitting(writer, encoded, max_length) -> Tuple[int, int]:
+    """Appends the pairs of a segmented chunk that fit max_length, with their links where
+    the chunk has some; returns how many did not fit, and how many that did lost their
+    links (their pieces do not mark their words)."""
+    source_ids, source_lengths, target_ids, target_lengths, *aligned = encoded
     fits = (source_lengths + 1 <= max_length) & (target_lengths + 2 <= max_length)
+    links = link_counts = None
+    mismatched = 0
+    if aligned:
+        links, link_counts, unlinked = aligned
+        mismatched = int((unlinked & fits).sum())
     if not fits.all():
         source_ids, source_lengths = _select(source_ids, source_lengths, fits)
         target_ids, target_lengths = _select(target_ids, target_lengths, fits)
-    writer.append(source_ids, source_lengths, target_ids, target_lengths)
-    return int((~fits).sum())
+        if aligned:
+            links, link_counts = _select(links, link_counts, fits)
+    writer.append(source_ids, source_lengths, target_ids, target_lengths, links=links, link_counts=link_counts)
+    return int((~fits).sum()), mismatched
 
 
 def _select(ids, lengths, keep):
@@ -254,14 +295,38 @@ def _select(ids, lengths, keep):
     return ids[np.repeat(keep, lengths)], lengths[keep]
 
 
-def _chunks(pairs: Iterable[Tuple[str, str]], size: int) -> Iterator[Tuple[List[str], List[str]]]:
-    """(sources, targets) lists of up to `size` pairs each."""
+class _Chunk(NamedTuple):
+    """Pairs a worker segments: `chunk[0]` the sources, `chunk[1]` the targets."""
+
+    sources: List[str]
+    targets: List[str]
+    # With gold alignments: (the file, each pair's line number in it, each pair's line).
+    alignments: Optional[Tuple[str, List[int], List[str]]] = None
+
+
+class _SampleChunk(NamedTuple):
+    """A `_Chunk` to segment with BPE-dropout, seeded by its first pair's place."""
+
+    chunk: _Chunk
+    start: int
+    draw_seed: int
+    dropout: float
+
+
+def _chunks(pairs: Iterable[tuple], size: int, alignments: Optional[str] = None) -> Iterator[_Chunk]:
+    """`_Chunk`s of up to `size` pairs each. The pairs are (source, target), or, with the
+    alignment file `alignments`, (source, target, line number, Pharaoh line)."""
     iterator = iter(pairs)
     while True:
         chunk = list(itertools.islice(iterator, size))
         if not chunk:
             return
-        yield [source for source, _ in chunk], [target for _, target in chunk]
+        columns = list(zip(*chunk))
+        sources, targets = list(columns[0]), list(columns[1])
+        if len(columns) == 2:
+            yield _Chunk(sources, targets)
+        else:
+            yield _Chunk(sources, targets, (alignments, list(columns[2]), list(columns[3])))
 
 
 def vocabulary_sample(corpus) -> Iterator[str]:
@@ -294,15 +359,24 @@ def _every_step(corpus, count: int, step: int) -> Iterator[str]:
 
 # The workers: module-level state set once per process by `_start_worker`.
 _processor = None
+_model_proto = None
 _lowercase = False
+_starts = None  # bool [V], `word_start_table`, made when a chunk with alignments first needs it
 
 
 def _start_worker(model_proto: bytes, lowercase: bool) -> None:
-    global _processor, _lowercase
+    global _processor, _model_proto, _lowercase, _starts
     import sentencepiece
 
     _processor = sentencepiece.SentencePieceProcessor(model_proto=model_proto)
-    _lowercase = lowercase
+    _model_proto, _lowercase, _starts = model_proto, lowercase, None
+
+
+def _word_starts():
+    global _starts
+    if _starts is None:
+        _starts = word_start_table(_model_proto)
+    return _starts
 
 
 def _texts(sentences):
@@ -320,29 +394,72 @@ def _flat(id_lists):
 
 
 def _encode_chunk(chunk):
-    """Segments a chunk as `SubwordTokenizer.tokenize` does: (source ids, lengths, target ids, lengths)."""
-    sources, targets = chunk[:2]
-    source_ids = _processor.encode(_texts(sources), out_type=int)
-    target_ids = _processor.encode(_texts(targets), out_type=int)
-    return (*_flat(source_ids), *_flat(target_ids))
+    """Segments a `_Chunk` as `SubwordTokenizer.tokenize` does: (source ids, lengths,
+    target ids, lengths), and with alignments `_chunk_links`' three more."""
+    source_ids = _processor.encode(_texts(chunk.sources), out_type=int)
+    target_ids = _processor.encode(_texts(chunk.targets), out_type=int)
+    return (*_flat(source_ids), *_flat(target_ids), *_chunk_links(chunk, source_ids, target_ids))
 
 
-def _sample_chunk(chunk):
-    """A chunk's BPE-dropout segmentation, as `SubwordTokenizer.sample` draws it for the
-    chunk's seeds: one per side from (draw seed, side, the chunk's first pair)."""
+def _sample_chunk(sample):
+    """A `_SampleChunk`'s BPE-dropout segmentation, as `SubwordTokenizer.sample` draws it
+    for the chunk's seeds: one per side from (draw seed, side, the chunk's first pair).
+    BPE-dropout skips merges, never the word marker: a word still starts a piece."""
     import sentencepiece
 
-    sources, targets, start, draw_seed, dropout = chunk
-    encoded = []
-    for side, sentences in enumerate((sources, targets)):
-        chunk_seed = int(np.random.default_rng([draw_seed, side, start]).integers(2**31))
+    chunk = sample.chunk
+    encoded, ids = [], []
+    for side, sentences in enumerate((chunk.sources, chunk.targets)):
+        chunk_seed = int(np.random.default_rng([sample.draw_seed, side, sample.start]).integers(2**31))
         # The generator is process-wide; one thread keeps the draws in sentence order.
         sentencepiece.set_random_generator_seed(chunk_seed)
-        ids = _processor.encode(
-            _texts(sentences), out_type=int, enable_sampling=True, alpha=dropout, nbest_size=-1, num_threads=1
-        )
-        encoded += _flat(ids)
-    return tuple(encoded)
+        ids.append(_processor.encode(
+            _texts(sentences), out_type=int, enable_sampling=True, alpha=sample.dropout, nbest_size=-1, num_threads=1
+        ))
+        encoded += _flat(ids[-1])
+    return (*encoded, *_chunk_links(chunk, *ids))
+
+
+def _chunk_links(chunk, source_ids, target_ids):
+    """`()` for a chunk without alignments; else its pairs' links: (int32 [L, 2] (source
+    word, target word) pair after pair, int64 [n] links per pair, bool [n] the pairs that
+    lost theirs because their pieces do not mark their words).
+
+    Raises:
+        DataError: naming the alignment file's line, the link and the pair's word counts,
+            for a link that is not `i-j` or lies outside the pair's words.
+    """
+    if chunk.alignments is None:
+        return ()
+    path, numbers, lines = chunk.alignments
+    starts = _word_starts()
+    links, counts, mismatched = [], [], []
+    for source, target, number, line, source_pieces, target_pieces in zip(
+        chunk.sources, chunk.targets, numbers, lines, source_ids, target_ids
+    ):
+        source_words, target_words = len(words(source)), len(words(target))
+        try:
+            pair_links = parse_pharaoh(line, source_words, target_words)
+        except ValueError as error:
+            raise DataError(
+                f"{path}:{number}: {error} (the pair has {source_words} source and {target_words} target words)"
+            ) from None
+        marked = _marks_words(starts, source_pieces, source_words) and _marks_words(starts, target_pieces, target_words)
+        if not marked:
+            pair_links = []
+        links += pair_links
+        counts.append(len(pair_links))
+        mismatched.append(not marked)
+    return (
+        np.asarray(links, np.int32).reshape([-1, 2]), np.asarray(counts, np.int64), np.asarray(mismatched, bool),
+    )
+
+
+def _marks_words(starts, pieces, word_count):
+    """Whether a sentence's pieces start exactly its words: as many word-starting pieces as
+    words, the first piece among them."""
+    flags = starts[np.asarray(pieces, np.int64)]
+    return int(flags.sum()) == word_count and (not len(flags) or bool(flags[0]))
 
 
 class _Segmenter:
@@ -361,6 +478,10 @@ class _Segmenter:
         if self._workers < 1:
             raise DataError(f"workers must be at least 1, got {self._workers}")
         self._pool = None
+
+    def word_starts(self):
+        """bool [V]: which of the vocabulary's pieces start a word (`word_start_table`)."""
+        return word_start_table(self._args[0])
 
     def __enter__(self):
         return self

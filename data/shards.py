@@ -13,8 +13,19 @@ directory per split, MODEL_DIR/data/<split>/:
     manifest.json                   FORMAT_VERSION, the counts, the id dtype and the
                                     fingerprint of what the split was made from
 
+and, in a train split prepared with gold word alignments (guided alignment training; the
+manifest says `"alignments": true`):
+
+    links                           uint16 [L, 2] (int32 past 65,536 ids a side): every
+                                    pair's (source word, target word) links, one after another
+    links.offsets                   int64 [N + 1]: pair i's links are links[offsets[i]:offsets[i + 1]]
+    word_starts                     uint8 [V]: 1 where the vocabulary's piece starts a word
+                                    (it begins with "▁"), which maps pieces to words
+
 A batch row is, as in data/pipeline.py, source = pieces + [end], target = [start] +
-pieces + [end], int32, 0 = padding. A split is written under a hidden temporary name and
+pieces + [end], int32, 0 = padding; with alignments a batch also has its gold, uint8
+[B, T - 1, S], 1 where label t (target[:, 1:]) is linked to source piece s: the pieces
+of linked words (`ShardedPairs.assemble`). A split is written under a hidden temporary name and
 renamed into place whole, its manifest written last (`SplitWriter`), so a directory
 without a manifest, or whose manifest's fingerprint differs, is never read.
 
@@ -37,7 +48,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 from data.errors import DataError
-from layers.special_tokens import END_ID, START_ID
+from layers.special_tokens import END_ID, PAD_ID, START_ID
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -46,6 +57,8 @@ _PARTIAL = ".partial-"  # Marks a split being written: "<data dir>/.<split>.part
 _RESUMABLE = ".resumable"  # A split written resumably: "<data dir>/.<split>.resumable".
 PROGRESS = "progress.json"  # In a resumable split: how far its writer got, at its last checkpoint.
 _FILES = ("source.ids", "target.ids", "source.offsets", "target.offsets", "lengths")
+_LINK_FILES = ("links", "links.offsets")  # A split with gold alignments has these too.
+WORD_STARTS = "word_starts"
 # Rows a reader gathers between handing its mapped pages back to the kernel (see
 # `_Mapped.release`). A row read through a map can map more than its own page (the
 # kernel maps the cached pages around a fault), and rows of a batch lie anywhere in the
@@ -64,6 +77,11 @@ def length_dtype(max_length: int) -> np.dtype:
     return np.dtype(np.int16) if max_length < 1 << 15 else np.dtype(np.int32)
 
 
+def link_dtype(max_length: int) -> np.dtype:
+    """The narrowest dtype that holds every word index of a kept pair (a word has a piece)."""
+    return np.dtype(np.uint16) if max_length <= 1 << 16 else np.dtype(np.int32)
+
+
 def index_dtype(count: int) -> np.dtype:
     """int32 indices where `count` rows fit, else int64."""
     return np.dtype(np.int32) if count < 1 << 31 else np.dtype(np.int64)
@@ -80,6 +98,9 @@ class SplitWriter:
     fails; `commit` writes the manifest last, then renames the directory into place
     (replacing an older one).
 
+    With `word_starts` (bool [V]: which pieces start a word), the split holds gold word
+    alignments: each `append` gives its pairs' links too.
+
     With a `resume_key` (the split's fingerprint), the temporary directory is the split's
     resumable one: `checkpoint(state)` makes the pairs appended so far durable, and a
     later writer with the same key starts from the last checkpoint, with `resumed` the
@@ -87,15 +108,20 @@ class SplitWriter:
     keeps its directory once it has a checkpoint.
     """
 
-    def __init__(self, data_dir: str, split: str, vocab_size: int, max_length: int, resume_key=None):
+    def __init__(
+        self, data_dir: str, split: str, vocab_size: int, max_length: int, resume_key=None, *, word_starts=None
+    ):
         self.path = os.path.join(data_dir, split)
         self._resume_key = resume_key
+        self._word_starts = None if word_starts is None else np.asarray(word_starts, np.uint8)
+        self._names = _FILES + (_LINK_FILES if word_starts is not None else ())
+        self._link_dtype = link_dtype(max_length)
         name = f".{split}{_RESUMABLE}" if resume_key is not None else f".{split}{_PARTIAL}{os.getpid()}"
         self.temporary = os.path.join(data_dir, name)
         self._id_dtype = id_dtype(vocab_size)
         self._length_dtype = length_dtype(max_length)
         self.pairs = 0
-        self._ends = {"source": 0, "target": 0}
+        self._ends = {"source": 0, "target": 0, "links": 0}
         self._files = {}
         self.resumed = None
 
@@ -103,19 +129,21 @@ class SplitWriter:
         progress = self._progress()
         if progress is not None and progress.get("key") == self._resume_key:
             # Everything past the checkpoint (a chunk written after it, half a write) goes.
-            for name in _FILES:
+            for name in self._names:
                 file = open(os.path.join(self.temporary, name), "r+b")
                 file.truncate(progress["sizes"][name])
                 file.seek(0, os.SEEK_END)
                 self._files[name] = file
-            self.pairs, self._ends, self.resumed = progress["pairs"], dict(progress["ends"]), progress["state"]
+            self.pairs, self.resumed = progress["pairs"], progress["state"]
+            self._ends.update(progress["ends"])
             return self
         shutil.rmtree(self.temporary, ignore_errors=True)
         os.makedirs(self.temporary)
-        for name in _FILES:
+        for name in self._names:
             self._files[name] = open(os.path.join(self.temporary, name), "wb")
-        for side in ("source", "target"):
-            np.zeros([1], np.int64).tofile(self._files[f"{side}.offsets"])
+        for offsets in ("source.offsets", "target.offsets", "links.offsets"):
+            if offsets in self._files:
+                np.zeros([1], np.int64).tofile(self._files[offsets])
         return self
 
     def _progress(self) -> Optional[dict]:
@@ -127,9 +155,11 @@ class SplitWriter:
                 progress = json.load(file)
         except (OSError, ValueError):
             return None
-        if not all(os.path.isfile(os.path.join(self.temporary, name)) for name in _FILES):
+        if not all(os.path.isfile(os.path.join(self.temporary, name)) for name in self._names):
             return None
-        return progress if isinstance(progress, dict) and "sizes" in progress else None
+        if not (isinstance(progress, dict) and set(self._names) <= set(progress.get("sizes", ()))):
+            return None
+        return progress
 
     def checkpoint(self, state) -> None:
         """Makes every pair appended so far durable, then records `state` (JSON: what the
@@ -151,18 +181,28 @@ class SplitWriter:
             os.fsync(file.fileno())
         os.replace(path + ".new", path)
 
-    def append(self, source_ids, source_lengths, target_ids, target_lengths) -> None:
+    def append(self, source_ids, source_lengths, target_ids, target_lengths, *, links=None, link_counts=None) -> None:
         """Adds pairs: flat pieces (int [P]) and pieces per pair (int [n]) of each side,
-        markers not included."""
-        for side, ids, lengths in (("source", source_ids, source_lengths), ("target", target_ids, target_lengths)):
-            np.asarray(ids).astype(self._id_dtype, copy=False).tofile(self._files[f"{side}.ids"])
-            ends = self._ends[side] + np.cumsum(lengths, dtype=np.int64)
-            ends.tofile(self._files[f"{side}.offsets"])
-            if len(ends):
-                self._ends[side] = int(ends[-1])
+        markers not included; in a split with alignments, also their links (int [L, 2],
+        (source word, target word), pair after pair) and links per pair (int [n])."""
+        if (links is None) != (self._word_starts is None):
+            raise ValueError("give links exactly when the SplitWriter was made with word_starts")
+        self._append_flat("source", source_ids, source_lengths, self._id_dtype)
+        self._append_flat("target", target_ids, target_lengths, self._id_dtype)
+        if links is not None:
+            self._append_flat("links", np.reshape(links, [-1, 2]), link_counts, self._link_dtype)
         with_markers = np.stack([np.asarray(source_lengths) + 1, np.asarray(target_lengths) + 2], axis=1)
         with_markers.astype(self._length_dtype).tofile(self._files["lengths"])
         self.pairs += len(source_lengths)
+
+    def _append_flat(self, name, rows, counts, dtype):
+        """Appends `rows` (a side's pieces, or links) and their ends, by `counts` per pair,
+        to `name`'s offsets."""
+        np.asarray(rows).astype(dtype, copy=False).tofile(self._files["links" if name == "links" else f"{name}.ids"])
+        ends = self._ends[name] + np.cumsum(counts, dtype=np.int64)
+        ends.tofile(self._files[f"{name}.offsets"])
+        if len(ends):
+            self._ends[name] = int(ends[-1])
 
     def commit(self, manifest: dict, text: Optional[Tuple[list, list]] = None) -> None:
         """Closes the files, writes `text` (the split's raw (sources, targets), for
@@ -179,6 +219,9 @@ class SplitWriter:
             manifest, format=FORMAT_VERSION, pairs=self.pairs, id_dtype=self._id_dtype.name,
             length_dtype=self._length_dtype.name,
         )
+        if self._word_starts is not None:
+            self._word_starts.tofile(os.path.join(self.temporary, WORD_STARTS))
+            manifest.update(alignments=True, link_dtype=self._link_dtype.name)
         for name in (PROGRESS, PROGRESS + ".new"):  # the committed split holds what any other does
             if os.path.exists(os.path.join(self.temporary, name)):
                 os.remove(os.path.join(self.temporary, name))
@@ -290,6 +333,11 @@ class ShardedPairs:
                 ("source.offsets", np.int64), ("target.offsets", np.int64),
             )
         }
+        self.has_alignments = bool(self.manifest.get("alignments"))
+        if self.has_alignments:
+            self._maps["links"] = _Mapped(os.path.join(self.path, "links"), np.dtype(self.manifest["link_dtype"]))
+            self._maps["links.offsets"] = _Mapped(os.path.join(self.path, "links.offsets"), np.int64)
+            self._word_starts = np.fromfile(os.path.join(self.path, WORD_STARTS), np.uint8).astype(bool)  # [V]
         lengths = np.fromfile(os.path.join(self.path, "lengths"), dtype=self.manifest["length_dtype"])
         lengths = lengths.reshape([-1, 2])
         # Two contiguous arrays: planning sorts and compares them per side.
@@ -314,13 +362,49 @@ class ShardedPairs:
 
     def assemble(self, indices, rows: int, source_length: int, target_length: int):
         """The batch of pairs `indices`: (source int32 [rows, S], target int32 [rows, T]),
-        rows past len(indices) all padding."""
+        rows past len(indices) all padding; with alignments, also their gold, uint8
+        [rows, T - 1, S] (`gold`)."""
         source = np.zeros([rows, source_length], np.int32)
         target = np.zeros([rows, target_length], np.int32)
         row_positions = np.arange(len(indices))
         self._fill(source, row_positions, "source", indices, start=False)
         self._fill(target, row_positions, "target", indices, start=True)
-        return source, target
+        if not self.has_alignments:
+            return source, target
+        return source, target, self.gold(source, target, [(row_positions, indices, False)])
+
+    def gold(self, source, target, parts):
+        """The gold alignment of an assembled batch: uint8 [rows, T - 1, S], 1 where label
+        t (`target[:, 1:]`) and source piece s belong to two linked words.
+
+        Args:
+            source: int32 [rows, S], target: int32 [rows, T], as assembled.
+            parts: `(row positions, pair indices, reversed)` triples: which pair's links
+                each row takes, swapped to (target word, source word) where reversed (the
+                row translates the pair's target into its source).
+        """
+        rows, source_length = source.shape
+        labels = target[:, 1:]  # [rows, T - 1]
+        source_words = _word_indices(source, self._word_starts)  # [rows, S], -1: no word
+        target_words = _word_indices(labels, self._word_starts)  # [rows, T - 1]
+        # linked[r, j, i]: row r links its target word j to its source word i. A pair has
+        # at most as many words as pieces, and its links were checked against its words.
+        linked = np.zeros([rows, max(labels.shape[1], 1), max(source_length, 1)], np.uint8)
+        links, offsets = self._maps["links"].array.reshape([-1, 2]), self._maps["links.offsets"].array
+        for row_positions, pairs, reverse in parts:
+            pairs = np.asarray(pairs, np.int64)
+            begins = offsets[pairs]
+            counts = offsets[pairs + 1] - begins  # int64 [n]
+            within = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+            pair_links = links[np.repeat(begins, counts) + within].astype(np.int64)  # [L, 2]
+            source_word, target_word = pair_links[:, 0], pair_links[:, 1]
+            if reverse:
+                source_word, target_word = target_word, source_word
+            linked[np.repeat(np.asarray(row_positions, np.int64), counts), target_word, source_word] = 1
+        row_index = np.arange(rows)[:, None, None]  # [rows, 1, 1]
+        gold = linked[row_index, np.maximum(target_words, 0)[:, :, None], np.maximum(source_words, 0)[:, None, :]]
+        gold *= (target_words >= 0)[:, :, None] & (source_words >= 0)[:, None, :]  # [rows, T - 1, S]
+        return gold
 
     def _fill(self, out, row_positions, side, indices, start):
         """Writes pairs `indices` of `side` into rows `row_positions` of `out`, with the markers."""
@@ -383,6 +467,7 @@ class BothDirections:
         else:  # As `TokenizedPairs.in_both_directions`: both reversed sides must fit.
             fits = (reversed_source <= max_length) & (reversed_target <= max_length)
         self.backward = np.flatnonzero(fits).astype(index_dtype(len(pairs)))  # pair of reversed row k
+        self.has_alignments = getattr(pairs, "has_alignments", False)
         forward_count = len(pairs) if forward else 0
         self._forward_count = forward_count
         dtype = np.result_type(source_lengths.dtype, np.int16)
@@ -412,7 +497,10 @@ class BothDirections:
         self.pairs._fill(target, forward_rows, "target", forward_pairs, start=True)
         self.pairs._fill(source, backward_rows, "target", backward_pairs, start=False)
         self.pairs._fill(target, backward_rows, "source", backward_pairs, start=True)
-        return source, target
+        if not self.has_alignments:
+            return source, target
+        parts = [(forward_rows, forward_pairs, False), (backward_rows, backward_pairs, True)]
+        return source, target, self.pairs.gold(source, target, parts)
 
     def _side_rows(self, side_name):
         forward_side = self.pairs.rows(side_name, start=side_name == "target") if self.forward else []
@@ -427,6 +515,14 @@ class BothDirections:
     @property
     def target(self):
         return _ragged(self._side_rows("target"))
+
+
+def _word_indices(ids, word_starts):
+    """Each piece's word in its row, int64 [rows, L]: how many word-starting pieces lead up
+    to it, less one; -1 at the markers and padding, and before a row's first word."""
+    words = np.cumsum(word_starts[ids], axis=1) - 1  # [rows, L]
+    words[(ids == PAD_ID) | (ids == START_ID) | (ids == END_ID)] = -1
+    return words
 
 
 def _ragged(rows):

@@ -37,6 +37,12 @@ def summarize(data: PreparedData) -> dict:
         }
         for split, counts in data.counts.items()
     }
+    train_manifest = getattr(data.tokens["train"], "manifest", {})
+    alignments = None
+    if train_manifest.get("alignments"):
+        alignments = {
+            "source": data.config.alignments, "dropped_mismatch": train_manifest["alignments_dropped_mismatch"],
+        }
     return {
         "dataset": data.config.dataset,
         "source_lang": data.config.source_lang,
@@ -48,6 +54,8 @@ def summarize(data: PreparedData) -> dict:
         "num_replicas": data.scheme.num_replicas,
         "splits": splits,
         "validation_note": data.validation_note,
+        # Train's gold word alignments (guided alignment training), or None.
+        "alignments": alignments,
         "train_batches_per_epoch": len(plan),
         "mean_source_tokens_per_batch": float(source_lengths.sum() / len(plan)),
         "mean_target_tokens_per_batch": float(target_lengths.sum() / len(plan)),
@@ -76,6 +84,12 @@ def format_summary(summary: dict) -> List[str]:
         )
     if summary["validation_note"]:
         lines.append(f"  validation: {summary['validation_note']}")
+    if summary.get("alignments"):
+        alignments = summary["alignments"]
+        lines.append(
+            f"  alignments of train: {alignments['source']}; {alignments['dropped_mismatch']:,} pairs without links "
+            "(their pieces do not mark their words)"
+        )
     lines += [
         f"batches: {summary['batch_tokens']:,} tokens per batch over "
         f"{summary['num_replicas']} replica(s); {summary['train_batches_per_epoch']:,} "

@@ -5,6 +5,7 @@
     piece_words(" lead", [1, 1, 3], [1, 3, 5])   # [0, 0, 0]: each subword piece's word
     parse_pharaoh("0-0 1-2", 2, 3)           # [(0, 0), (1, 2)]
     format_pharaoh([(1, 2), (0, 0), (0, 0)]) # '0-0 1-2'
+    word_start_table(model_proto)            # bool [V]: the pieces that start a word ("▁...")
 
 A **word** is a maximal run of characters that are not Unicode White_Space: the words
 that fast_align, eflomal and Moses read in a tokenized line, and the ones the `align`
@@ -27,6 +28,8 @@ WHITE_SPACE = (
     "\u2028\u2029\u202f\u205f\u3000"
 )
 WHITE_SPACE_CODE_POINTS = tuple(ord(character) for character in WHITE_SPACE)
+# sentencepiece's mark of a piece that starts a word (it stands for the white space before it).
+WORD_MARKER = "\u2581"
 _WORD = re.compile("[^" + re.escape(WHITE_SPACE) + "]+")
 
 
@@ -101,3 +104,14 @@ def parse_pharaoh(line, source_words, target_words):
 def format_pharaoh(links):
     """One Pharaoh line: the distinct `(i, j)` pairs of `links`, by i and then j."""
     return " ".join(f"{i}-{j}" for i, j in sorted(set(links)))
+
+
+def word_start_table(model_proto):
+    """bool `[V]`: which pieces of a sentencepiece vocabulary start a word, those that
+    begin with `WORD_MARKER` (a lone "▁" before byte pieces too); never the reserved ids."""
+    import numpy as np
+    import sentencepiece
+
+    processor = sentencepiece.SentencePieceProcessor(model_proto=model_proto)
+    pieces = (processor.id_to_piece(index) for index in range(processor.get_piece_size()))
+    return np.fromiter((piece.startswith(WORD_MARKER) for piece in pieces), bool, processor.get_piece_size())

@@ -5,6 +5,10 @@ logical devices must happen before TensorFlow starts, so it cannot share the tes
 process. Prints a JSON object a line for each optimizer, in the order given: the losses,
 the largest weight difference, and the output difference with what the weights' own
 differences explain of it.
+
+`python -m tests.replica_equivalence guided` compares 1 replica with 2 instead, with SGD
+and guided alignment on (a gold alignment per batch, the loss's weight 0.5), and reports
+the alignment losses too (tests/training/test_guided_alignment.py).
 """
 
 import json
@@ -18,22 +22,31 @@ from app.training.strategy import make_strategy  # noqa: E402  (before TensorFlo
 REPLICAS = 8
 STEPS = 3
 OPTIMIZERS = ("sgd", "adam", "adamw")
+GUIDED = "guided"  # the argument that runs the guided alignment comparison
+GUIDED_REPLICAS = 2
 
 
 def main(optimizer_names):
+    if list(optimizer_names) == [GUIDED]:
+        strategy = make_strategy("mirrored", cpu_replicas=GUIDED_REPLICAS)
+        print(json.dumps({"optimizer": "sgd", **compare(strategy, "sgd", guided=True)}), flush=True)
+        return
     strategy = make_strategy("mirrored", cpu_replicas=REPLICAS)
     for name in optimizer_names:
         print(json.dumps({"optimizer": name, **compare(strategy, name)}), flush=True)
 
 
-def compare(strategy, optimizer_name):
+def compare(strategy, optimizer_name, guided=False):
     """`STEPS` updates of one model on 1 replica and of a copy on `strategy`'s replicas, from
-    the same weights and the same global batch; returns what the test checks."""
+    the same weights and the same global batch; returns what the test checks. `guided`:
+    with guided alignment, its head layer 0's head 1, on a gold alignment of the batch."""
     import keras
     import numpy as np
     import tensorflow as tf
 
+    from app.decoding.config import AlignmentHead
     from app.model.config import ModelConfig
+    from app.training.guidance import Guidance
     from app.training.strategy import replica_differences
     from app.training.step import make_train_step
 
@@ -41,21 +54,25 @@ def compare(strategy, optimizer_name):
         "tiny", vocab_size=50, num_layers=1, d_model=16, d_ff=32, num_heads=2, dropout=0.0
     )
     source, target = _batch()
+    guidance = Guidance(AlignmentHead(0, 1), weight=0.5) if guided else None
     keras.utils.set_random_seed(0)
     single_model, single_optimizer = _model_and_optimizer(config, optimizer_name, tf.distribute.get_strategy())
     mirrored_model, mirrored_optimizer = _model_and_optimizer(config, optimizer_name, strategy)
     mirrored_model.set_weights(single_model.get_weights())
 
-    single_step = make_train_step(single_model, single_optimizer, tf.distribute.get_strategy(), 0.1)
-    mirrored_step = make_train_step(mirrored_model, mirrored_optimizer, strategy, 0.1)
-    batch = (tf.constant(source), tf.constant(target))
+    single_step = make_train_step(single_model, single_optimizer, tf.distribute.get_strategy(), 0.1, guidance=guidance)
+    mirrored_step = make_train_step(mirrored_model, mirrored_optimizer, strategy, 0.1, guidance=guidance)
+    batch = (tf.constant(source), tf.constant(target)) + ((tf.constant(_gold(source, target)),) if guided else ())
     distributed = next(iter(strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensors(batch))))
 
-    losses = []
+    losses, alignment_losses = [], []
     for _ in range(STEPS):
-        single_loss, single_tokens = single_step((batch,))
-        mirrored_loss, mirrored_tokens = mirrored_step((distributed,))
+        single_loss, single_tokens, *single_alignment = single_step((batch,))
+        mirrored_loss, mirrored_tokens, *mirrored_alignment = mirrored_step((distributed,))
         losses.append([float(single_loss / single_tokens), float(mirrored_loss / mirrored_tokens)])
+        if guided:
+            alignment_losses.append([float(single_alignment[0] / single_tokens),
+                                     float(mirrored_alignment[0] / mirrored_tokens)])
     changes = {  # mirrored - single
         a.path: np.asarray(b) - np.asarray(a) for a, b in zip(single_model.weights, mirrored_model.weights)
     }
@@ -71,6 +88,7 @@ def compare(strategy, optimizer_name):
     return {
         "replicas": strategy.num_replicas_in_sync,
         "losses": losses,
+        **({"alignment_losses": alignment_losses} if guided else {}),
         "max_weight_difference": weight_difference,
         "key_bias_difference": key_bias_difference,
         "output_difference": float(np.abs(output_change).max()),
@@ -93,6 +111,17 @@ def _batch():
         target[row, 2 + row % 7 :] = 0
         source[row, 3 + row % 4 :] = 0
     return source, target
+
+
+def _gold(source, target):
+    """uint8 [16, 8, 7]: a gold alignment of `_batch()`, each real label linked to one or two
+    real source pieces, some to none."""
+    import numpy as np
+
+    rng = np.random.default_rng(8)
+    gold = (rng.random((target.shape[0], target.shape[1] - 1, source.shape[1])) < 0.2).astype("uint8")
+    gold *= (target[:, 1:] != 0)[:, :, None] & (source != 0)[:, None, :]
+    return gold
 
 
 def _model_and_optimizer(config, optimizer_name, strategy):

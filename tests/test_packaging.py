@@ -100,7 +100,10 @@ def test_the_runtime_set_leaves_out_the_test_and_benchmark_tools():
     assert "keras-hub" not in _pins("requirements.txt")
 
 
-@pytest.mark.parametrize("filename", ["requirements.txt", "requirements-test.txt", "requirements-ctranslate2.txt"])
+@pytest.mark.parametrize(
+    "filename",
+    ["requirements.txt", "requirements-test.txt", "requirements-ctranslate2.txt", "requirements-alignment.txt"],
+)
 def test_the_pins_satisfy_pyproject_and_match_the_constraints(filename):
     declared, constraints = _declared(), _pins("constraints.txt")
     for name, version in _pins(filename).items():

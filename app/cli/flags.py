@@ -13,14 +13,14 @@ None of this imports TensorFlow: `--help` and a bad value answer at once.
 
 import argparse
 
-from app.decoding.config import DecodingConfig
+from app.decoding.config import AlignmentHead, DecodingConfig
 from app.model.config import (
     DEFAULT_SIZE, NORMALIZATION_KINDS, POSITIONAL_KINDS, SHARING_MODES, SIZES, TABLE3_TRAINING_FIELDS, TABLE3_VARIANTS,
     ModelConfig, split_table3_row,
 )
 from app.cli.flag_types import float_at_least, int_at_least, positive_int
 from app.runtime.threads import CpuThreads
-from data.config import DEFAULT_MAX_LENGTH, DEFAULT_VOCAB_SIZE, SUBWORD_MODELS, DataConfig
+from data.config import DEFAULT_MAX_LENGTH, DEFAULT_VOCAB_SIZE, EFLOMAL, SUBWORD_MODELS, DataConfig
 
 _fraction = float_at_least(0)
 # Flag name -> ModelConfig field, for the Table 3 knobs a user may override.
@@ -150,9 +150,19 @@ def batch_tokens(text):
     return value
 
 
+def alignment_head(text):
+    """argparse's type of a flag naming a cross-attention head (`L:H` or `L:mean`, such as
+    export.py's --alignment-head): an `AlignmentHead`, or its error rather than argparse's
+    "invalid value"."""
+    try:
+        return AlignmentHead.parse(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds --dataset, --source-lang, --target-lang, --vocab-size, --subword-model,
-    --batch-tokens, --max-length, --bpe-dropout and --lowercase.
+    --batch-tokens, --max-length, --bpe-dropout, --lowercase and --guided-alignment.
 
     The flags a fine-tuned run may take from its init run (the languages, the vocabulary's,
     --max-length) parse as None when not given; `data_config_from_args` leaves those to
@@ -212,6 +222,14 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
         "model, which then reads and writes lowercase (the published Multi30k baselines' "
         "preprocessing; default: keep case)",
     )
+    group.add_argument(
+        "--guided-alignment",
+        metavar=f"FILE|{EFLOMAL}",
+        help="guided alignment training (Garg et al., 2019): gold word alignments of train, a file of one Pharaoh "
+        "line ('0-0 1-2': source word i, target word j, from 0; words split at white space) per train line, or "
+        f"'{EFLOMAL}' to align train with eflomal when the data is prepared (pip install -r "
+        "requirements-alignment.txt); stored with the prepared pairs (default: none, no guided alignment)",
+    )
 
 
 def data_config_from_args(args: argparse.Namespace) -> DataConfig:
@@ -227,6 +245,7 @@ def data_config_from_args(args: argparse.Namespace) -> DataConfig:
         max_length=args.max_length,
         bpe_dropout=args.bpe_dropout,
         lowercase=args.lowercase,
+        alignments=getattr(args, "guided_alignment", None),
     )
     return DataConfig(**{field: value for field, value in values.items() if value is not None})
 

@@ -34,19 +34,11 @@ from typing import Optional
 
 # None of these imports TensorFlow: --help and a bad value answer at once.
 from app.cli.flag_types import FlagError, add_hidden_alias, model_name, positive_int
-from app.cli.flags import add_decoding_arguments
+from app.cli.flags import add_decoding_arguments, alignment_head
 from app.cli.model_source import add_ensemble_argument, add_weights_arguments, model_source_from_args
 from app.export.locate import DEFAULT_MODEL_NAME, export_base
 from app.decoding.config import AlignmentHead, DecodingConfig
 from app.export.model_source import ModelSource
-
-
-def _alignment_head(text):
-    """argparse's type of --alignment-head: its error, not argparse's "invalid value"."""
-    try:
-        return AlignmentHead.parse(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def parse_args(argv=None):
@@ -97,12 +89,12 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         "--alignment-head",
-        type=_alignment_head,
+        type=alignment_head,
         metavar="L:H|L:mean",
         help="the decoder cross-attention the align signature reads for word alignments (with --format "
         "ctranslate2, the attention CTranslate2 returns): layer L's head H, or the mean of its heads; a negative L "
-        "counts from the end, written --alignment-head=-1:0 (default: the second-to-last layer's mean, layer 0's "
-        "in a one-layer model)",
+        "counts from the end, written --alignment-head=-1:0 (default: the head the run was trained to align with "
+        "--guided-alignment, else the second-to-last layer's mean, layer 0's in a one-layer model)",
     )
     return parser.parse_args(argv)
 

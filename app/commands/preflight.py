@@ -203,7 +203,9 @@ def _rehearsal_data(plan, replicas, readable):
         count = max(1, 4 * data_config.batch_tokens // length)
         lengths = ([length] * count, [length + 1] * count)
         description = f"synthetic: sentences of {length} tokens (--preflight-length; the corpus cannot be read)"
-    batches = synthetic_batches(*lengths, scheme, run.model_config.vocab_size, train_config.seed, description)
+    batches = synthetic_batches(
+        *lengths, scheme, run.model_config.vocab_size, train_config.seed, description, gold=train_config.guided
+    )
     return _RehearsalData(batches, None, train_config.train_steps)
 
 

@@ -24,13 +24,15 @@ import dataclasses
 import os
 import re
 
-from app.cli.flag_types import float_at_least, int_at_least, positive_int
-from app.cli.flags import add_data_arguments, add_model_arguments, add_thread_arguments, cpu_threads_from_args
+from app.cli.flag_types import FlagError, float_at_least, int_at_least, positive_int
+from app.cli.flags import add_data_arguments, add_model_arguments, add_thread_arguments, alignment_head
+from app.cli.flags import cpu_threads_from_args
 from app.cli.flags import data_config_from_args, model_config_from_args
 from app.model.config import DEFAULT_SIZE, ModelConfig, split_table3_row
 from app.model_dir.settings import load_settings
 from app.training.precision import AUTO, BFLOAT16_MIN_SPEEDUP, PRECISIONS, resolve_precision
 from app.training.devices import STRATEGIES, DeviceConfig
+from app.training.guidance import COST_TYPES, DEFAULT_HEAD, DEFAULT_WEIGHT
 from app.training.recipes import RECIPES, recipe_for
 from data.config import DataConfig
 
@@ -59,6 +61,9 @@ MODEL_FLAGS = {
 SIZE_FIELDS = ("num_layers", "d_model", "d_ff", "num_heads")
 # Data flags that take the init run's value where not given.
 INHERITED_DATA_FLAGS = ("source_lang", "target_lang", "max_length")
+# The flags that tune guided alignment training (argparse destinations), each refused
+# without --guided-alignment, which gives it the gold alignments.
+GUIDED_ALIGNMENT_FLAGS = ("guided_alignment_weight", "guided_alignment_type", "guided_alignment_head")
 
 
 # The flags.
@@ -83,6 +88,34 @@ def add_training_arguments(parser):
         f"{_per_size('time_budget_minutes', none='none')})",
     )
     _add_device_arguments(group)
+    _add_guided_alignment_arguments(parser)
+
+
+def _add_guided_alignment_arguments(parser):
+    """How guided alignment training weighs and supervises (the data flag --guided-alignment
+    gives the gold alignments, and is what makes a run guided)."""
+    group = parser.add_argument_group("guided alignment (with --guided-alignment)")
+    group.add_argument(
+        "--guided-alignment-weight",
+        type=non_negative_float,
+        metavar="W",
+        help="the weight of the guided alignment loss, added to the token loss (Garg et al.'s lambda; each gold "
+        f"row is normalized to sum to 1) (default {DEFAULT_WEIGHT})",
+    )
+    group.add_argument(
+        "--guided-alignment-type",
+        choices=COST_TYPES,
+        help=f"the guided alignment loss: cross-entropy against the gold row, or its squared error (default "
+        f"{COST_TYPES[0]})",
+    )
+    group.add_argument(
+        "--guided-alignment-head",
+        type=alignment_head,
+        metavar="L:H|L:mean",
+        help="the decoder cross-attention the loss supervises, and the run's word alignments then read: layer L's "
+        "head H, or the mean of its heads; a negative L counts from the end, written "
+        f"--guided-alignment-head=-1:0 (default {DEFAULT_HEAD}: the last layer's first head, as OpenNMT-tf)",
+    )
 
 
 def _add_length_and_schedule_arguments(group):
@@ -260,8 +293,8 @@ def plan_run(args, devices, init_from=None, init_checkpoint=None, dry_run=False)
     flags = resolved_flags(args, init)
     flags = _with(flags, vocab_size=resolved_vocab_size(flags, flags.model_dir))
     data_config = data_config_from_args(flags)
-    train_config = train_config_from_args(flags, init)
     model_config = init.model_config if init else model_config_from_args(flags, vocab_size=flags.vocab_size)
+    train_config = train_config_from_args(flags, init, model_config)
     check_new_model_dir(flags.model_dir, init)
     if data_config.max_length > model_config.max_length:
         raise ValueError(
@@ -374,13 +407,18 @@ def default_model_dir(size, dataset, source_lang, target_lang):
     return os.path.join("runs", f"{size}-{dataset}-{source_lang}-{target_lang}")
 
 
-def train_config_from_args(flags, init=None):
+def train_config_from_args(flags, init=None, model_config=None):
     """The `TrainConfig` of `flags` (as `resolved_flags` makes them): each flag not given
     takes the size's recipe's value.
 
     With `init`, the `InitRun` of --init-from: the learning-rate scale, where not given,
     peaks at the rate the init run had reached (`InitRun.learning_rate_scale`), and the
     label smoothing, where neither given nor set by --variant, is the init run's.
+    With `model_config`, the guided alignment head is resolved against it
+    (`guided_alignment_fields`).
+
+    Raises:
+        FlagError: as `guided_alignment_fields`.
     """
     from app.training.config import TrainConfig
     from app.training.schedule import resolve_warmup_steps
@@ -424,11 +462,43 @@ def train_config_from_args(flags, init=None):
         patience=flags.patience,
         seed=flags.seed,
         time_budget_minutes=time_budget,
+        **guided_alignment_fields(flags, model_config),
     )
     if init and flags.learning_rate_scale is None:
         warmup = resolve_warmup_steps(config.warmup_steps, config.train_steps)
         config = dataclasses.replace(config, learning_rate_scale=init.learning_rate_scale(warmup))
     return config
+
+
+def guided_alignment_fields(flags, model_config=None):
+    """`TrainConfig`'s guided alignment fields of `flags`: none without --guided-alignment;
+    else the head (resolved against `model_config` where given), the weight and the type,
+    each flag not given taking its default.
+
+    Raises:
+        FlagError: a --guided-alignment-* flag given without --guided-alignment, naming both;
+            a head the model does not have.
+    """
+    given = [dest for dest in GUIDED_ALIGNMENT_FLAGS if getattr(flags, dest, None) is not None]
+    if not getattr(flags, "guided_alignment", None):
+        if given:
+            flag = "--" + given[0].replace("_", "-")
+            raise FlagError(
+                f"{flag} tunes guided alignment training, which needs --guided-alignment FILE|eflomal (the gold "
+                f"alignments of train): give it, or leave {flag} out"
+            )
+        return {}
+    head = flags.guided_alignment_head or DEFAULT_HEAD
+    if model_config is not None:
+        try:
+            head = head.resolved(model_config.num_layers, model_config.num_heads)
+        except ValueError as error:
+            raise FlagError(f"--guided-alignment-head: {error}") from None
+    return {
+        "guided_alignment_head": str(head),
+        "guided_alignment_weight": _or_default(flags.guided_alignment_weight, DEFAULT_WEIGHT),
+        "guided_alignment_type": flags.guided_alignment_type or COST_TYPES[0],
+    }
 
 
 def resolved_label_smoothing(flags, init_label_smoothing=None):

@@ -3,7 +3,7 @@
     DecodingConfig(beam_size=4, alpha=0.6, max_extra_length=50, parallel_searches=2)
     SamplingConfig(top_k=0, top_p=0.9, temperature=1.0, seed=0)
     AlignmentHead.parse("-2:mean").resolved(num_layers=6, num_heads=8)   # AlignmentHead(layer=4, head=None)
-    chosen_alignment_head(model_config, override=None)                   # which head word alignments read
+    chosen_alignment_head(model_config, train_settings=settings)         # which head word alignments read
 
 `RULES` says which values each setting may take, once: `DecodingConfig` checks its
 Python values with them (`check`), the export's signatures check a request's tensors
@@ -184,6 +184,10 @@ def _is_integer(text):
 # measures them: the second-to-last layer's mean, as Garg et al. (2019) found best and
 # fairseq's alignment_layer (4 of 6) reads.
 DEFAULT_UNGUIDED = AlignmentHead(-2, None)
+# The head guided alignment training supervises unless told another (train.py's
+# --guided-alignment-head): the last layer's first head, as OpenNMT-tf's guided alignment
+# and CTranslate2's default alignment read.
+DEFAULT_GUIDED = AlignmentHead(-1, 0)
 
 
 def default_alignment_head(num_layers):
@@ -191,16 +195,21 @@ def default_alignment_head(num_layers):
     return DEFAULT_UNGUIDED if num_layers > 1 else AlignmentHead(0, None)
 
 
-def chosen_alignment_head(model_config, override=None):
+def chosen_alignment_head(model_config, override=None, *, train_settings=None):
     """The one rule for the head a model's word alignments read, resolved against
     `model_config` (its `num_layers` and `num_heads`): `override` (export.py's
-    --alignment-head) where given, else `default_alignment_head`.
-
-    Guided alignment training, once it exists, comes between the two: a run trained to
-    align with a head reads that head. This function is where that rule goes.
+    --alignment-head) where given; else the head a guided run was trained to align with
+    (`train_settings`, the training section of its settings.json, names it as
+    `guided_alignment_head`); else `default_alignment_head`.
 
     Raises:
         ValueError naming a head the model does not have.
     """
-    head = override if override is not None else default_alignment_head(model_config.num_layers)
+    guided = (train_settings or {}).get("guided_alignment_head")
+    if override is not None:
+        head = override
+    elif guided is not None:
+        head = AlignmentHead.parse(guided)
+    else:
+        head = default_alignment_head(model_config.num_layers)
     return head.resolved(model_config.num_layers, model_config.num_heads)

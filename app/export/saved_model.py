@@ -471,14 +471,18 @@ class TrainedModel(typing.NamedTuple):
     # More members, each a `TrainedModel` of the same subword model, decoded with this one
     # as one ensemble (app/export/ensemble.py `load_ensemble`); () for none.
     ensemble: tuple = ()
+    # The head the run's word alignments read unless told another: the one a guided
+    # alignment run was trained to align with (`chosen_alignment_head` of its settings.json),
+    # None for an unguided run (the default head).
+    alignment_head: typing.Any = None
 
     def translator(self, decoding=DecodingConfig(), alignment_head=None):
         """A `Translator` that reads these weights (and the ensemble's), decodes by `decoding`
-        and aligns with `alignment_head` (None: `chosen_alignment_head`'s default)."""
+        and aligns with `alignment_head` (None: this run's, `self.alignment_head`, or
+        `chosen_alignment_head`'s default)."""
         members = [(member.model, member.config) for member in self.ensemble]
-        return Translator(
-            self.model, self.config, self.tokenizer, decoding, ensemble=members, alignment_head=alignment_head
-        )
+        head = alignment_head if alignment_head is not None else self.alignment_head
+        return Translator(self.model, self.config, self.tokenizer, decoding, ensemble=members, alignment_head=head)
 
 
 def load_translator(model_dir, checkpoint=None, average_last=None, decoding=DecodingConfig()):
@@ -533,7 +537,10 @@ def load_trained(model_dir, checkpoint=None, average_last=None):
             raise ExportError(f"{model_dir} has no checkpoint yet; train first")
         checkpoints.restore_weights(model, path)
         weights = path
-    return TrainedModel(model, model_config, tokenizer, weights)
+    # A guided alignment run aligns with the head it was trained on.
+    guided = train_settings.get("guided_alignment_head") is not None
+    alignment_head = chosen_alignment_head(model_config, train_settings=train_settings) if guided else None
+    return TrainedModel(model, model_config, tokenizer, weights, alignment_head=alignment_head)
 
 
 def export_metadata(model_dir, weights, decoding):

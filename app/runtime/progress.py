@@ -64,7 +64,7 @@ def make_progress(target, every, write=print, stream=None):
     """`TerminalProgress` when `stream` (default sys.stdout) is a terminal, else `LineProgress`."""
     stream = sys.stdout if stream is None else stream
     if stream.isatty():
-        return TerminalProgress(target, stateful_metrics=["loss", "lr", "tok/s"])
+        return TerminalProgress(target, stateful_metrics=["loss", "alignment loss", "lr", "tok/s"])
     return LineProgress(target, every, write)
 
 

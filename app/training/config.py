@@ -5,6 +5,8 @@ import dataclasses
 import math
 from typing import Optional
 
+from app.decoding.config import AlignmentHead
+from app.training.guidance import COST_TYPES, DEFAULT_WEIGHT
 from app.training.precision import PRECISIONS
 from app.training.schedule import cooldown_steps, resolve_warmup_steps
 
@@ -74,6 +76,17 @@ class TrainConfig:
     # Wall-clock minutes the run may take, across resumptions, final evaluation included;
     # it ends early, cooldown and all, if train_steps would not fit (None: no limit).
     time_budget_minutes: Optional[float] = None
+    # Guided alignment training (app/training/alignment_loss.py), on the gold alignments
+    # of the data (`DataConfig.alignments`): the decoder cross-attention it supervises,
+    # "LAYER:HEAD" or "LAYER:mean" resolved against the model (layer from 0), the one the
+    # run's word alignments then read (app/decoding/config.py `chosen_alignment_head`);
+    # None: the run is not guided.
+    guided_alignment_head: Optional[str] = None
+    # The weight of its loss, added to the token loss before both are divided by the
+    # batch's target tokens (Garg et al.'s lambda).
+    guided_alignment_weight: float = DEFAULT_WEIGHT
+    # "ce" or "mse" (app/training/guidance.py COST_TYPES).
+    guided_alignment_type: str = "ce"
 
     def __post_init__(self):
         if self.train_steps is None and self.epochs is None:
@@ -126,6 +139,22 @@ class TrainConfig:
             )
         if self.time_budget_minutes is not None and not self.time_budget_minutes > 0:
             raise ValueError(f"time_budget_minutes must be positive, got {self.time_budget_minutes}")
+
+        if self.guided_alignment_head is not None:
+            AlignmentHead.parse(self.guided_alignment_head)  # raises naming a malformed one
+        if not (math.isfinite(self.guided_alignment_weight) and self.guided_alignment_weight >= 0):
+            raise ValueError(
+                f"guided_alignment_weight must be a non-negative number, got {self.guided_alignment_weight}"
+            )
+        if self.guided_alignment_type not in COST_TYPES:
+            raise ValueError(
+                f"guided_alignment_type must be one of {', '.join(COST_TYPES)}, got {self.guided_alignment_type!r}"
+            )
+
+    @property
+    def guided(self):
+        """Whether the run is trained with guided alignment."""
+        return self.guided_alignment_head is not None
 
     def resolved_warmup(self, total_steps):
         return resolve_warmup_steps(self.warmup_steps, total_steps)

@@ -26,6 +26,7 @@ import tensorflow as tf
 from app.runtime.progress import make_progress
 from app.model.transformer import Transformer, build_transformer
 from app.model_dir import checkpoints
+from app.training.guidance import Guidance
 from app.training.interrupts import InterruptFlag, stop_check
 from app.training.metrics_log import MetricsLog, TrainingWindow, drop_records_after
 from app.training.optimizer import make_optimizer
@@ -160,9 +161,10 @@ class _Loop:
         self.clock, self.started, self.seconds_before = context.clock, context.started, context.seconds_before
         # Every split's batches share one spec: (int32 [None, None], int32 [None, None]), per replica.
         batch_spec = distribute(strategy, data.eval_batches("validation")).element_spec
+        self.guided = config.guided
         self.train_steps = make_train_steps(
             model, optimizer, strategy, config.label_smoothing, config.accumulate, config.jit,
-            progress=progress,
+            progress=progress, guidance=Guidance.of(config),
         )
         eval_step = make_eval_step(model, strategy, config.label_smoothing, batch_spec)
         self.metrics = MetricsLog(context.plan.model_dir, chief, tracker.latest)
@@ -227,16 +229,21 @@ class _Loop:
         epoch, iterator = self.batches.current()
         count = _updates_in_call(self.step, self.total_steps, self.config)
         results = self.train_steps(iterator, tf.constant(count, tf.int32))
-        loss_sums, token_counts, rates = (value.numpy().tolist() for value in results)
+        loss_sums, token_counts, rates, *alignment = (value.numpy().tolist() for value in results)
+        alignment_sums = alignment[0] if alignment else [None] * len(loss_sums)  # guided runs only
         if len(loss_sums) < count:
             self.batches.ran_out()
-        for loss_sum, tokens, rate in zip(loss_sums, token_counts, rates):
+        for loss_sum, tokens, rate, alignment_sum in zip(loss_sums, token_counts, rates, alignment_sums):
             self.last_loss = _finite(loss_sum / max(tokens, 1.0), self.step + 1, self.tracker)
+            if alignment_sum is not None:
+                _finite(alignment_sum / max(tokens, 1.0), self.step + 1, self.tracker, "alignment loss")
             self.step += 1
-            self.window.add(loss_sum, tokens)
+            self.window.add(loss_sum, tokens, alignment_sum)
             if self.progbar:
-                self.progbar.update(self.step, [("loss", self.window.mean_loss()), ("lr", rate),
-                                                ("tok/s", self.window.tokens_per_second())])
+                shown = [("loss", self.window.mean_loss())]
+                if self.guided:
+                    shown.append(("alignment loss", self.window.mean_alignment_loss()))
+                self.progbar.update(self.step, shown + [("lr", rate), ("tok/s", self.window.tokens_per_second())])
         return epoch, rates
 
     def _after_call(self, epoch, rates):
@@ -245,10 +252,13 @@ class _Loop:
         update: `_updates_in_call`)."""
         config, step = self.config, self.step
         if step % config.log_every == 0 or step == self.total_steps:
-            self.metrics.record({
+            record = {
                 "step": step, "loss": self.window.mean_loss(), "learning_rate": rates[-1],
                 "tokens_per_second": self.window.tokens_per_second(), "epoch": epoch,
-            })
+            }
+            if self.guided:  # the guided alignment loss per target token, unweighted
+                record["alignment_loss"] = self.window.mean_alignment_loss()
+            self.metrics.record(record)
             self.window.restart()
         if config.time_budget_minutes and step % config.log_every == 0:
             self.total_steps, line = self.budget.replan(step, self.total_steps)
@@ -280,15 +290,15 @@ def _restore(tracker, progress, log):
     return restored
 
 
-def _finite(loss, step, tracker):
-    """`loss`, the mean token loss of update `step`, if finite.
+def _finite(loss, step, tracker, name="loss"):
+    """`loss`, the mean token loss (or another `name`d one) of update `step`, if finite.
 
     Raises:
         NonFiniteLoss: naming the newest checkpoint, the one to resume from.
     """
     if not math.isfinite(loss):
         raise NonFiniteLoss(
-            f"the loss became {loss} at step {step}; training stopped. "
+            f"the {name} became {loss} at step {step}; training stopped. "
             f"The newest good checkpoint is {tracker.latest() or '(none yet)'}; "
             "try a lower --learning-rate-scale, a longer warmup, or float32"
         )

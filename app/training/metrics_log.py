@@ -113,15 +113,21 @@ class TrainingWindow:
 
     def restart(self):
         """Empties the window, from now."""
-        self._tokens, self._loss_sum, self._start = 0.0, 0.0, time.time()
+        self._tokens, self._loss_sum, self._alignment_sum, self._start = 0.0, 0.0, 0.0, time.time()
 
-    def add(self, loss_sum, tokens):
-        """Counts one step: its summed token losses and its non-padding target tokens."""
+    def add(self, loss_sum, tokens, alignment_sum=None):
+        """Counts one step: its summed token losses, its non-padding target tokens and, in a
+        guided run, its summed alignment loss."""
         self._tokens += tokens
         self._loss_sum += loss_sum
+        self._alignment_sum += alignment_sum or 0.0
 
     def mean_loss(self):
         return self._loss_sum / max(self._tokens, 1.0)
+
+    def mean_alignment_loss(self):
+        """The guided alignment loss per target token (unweighted)."""
+        return self._alignment_sum / max(self._tokens, 1.0)
 
     def tokens_per_second(self):
         return self._tokens / max(time.time() - self._start, 1e-9)

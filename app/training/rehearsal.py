@@ -155,6 +155,7 @@ def rehearse(parts, model_config, train_config, strategy, batches, steps=20, max
     """
     import tensorflow as tf
 
+    from app.training.guidance import Guidance
     from app.training.step import distribute, make_train_steps
     from app.training.strategy import replica_differences
 
@@ -162,7 +163,8 @@ def rehearse(parts, model_config, train_config, strategy, batches, steps=20, max
     local_replicas, share = local_share(strategy)
     accumulate = train_config.accumulate
     train_steps = make_train_steps(
-        parts.model, parts.optimizer, strategy, train_config.label_smoothing, accumulate, train_config.jit
+        parts.model, parts.optimizer, strategy, train_config.label_smoothing, accumulate, train_config.jit,
+        guidance=Guidance.of(train_config),
     )
     batches = batches.first(steps * accumulate)
     iterator = iter(distribute(strategy, batches.dataset))
@@ -175,7 +177,7 @@ def rehearse(parts, model_config, train_config, strategy, batches, steps=20, max
     def call():
         nonlocal consumed
         started = clock()
-        loss_sums, tokens, _ = (value.numpy() for value in train_steps(iterator, per_call))
+        loss_sums, tokens, *_ = (value.numpy() for value in train_steps(iterator, per_call))
         seconds = clock() - started
         taken = range(consumed, consumed + len(loss_sums) * accumulate)
         consumed = taken.stop

@@ -6,7 +6,9 @@
 Either way the batches are cut by the run's `BucketScheme` (its buckets, rows and
 padding), and each batch's shape and its rows' real lengths are known on the host, so
 that the rehearsal can count the tokens and model FLOPs of exactly the batches each call
-consumed, and know which shapes are new (each one an XLA compile under --jit).
+consumed, and know which shapes are new (each one an XLA compile under --jit). A guided
+alignment run's batches carry their gold alignment (synthetic ones a gold of zeros, of the
+same shape), so that the step traced and timed is the run's.
 
 Where the corpus is not prepared, the lengths come from a sample of its pairs, in words
 times `SUBWORDS_PER_WORD` (no vocabulary exists yet to count subwords), or, where the
@@ -34,7 +36,9 @@ SAMPLED_PAIRS = 2000
 class RehearsalBatches:
     """Batches in a fixed order, repeated: the dataset and, per batch, what it holds."""
 
-    one_pass: object  # tf.data.Dataset of (source int32 [B, S], target int32 [B, T]), the plan's batches once
+    # tf.data.Dataset of (source int32 [B, S], target int32 [B, T]) (and gold uint8 [B, T - 1, S]
+    # for a guided run), the plan's batches once.
+    one_pass: object
     plan: object  # data.buckets.BatchPlan: each batch's rows and padded lengths
     source_lengths: np.ndarray  # int [N]: each pair's ids, end marker included
     target_lengths: np.ndarray  # int [N]: each pair's ids, start and end markers included
@@ -92,16 +96,18 @@ def corpus_batches(data, seed):
     return RehearsalBatches(dataset, plan, np.asarray(source_lengths), np.asarray(target_lengths), description)
 
 
-def synthetic_batches(source_lengths, target_lengths, scheme, vocab_size, seed=0, description="synthetic"):
+def synthetic_batches(source_lengths, target_lengths, scheme, vocab_size, seed=0, description="synthetic", *,
+                      gold=False):
     """`RehearsalBatches` of random ordinary ids, pairs of the given lengths (markers
-    included) batched and padded by `scheme` as the run's would be."""
+    included) batched and padded by `scheme` as the run's would be; with `gold` (a guided
+    alignment run), each batch with a gold alignment of zeros, uint8 [B, T - 1, S]."""
     from data.pipeline import shard_batches
 
     if vocab_size <= FIRST_ORDINARY_ID:
         raise ValueError(f"a vocabulary of {vocab_size} ids has no ordinary token (ids 0-3 are special)")
     source_lengths, target_lengths = np.asarray(source_lengths), np.asarray(target_lengths)
     plan = scheme.plan(source_lengths, target_lengths, rng=np.random.default_rng(seed))
-    pairs = _RandomPairs(source_lengths, target_lengths, vocab_size, seed)
+    pairs = _RandomPairs(source_lengths, target_lengths, vocab_size, seed, gold)
     return RehearsalBatches(shard_batches(pairs, plan), plan, source_lengths, target_lengths, description)
 
 
@@ -123,9 +129,10 @@ class _RandomPairs:
     """Pairs of random ordinary ids of given lengths, assembled into padded batches as
     `data.shards.ShardedPairs` assembles real ones (the target led by the start id)."""
 
-    def __init__(self, source_lengths, target_lengths, vocab_size, seed):
+    def __init__(self, source_lengths, target_lengths, vocab_size, seed, gold=False):
         self._source_lengths, self._target_lengths = source_lengths, target_lengths
         self._vocab_size, self._seed = vocab_size, seed
+        self.has_alignments = gold  # data.pipeline.shard_batches then takes a third tensor
 
     def assemble(self, indices, rows, source_length, target_length):
         rng = np.random.default_rng([self._seed, int(indices[0]) if len(indices) else 0])
@@ -139,4 +146,6 @@ class _RandomPairs:
             target[row, 1 : self._target_lengths[pair]] = rng.integers(
                 FIRST_ORDINARY_ID, self._vocab_size, self._target_lengths[pair] - 1
             )
+        if self.has_alignments:
+            return source, target, np.zeros([rows, target_length - 1, source_length], np.uint8)
         return source, target

@@ -67,7 +67,7 @@ def test_the_workers_ids_are_the_graphs_ids(corpus, lower, tmp_path):
     text = load_corpus(spec, "en", "de").splits["train"]
     sentences = text.source[:300] + text.target[:300] + TRICKY
     preparation._start_worker(data.tokenizer.model_proto, lower)
-    source_ids, source_lengths, _, _ = preparation._encode_chunk((sentences, []))
+    source_ids, source_lengths, _, _ = preparation._encode_chunk(preparation._Chunk(sentences, []))
     graph = data.tokenizer.tokenize(tf.constant(sentences)).to_list()
     rows = [row.tolist() for row in np.split(source_ids, np.cumsum(source_lengths)[:-1])]
     assert len(rows) == len(sentences) == 600 + len(TRICKY)
