@@ -520,8 +520,10 @@ def print_aer(run, sides):
     )
 
 
-def print_bleu(rows, references):
-    """`rows`: `(name, translations)`, the unguided run first."""
+def print_bleu(rows, references, compared):
+    """`rows`: `(name, translations)`, the unguided run first; the first `compared` rows
+    decode alike (the runs in memory), and only those get a p against the first: the
+    export's row decodes at its own alpha, another comparison."""
     import sacrebleu
 
     from app.evaluation.metrics import lc_norm_tok_bleu
@@ -540,7 +542,7 @@ def print_bleu(rows, references):
         bleu = sacrebleu.corpus_bleu(translations, [references], lowercase=True).score
         lc_norm_tok = lc_norm_tok_bleu(translations, references, TARGET_LANG)[0]
         p = ""
-        if k:
+        if 0 < k < compared:
             stats = bleu_statistics(translations, references, lowercase=True)
             lower, higher = (stats, baseline) if bleu <= base_bleu else (baseline, stats)
             p = f"{p_not_below(lower, higher):.3f}"
@@ -627,7 +629,7 @@ def main(argv=None):
     rows = [(f"{run['role']} {run['dir']} ({settings})", run["translations"]) for run in runs]
     if export:
         rows.append((f"export {export['path']} serving_default ({export['decoding']})", export["plain"]))
-    print_bleu(rows, references)
+    print_bleu(rows, references, compared=len(runs))
     print_markup(sides, proxy_links[TEST], runs, export, args.seed)
     if export:
         print_speed(export, len(sources), args)

@@ -239,10 +239,10 @@ def test_a_tiny_run_prints_every_table(exported, model_dir, tmp_path):
     assert sum("★" in row[4] for row in rows) == 1
     assert [row[4] for row in rows if "default" in row[4]] and rows[2][4].endswith("default")  # 0:mean
     assert re.search(r"best on validation: 0:(0|1|mean), test_2016_flickr AER \d+\.\d%", out)
-    # BLEU: both runs (the same weights: p = 1) and the export.
+    # BLEU: both runs (the same weights: p = 1) and the export, which decodes otherwise: no p.
     bleu = _table_rows(out, "| model | BLEU lc |")
     assert [row[0].split()[0] for row in bleu] == ["unguided", "guided", "export"]
-    assert bleu[0][1:3] == bleu[1][1:3] and bleu[1][3] == "1.000"
+    assert bleu[0][1:3] == bleu[1][1:3] and bleu[1][3] == "1.000" and bleu[2][3] == ""
     # Markup through align: every output well-formed, every tag once, the plain translation.
     markup = _table_rows(out, "| export | sentences |")
     assert len(markup) == 1 and int(markup[0][1]) > 0
