@@ -309,6 +309,27 @@ class Translator(tf.Module):
             string `[B]`: `i-j` pairs, i < the input's words, j < the target's; every target
             word has a link where the input has a word; "" for a blank input or target.
         """
+        source_ids, ids, source_words, target_words, source_counts, target_counts = self.alignment_inputs(
+            inputs, targets
+        )
+        weights = alignment_weights(self._transformer, source_ids, ids, self._alignment_head)  # [B, T, S]
+        links = word_links(weights, source_words, target_words, source_counts, target_counts)  # [B, J, I]
+        return pharaoh(links)
+
+    def alignment_inputs(self, inputs, targets):
+        """What `word_alignments` reads of each input and target before the model runs, for
+        it and for tools that read other heads of the same pass (benchmarks/bench_alignment.py).
+
+        Args:
+            inputs, targets: string `[B]` each.
+
+        Returns:
+            `(source_ids int32 [B, S], target_ids int32 [B, T], source_words int32 [B, S],
+            target_words int32 [B, T], source_counts int32 [B], target_counts int32 [B])`:
+            the pieces as the model reads them (`source_ids`; `app.decoding.forced.target_ids`),
+            each piece's word (-1 for the end token and padding), and the words of each side,
+            as `app.decoding.alignment.alignment_weights` and `word_links` take them.
+        """
         tokenizer, max_length = self.tokenizer, self._max_source_length
         source_text, target_text = tokenizer.model_text(inputs), tokenizer.model_text(targets)  # [B], [B]
         source_tokens, begins, ends = tokenizer.tokenize_with_offsets(inputs)  # ragged [B, None] each
@@ -322,11 +343,7 @@ class Translator(tf.Module):
         target_words = piece_words(target_text, begins, ends)[:, :max_length].to_tensor(
             default_value=-1, shape=tf.shape(ids)
         )  # [B, T]
-        weights = alignment_weights(self._transformer, source_ids, ids, self._alignment_head)  # [B, T, S]
-        links = word_links(
-            weights, source_words, target_words, word_counts(source_text), word_counts(target_text)
-        )  # [B, J, I]
-        return pharaoh(links)
+        return source_ids, ids, source_words, target_words, word_counts(source_text), word_counts(target_text)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
     def serve_align(self, inputs):
