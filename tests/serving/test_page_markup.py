@@ -2,7 +2,8 @@
 html.js, markup.js, documents.js) run in headless Chromium on every shared case
 (tests/data/markup_cases.json, document_cases.json) and on generated ones, and held equal
 to the Python modules they port (data/words.py, html, data/markup.py, data/documents.py);
-the vendored sentencex wasm held equal to Python's sentencex; and the server's routes for them.
+the vendored sentencex wasm held equal to Python's sentencex; the server's routes for them;
+and the page's two boxes end to end against the suite's server (conftest.py's `tiny_server`).
 
 html_entities.js is Python's html.entities.html5, written by this module; after a Python
 upgrade changes the table, write it again with
@@ -15,6 +16,7 @@ import http.client
 import json
 import os
 import random
+import re
 import tomllib
 import unicodedata
 from fnmatch import fnmatch
@@ -25,9 +27,9 @@ import pytest
 
 from app.serving.server import STATIC, STATIC_FILES
 from data.documents import read_blocks, split_sentences, translate_blocks, write_blocks
-from data.markup import MarkupError, restore, strip, translate_markup
+from data.markup import MarkupError, markup_text, restore, strip, translate_markup
 from data.words import WHITE_SPACE, parse_pharaoh, word_spans, words
-from tests.data.test_markup import CASES, ERRORS
+from tests.data.test_markup import CASES, ERRORS, _TagChecker
 from tests.serving.fake_models import serving
 from tests.serving.test_serve import CHROMIUM, CHROMIUM_ARGS
 from tests.tiny_run import ROOT
@@ -135,19 +137,29 @@ def test_the_wheel_takes_every_static_file_and_the_server_serves_every_module():
 
 
 @pytest.fixture(scope="module")
-def page():
-    """A Chromium page of the server's translation page, on which the modules import."""
+def browser():
+    """Headless Chromium, one for the module's tests: Playwright's sync API runs one at a time."""
     sync_api = pytest.importorskip("playwright.sync_api")
     if not os.path.exists(CHROMIUM):
         pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium; .ci/run does)")
-    with serving(()) as servers, sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         try:
-            chromium_page = browser.new_page()
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture(scope="module")
+def page(browser):
+    """A Chromium page of the server's translation page, on which the modules import."""
+    with serving(()) as servers:
+        chromium_page = browser.new_page()
+        try:
             chromium_page.goto(f"http://127.0.0.1:{servers.rest_port}/")
             yield chromium_page
         finally:
-            browser.close()
+            chromium_page.close()
 
 
 # Run in the page: imports the modules as `modules.words` and so on, then calls `run(modules, data)`.
@@ -526,6 +538,133 @@ def test_documents_js_names_what_align_got_wrong_as_python(page):
     markup = run_js(page, """modules => modules.documents.translateBlocks([], "en", null, "xml")
         .catch(error => error.message)""", None)
     assert markup == "markup='xml': None or 'html'"
+
+
+# The page end to end, against the suite's server of the tiny export.
+
+
+def served_align(server, calls, signature="align"):
+    """`align` over the tiny server's REST API, as the page sends it, in one request (each
+    call's sentences appended to `calls`): the `align` signature, or `serving_default`'s
+    translations with no links, as the page asks for paragraphs without markup."""
+    def align(sentences):
+        calls.append(list(sentences))
+        body = {"signature_name": signature, "instances": list(sentences)}
+        status, reply = server.predict(body if signature == "align" else {"instances": list(sentences)})
+        assert status == 200, reply
+        return [(p["translations"], p["alignments"] if signature == "align" else "") for p in reply["predictions"]]
+
+    return align
+
+
+@pytest.mark.slow
+def test_the_page_keeps_markup_and_paragraphs(tiny_server, browser):
+    calls = []
+    align = served_align(tiny_server, calls)
+    context = browser.new_context(permissions=["clipboard-read", "clipboard-write"])
+    try:
+        page = context.new_page()
+        bodies = []  # each predict request's JSON body, in order
+        page.on("request", lambda r: bodies.append(r.post_data_json) if r.method == "POST" else None)
+        page.goto(tiny_server.url + "/")
+        page.wait_for_function("document.getElementById('version').textContent != ''", timeout=60_000)
+
+        # Markup, a line at a time: the align signature, each tag put back once, shown as text.
+        lines = ["A man rides a <b>bike</b>.", "", 'Two <i>dogs</i> play in the <a href="/s?a=1&amp;b=2">snow</a>.']
+        page.check("#markup")
+        assert page.is_disabled("#alpha")  # align decodes at the export's length penalty
+        page.fill("#source", "\n".join(lines))
+        page.click("#translate")
+        page.wait_for_selector("#status:has-text('translated')", timeout=120_000)
+        assert page.text_content("#status") == "2 lines translated."
+        assert bodies == [
+            {"signature_name": "align", "instances": ["A man rides a bike.", "Two dogs play in the snow."]}
+        ]
+        want = translate_markup(lines, align)
+        shown = [span.text_content() for span in page.query_selector_all("#results .translation")]
+        assert shown == [want[0], want[2]]
+        for line, output in zip([lines[0], lines[2]], shown):
+            checked = _TagChecker(output)
+            assert checked.problems == [] and checked.tags == _TagChecker(line).tags, output
+        assert markup_text(shown[0]) == align([markup_text(lines[0])])[0][0]
+        assert page.query_selector_all("#results b, #results i, #results a") == []  # never parsed as HTML
+
+        # Malformed markup: refused before any request, naming the line and the column.
+        bodies.clear()
+        page.fill("#source", "fine\n\nA <b>bike.")
+        page.click("#translate")
+        page.wait_for_selector("#status.error")
+        assert page.text_content("#status") == "Error: line 3, column 3: <b> opened at 3:3 is never closed"
+        assert bodies == [] and page.is_hidden("#results")
+
+        # Paragraphs with markup: one request of every paragraph's sentences, a row per
+        # paragraph, and "Copy all" writes the blank lines back.
+        document = ["A man rides a <b>bike. Two dogs</b> play.", "A woman", "sings.", "", "", "A cat sleeps.", ""]
+        bodies.clear()
+        page.check("#paragraphs")
+        page.fill("#source", "\n".join(document))
+        page.click("#translate")
+        page.wait_for_selector("#status:has-text('paragraphs translated')", timeout=120_000)
+        blocks = read_blocks(document)
+        calls.clear()
+        results = translate_blocks(blocks, "en", align, markup="html")
+        assert calls == [["A man rides a bike.", "Two dogs play.", "A woman sings.", "A cat sleeps."]]
+        assert bodies == [{"signature_name": "align", "instances": calls[0]}]
+        rows = page.query_selector_all("#results tbody tr")
+        assert [row.query_selector(".translation").text_content() for row in rows] == [t for t, _ in results]
+        assert _TagChecker(results[0][0]).tags == _TagChecker(document[0]).tags
+        page.click("#copy")
+        page.wait_for_selector("#status:has-text('Copied')")
+        written = write_blocks(blocks, [translation for translation, _ in results])
+        assert written[1:4] == ["", "", results[1][0]] and len(written) == 5
+        assert page.evaluate("navigator.clipboard.readText()") == "\n".join(written)
+
+        # Paragraphs alone: serving_default, split in the export's source language (en).
+        text = "Das ist z. B. ein Test. Wir kommen am 1. Mai zurück."
+        bodies.clear()
+        page.uncheck("#markup")
+        assert page.is_enabled("#alpha")
+        page.fill("#source", text)
+        page.click("#translate")
+        page.wait_for_selector("#status:has-text('1 paragraph translated')", timeout=120_000)
+        calls.clear()
+        ((translation, _),) = translate_blocks(read_blocks([text]), "en", served_align(tiny_server, calls, None))
+        assert calls == [["Das ist z. B. ein Test.", "Wir kommen am 1.", "Mai zurück."]]
+        assert bodies == [{"instances": calls[0]}]
+        assert page.text_content("#results .translation") == translation
+
+        # Beside TF Serving (no /page.json) the language is ?source_lang=, else English;
+        # an export without align is named: export it again.
+        page = context.new_page()
+        page.on("request", lambda r: bodies.append(r.post_data_json) if r.method == "POST" else None)
+        page.route("**/page.json", lambda route: route.fulfill(status=404, body="<html>404 Not Found</html>"))
+        page.goto(tiny_server.url + "/?source_lang=de")
+        page.wait_for_function("document.getElementById('version').textContent != ''", timeout=60_000)
+        bodies.clear()
+        page.check("#paragraphs")
+        page.fill("#source", "Das ist z. B. ein Test. Wir kommen am 1. Mai zurück.")
+        page.click("#translate")
+        page.wait_for_selector("#status:has-text('translated')", timeout=120_000)
+        assert bodies == [{"instances": [text[a:b] for a, b in split_sentences(text, "de")]}]
+        assert len(bodies[0]["instances"]) == 2
+
+        page = context.new_page()
+
+        def without_align(route):
+            info = route.fetch().json()
+            route.fulfill(json={**info, "signatures": [s for s in info["signatures"] if s != "align"]})
+
+        page.route("**/page.json", without_align)
+        page.goto(tiny_server.url + "/")
+        page.wait_for_function("document.getElementById('version').textContent != ''", timeout=60_000)
+        page.check("#markup")
+        page.fill("#source", "A <b>bike</b>.")
+        page.click("#translate")
+        page.wait_for_selector("#status.error")
+        assert re.fullmatch(r"Error: this model was exported before .*\(no align signature\): export it again .*",
+                            page.text_content("#status"))
+    finally:
+        context.close()
 
 
 if __name__ == "__main__":
