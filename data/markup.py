@@ -317,9 +317,10 @@ class _Stripper:
         self.breaks = []  # the plain text's length at each break tag
 
     def add_text(self, raw):
-        if self.untranslated:
-            return
         text = html.unescape(raw)
+        # A reference that html.unescape drops (`&#1;`, a control character) leaves no text.
+        if self.untranslated or not text:
+            return
         if self.pending_break and text[0] not in WHITE_SPACE:
             text = " " + text
         self.pending_break = False

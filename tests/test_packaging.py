@@ -147,6 +147,8 @@ def test_the_wheel_holds_the_packages_data_and_commands(tmp_path):
         entry_points = next(archive.read(name).decode() for name in names if name.endswith("entry_points.txt"))
     wanted = {
         "app/serving/static/index.html", "data/multi30k/train.en.gz", "layers/__init__.py", "app/commands/score.py",
+        # The page's modules, and the sentence splitter's wasm a folder further down.
+        "app/serving/static/markup.js", "app/serving/static/vendor/sentencex/sentencex_wasm_bg.wasm",
     }
     assert wanted <= names
     assert not any(name.startswith(("tests/", "benchmarks/")) for name in names)

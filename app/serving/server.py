@@ -32,7 +32,22 @@ from app.serving.rest_api import (
 # The server's log, one logger for the command and its parts (as models.py).
 log = logging.getLogger("app.serve")
 
-PAGE = Path(__file__).resolve().parent / "static" / "index.html"
+STATIC = Path(__file__).resolve().parent / "static"
+PAGE = STATIC / "index.html"
+# The page's ES modules and the sentence splitter's wasm, by URL path: a fixed list, so that
+# no request names another file. The page imports the modules only for its "keep HTML markup"
+# and "paragraphs" boxes; beside TF Serving nginx serves the same folder (serving/compose.yaml).
+STATIC_FILES = {
+    "/words.js": "text/javascript",
+    "/html.js": "text/javascript",
+    "/html_entities.js": "text/javascript",
+    "/markup.js": "text/javascript",
+    "/documents.js": "text/javascript",
+    "/vendor/sentencex/sentencex_wasm.js": "text/javascript",
+    # application/wasm, or the browser's WebAssembly.instantiateStreaming refuses it.
+    "/vendor/sentencex/sentencex_wasm_bg.wasm": "application/wasm",
+    "/vendor/sentencex/LICENSE": "text/plain",
+}
 # What the page reads of a version's export_info.json (app/export/saved_model.py).
 PAGE_EXPORT_INFO = ("source_lang", "target_lang", "beam_size", "alpha", "max_extra_length")
 # tensorflow_serving/model_servers/http_rest_api_util.cc:
@@ -61,6 +76,7 @@ class Server:
         self._idle = asyncio.Event()
         self._idle.set()
         self._page = PAGE.read_text(encoding="utf-8")
+        self._static = {path: (STATIC / path.lstrip("/")).read_bytes() for path in STATIC_FILES}
 
     def runner(self):
         """The aiohttp runner to serve `app()` with. Its keep-alive timeout is the read
@@ -80,6 +96,8 @@ class Server:
         )
         app.router.add_get("/", self.page)
         app.router.add_get("/page.json", self.page_info)
+        for path in STATIC_FILES:
+            app.router.add_get(path, self.static_file)
         app.router.add_get("/monitoring/prometheus/metrics", self.metrics)
         app.router.add_route("*", "/{v1:[vV]1}/{path:.*}", self.model_request)
         return app
@@ -157,6 +175,12 @@ class Server:
         """The page, translating with the config's first model."""
         name = html.escape(self.models.default_name or "", quote=True)
         return web.Response(text=self._page.replace("{{MODEL_NAME}}", name), content_type="text/html")
+
+    async def static_file(self, request):
+        """One of the page's `STATIC_FILES`, as read at start, with its content type."""
+        content_type = STATIC_FILES[request.path]
+        charset = "utf-8" if content_type.startswith("text/") else None
+        return web.Response(body=self._static[request.path], content_type=content_type, charset=charset)
 
     async def page_info(self, request):
         """What the page shows and obeys, beside TF Serving's API (whose answers stay as

@@ -93,6 +93,21 @@ CASES = [
      "markup": "A  man\u00a0rides.", "text": "A  man\u00a0rides.",
      "translation": " Ein  Mann fährt.\n", "links": "0-0 1-1 2-2",
      "output": " Ein  Mann fährt.\n"},
+    {"name": "characters outside the Basic Multilingual Plane count one each (a JavaScript string counts two)",
+     "markup": "🚴 <b>fast</b> 🍕<i>pizza</i> now", "text": "🚴 fast 🍕pizza now",
+     "translation": "🚴 schnelle 🍕Pizza jetzt", "links": "0-0 1-1 2-2 3-3",
+     "output": "🚴 <b>schnelle</b> <i>🍕Pizza</i> jetzt"},
+    {"name": "entities: a legacy name without its semicolon, an escaped tag, an astral number, the longest name",
+     "markup": "&copy 2024 &lt;b&gt; &#x1F6B4;&nbsp;<b>go</b> &notit; &amp", "text": "© 2024 <b> 🚴\u00a0go ¬it; &",
+     "translation": "© 2024 <b> 🚴 los ¬it; &", "links": "0-0 1-1 2-2 3-3 4-4 5-5 6-6",
+     "output": "© 2024 &lt;b&gt; 🚴 <b>los</b> ¬it; &amp;"},
+    {"name": "void elements: a quoted > in an attribute, a <wbr> inside a word, <hr/> between words, one at the end",
+     "markup": 'Press <input type="button" value="a > b"> or<wbr>not<hr/>ok <area shape=rect>',
+     "text": "Press  ornot ok ", "translation": "Drücke jaodernein gut", "links": "0-0 1-1 2-2",
+     "output": 'Drücke <input type="button" value="a > b"><wbr>jaodernein <hr/>gut<area shape=rect>'},
+    {"name": "a reference that decodes to nothing (a control character) adds no text",
+     "markup": "<b>&#1;</b>a&#1;b", "text": "ab", "translation": "xy", "links": "0-0",
+     "output": "<b></b>xy"},
     {"name": "blank text: the markup as it is",
      "markup": "<br/> <!-- c --> <b> </b>", "text": "   ",
      "translation": "", "links": "",
@@ -134,6 +149,10 @@ ERRORS = [
      "line": 4, "column": 5, "reason": "<i> opened at 4:5 is never closed"},
     {"name": "columns in code points", "markup": "größer 🚴 <b>x", "first_line": 1,
      "line": 1, "column": 10, "reason": "<b> opened at 1:10 is never closed"},
+    {"name": "columns in code points on a later line", "markup": "🚴\n🚴🚴 </i>", "first_line": 1,
+     "line": 2, "column": 4, "reason": "</i> at 2:4 closes nothing"},
+    {"name": "an unterminated tag after an astral character", "markup": "🍕<b title='x>", "first_line": 1,
+     "line": 1, "column": 2, "reason": "unterminated tag"},
 ]
 
 VOID_NAMES = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
@@ -308,7 +327,9 @@ def test_translate_markup_refuses_malformed_markup_before_any_request():
 # Random markup: words, entities and a lone "<" as text; paired, void, self-closing,
 # raw-text and untranslated elements, comments; nested.
 SOURCE_TEXT = st.lists(
-    st.sampled_from(["a", "big", "dog", "un", "der", "AT&amp;T", "x&lt;y", "&nbsp;", "café", "1 < 2", " ", "  ", "\n"]),
+    st.sampled_from(
+        ["a", "big", "dog", "un", "der", "AT&amp;T", "x&lt;y", "&nbsp;", "&#1;", "café", "🚴", "1 < 2", " ", "  ", "\n"]
+    ),
     max_size=4,
 ).map("".join)
 PAIRED = [
