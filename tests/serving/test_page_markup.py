@@ -414,8 +414,10 @@ def test_sentencex_wasm_segments_as_pythons_sentencex(page):
         texts += [[language, " ".join(val[k:k + 6])] for k in range(0, len(val), 6)]
     pieces = ["Mr.", "Dr.", "e.g.", "U.S.", "z. B.", "M.", "1.", "No.", "etc.", "p.m.", "St.", "Hello", "world", "🚴",
               "😀!", "«", "»", "“quoted.”", "(aside.)", "...", "…", "?!", ".", "\n", "\n\n", "  ", "\xa0", "3.14",
-              "Sept.", "usw.", "Mme.", "Москва.", "—", ":", "The", "cat", "sat", "end.", "A", "B."]
-    for language in ("en", "de", "fr", "es", "it", "nl", "ru", "pt", "pl", "el", "zz"):
+              "Sept.", "usw.", "Mme.", "Москва.", "—", ":", "The", "cat", "sat", "end.", "A", "B.", "今日は。", "です.",
+              "。", "！"]
+    # Japanese too: 1.0.32 changed its rules, which is why Python is pinned to the wasm's twin, 1.0.31.
+    for language in ("en", "de", "fr", "es", "it", "nl", "ru", "pt", "pl", "el", "ja", "zh", "zz"):
         for _ in range(40):
             texts.append([language, "".join(rng.choice(pieces) + rng.choice([" ", " ", "", "\n"])
                                             for _ in range(rng.randint(1, 25)))])
