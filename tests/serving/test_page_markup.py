@@ -14,7 +14,6 @@ upgrade changes the table, write it again with
 import gzip
 import http.client
 import json
-import os
 import random
 import re
 import tomllib
@@ -31,7 +30,7 @@ from data.markup import MarkupError, markup_text, restore, strip, translate_mark
 from data.words import WHITE_SPACE, parse_pharaoh, word_spans, words
 from tests.data.test_markup import CASES, ERRORS, _TagChecker
 from tests.serving.fake_models import serving
-from tests.serving.test_serve import CHROMIUM, CHROMIUM_ARGS
+from tests.serving.chromium import headless_chromium
 from tests.tiny_run import ROOT
 
 ENTITIES_FILE = STATIC / "html_entities.js"
@@ -139,15 +138,8 @@ def test_the_wheel_takes_every_static_file_and_the_server_serves_every_module():
 @pytest.fixture(scope="module")
 def browser():
     """Headless Chromium, one for the module's tests: Playwright's sync API runs one at a time."""
-    sync_api = pytest.importorskip("playwright.sync_api")
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium; .ci/run does)")
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
+    with headless_chromium() as chromium:
+        yield chromium
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ the whole module."""
 import base64
 import concurrent.futures
 import json
-import os
 import random
 import re
 import subprocess
@@ -15,18 +14,12 @@ import numpy as np
 import pytest
 
 from tests.conftest import SENTENCES
+from tests.serving.chromium import headless_chromium
 from tests.serving.server_process import MAX_INSTANCES, MAX_TEXT_LENGTH
 from tests.tiny_run import ROOT
 
 # Each export is loaded once per test process (conftest.py), however many tests load it.
 pytestmark = pytest.mark.usefixtures("load_each_export_once")
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
-]
-
 
 @pytest.fixture
 def server(tiny_server):
@@ -512,99 +505,92 @@ def test_page_json_says_what_the_page_shows_and_obeys(server, exported):
 
 @pytest.mark.slow
 def test_the_page_translates_in_headless_chromium(server, saved_model, exported):
-    sync_api = pytest.importorskip("playwright.sync_api")
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium; .ci/run does)")
     want = texts(saved_model["serving_default"]["translations"])
     nbest = texts(saved_model["nbest"]["translations"])
     beam_size = exported[0].decoding.beam_size
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            context = browser.new_context(permissions=["clipboard-read", "clipboard-write"])
-            page = context.new_page()
-            bodies = []  # each predict request's JSON body, in order
-            page.on("request", lambda r: bodies.append((r.url, r.post_data_json)) if r.method == "POST" else None)
-            page.goto(server.url + "/")
-            page.wait_for_function("document.getElementById('version').textContent != ''", timeout=60_000)
-            assert page.text_content("#pair") == "en → de"
-            assert page.text_content("#version") == "translator, version 1"
-            assert page.get_attribute("#alpha", "placeholder") == str(exported[0].decoding.alpha)
+    with headless_chromium() as browser:
+        context = browser.new_context(permissions=["clipboard-read", "clipboard-write"])
+        page = context.new_page()
+        bodies = []  # each predict request's JSON body, in order
+        page.on("request", lambda r: bodies.append((r.url, r.post_data_json)) if r.method == "POST" else None)
+        page.goto(server.url + "/")
+        page.wait_for_function("document.getElementById('version').textContent != ''", timeout=60_000)
+        assert page.text_content("#pair") == "en → de"
+        assert page.text_content("#version") == "translator, version 1"
+        assert page.get_attribute("#alpha", "placeholder") == str(exported[0].decoding.alpha)
 
-            page.fill("#source", SENTENCES[0])
-            page.click("#translate")
-            page.wait_for_selector("#results:not([hidden]) tbody tr", timeout=60_000)
-            assert page.text_content("#results tbody tr .translation") == want[0]
-            assert re.fullmatch(r"-?\d+\.\d{3}", page.text_content("#results tbody tr .score"))
-            assert bodies == [(server.url + "/v1/models/translator/versions/1:predict", {"instances": [SENTENCES[0]]})]
+        page.fill("#source", SENTENCES[0])
+        page.click("#translate")
+        page.wait_for_selector("#results:not([hidden]) tbody tr", timeout=60_000)
+        assert page.text_content("#results tbody tr .translation") == want[0]
+        assert re.fullmatch(r"-?\d+\.\d{3}", page.text_content("#results tbody tr .score"))
+        assert bodies == [(server.url + "/v1/models/translator/versions/1:predict", {"instances": [SENTENCES[0]]})]
 
-            # More lines than --max_instances: several requests, the results in the paste's order.
-            order = [0, 3, 4, 5, 3, 0, 4, 0, 5, 3, 3, 4, 0, 0, 5, 4, 3, 0, 4]  # the non-empty SENTENCES
-            bodies.clear()
-            page.fill("#source", "\n".join(SENTENCES[i] for i in order))
-            page.click("#translate")
-            page.wait_for_function(f"document.querySelectorAll('#results tbody tr').length == {len(order)}")
-            rows = page.query_selector_all("#results tbody tr")
-            assert [row.query_selector(".translation").text_content() for row in rows] == [want[i] for i in order]
-            assert [len(body["instances"]) for _, body in bodies] == [8, 8, 3]
-            assert [instance for _, body in bodies for instance in body["instances"]] == [SENTENCES[i] for i in order]
+        # More lines than --max_instances: several requests, the results in the paste's order.
+        order = [0, 3, 4, 5, 3, 0, 4, 0, 5, 3, 3, 4, 0, 0, 5, 4, 3, 0, 4]  # the non-empty SENTENCES
+        bodies.clear()
+        page.fill("#source", "\n".join(SENTENCES[i] for i in order))
+        page.click("#translate")
+        page.wait_for_function(f"document.querySelectorAll('#results tbody tr').length == {len(order)}")
+        rows = page.query_selector_all("#results tbody tr")
+        assert [row.query_selector(".translation").text_content() for row in rows] == [want[i] for i in order]
+        assert [len(body["instances"]) for _, body in bodies] == [8, 8, 3]
+        assert [instance for _, body in bodies for instance in body["instances"]] == [SENTENCES[i] for i in order]
 
-            # "Copy all": every translation, one per line.
-            page.click("#copy")
-            page.wait_for_selector("#status:has-text('Copied')")
-            assert page.text_content("#status") == f"Copied {len(order)} translations."
-            assert page.evaluate("navigator.clipboard.readText()") == "\n".join(want[i] for i in order)
+        # "Copy all": every translation, one per line.
+        page.click("#copy")
+        page.wait_for_selector("#status:has-text('Copied')")
+        assert page.text_content("#status") == f"Copied {len(order)} translations."
+        assert page.evaluate("navigator.clipboard.readText()") == "\n".join(want[i] for i in order)
 
-            # A length penalty: translate_with_options, with the export's max_extra_length.
-            bodies.clear()
-            page.fill("#source", SENTENCES[3])
-            page.fill("#alpha", "1.5")
-            page.click("#translate")
-            page.wait_for_selector("#status:has-text('with α 1.5')", timeout=60_000)
-            options = {"inputs": SENTENCES[3], "alpha": 1.5, "max_extra_length": exported[0].decoding.max_extra_length}
-            body = {"signature_name": "translate_with_options", "instances": [options]}
-            assert [body for _, body in bodies] == [body]
-            status, reply = server.predict(body)
-            assert status == 200
-            assert page.text_content("#results tbody tr .translation") == reply["predictions"][0]["translations"]
-            page.fill("#alpha", "")
+        # A length penalty: translate_with_options, with the export's max_extra_length.
+        bodies.clear()
+        page.fill("#source", SENTENCES[3])
+        page.fill("#alpha", "1.5")
+        page.click("#translate")
+        page.wait_for_selector("#status:has-text('with α 1.5')", timeout=60_000)
+        options = {"inputs": SENTENCES[3], "alpha": 1.5, "max_extra_length": exported[0].decoding.max_extra_length}
+        body = {"signature_name": "translate_with_options", "instances": [options]}
+        assert [body for _, body in bodies] == [body]
+        status, reply = server.predict(body)
+        assert status == 200
+        assert page.text_content("#results tbody tr .translation") == reply["predictions"][0]["translations"]
+        page.fill("#alpha", "")
 
-            # n-best: the K hypotheses of each source, with their scores.
-            bodies.clear()
-            page.fill("#source", f"{SENTENCES[0]}\n{SENTENCES[3]}")
-            page.check("#nbest")
-            assert page.is_disabled("#alpha")  # the nbest signature has the export's alpha
-            page.click("#translate")
-            page.wait_for_function("document.querySelectorAll('#results ol.nbest').length == 2", timeout=60_000)
-            assert [body for _, body in bodies] == [{"signature_name": "nbest", "instances": [SENTENCES[0], SENTENCES[3]]}]
-            rows = page.query_selector_all("#results tbody tr")
-            assert [row.query_selector(".translation").text_content() for row in rows] == [want[0], want[3]]
-            items = [li.text_content() for li in rows[1].query_selector_all("ol.nbest li")]
-            assert len(items) == beam_size
-            # Each score as the server writes it (float32's shortest decimal), to 3 decimals.
-            scores = [float(str(score)) for score in saved_model["nbest"]["scores"][3]]
-            assert items == [f"{text} ({score:.3f})" for text, score in zip(nbest[3], scores)]
+        # n-best: the K hypotheses of each source, with their scores.
+        bodies.clear()
+        page.fill("#source", f"{SENTENCES[0]}\n{SENTENCES[3]}")
+        page.check("#nbest")
+        assert page.is_disabled("#alpha")  # the nbest signature has the export's alpha
+        page.click("#translate")
+        page.wait_for_function("document.querySelectorAll('#results ol.nbest').length == 2", timeout=60_000)
+        assert [body for _, body in bodies] == [{"signature_name": "nbest", "instances": [SENTENCES[0], SENTENCES[3]]}]
+        rows = page.query_selector_all("#results tbody tr")
+        assert [row.query_selector(".translation").text_content() for row in rows] == [want[0], want[3]]
+        items = [li.text_content() for li in rows[1].query_selector_all("ol.nbest li")]
+        assert len(items) == beam_size
+        # Each score as the server writes it (float32's shortest decimal), to 3 decimals.
+        scores = [float(str(score)) for score in saved_model["nbest"]["scores"][3]]
+        assert items == [f"{text} ({score:.3f})" for text, score in zip(nbest[3], scores)]
 
-            # While a request runs, the button is off; an error hides the earlier results.
-            page.fill("#source", LONG)  # past the server's --max_text_length: a 400
-            disabled_at_once = page.evaluate(
-                "() => { const b = document.getElementById('translate'); b.click(); return b.disabled; }"
-            )
-            assert disabled_at_once
-            page.wait_for_selector("#status.error", timeout=60_000)
-            assert page.text_content("#status").startswith("Error: a text of 401 characters")
-            assert page.is_hidden("#results") and page.is_enabled("#translate") and page.is_hidden("#copy")
+        # While a request runs, the button is off; an error hides the earlier results.
+        page.fill("#source", LONG)  # past the server's --max_text_length: a 400
+        disabled_at_once = page.evaluate(
+            "() => { const b = document.getElementById('translate'); b.click(); return b.disabled; }"
+        )
+        assert disabled_at_once
+        page.wait_for_selector("#status.error", timeout=60_000)
+        assert page.text_content("#status").startswith("Error: a text of 401 characters")
+        assert page.is_hidden("#results") and page.is_enabled("#translate") and page.is_hidden("#copy")
 
-            # Beside TF Serving (serving/compose.yaml) nginx has no /page.json: the version
-            # comes from the metadata answer, the language pair is not shown.
-            page = context.new_page()
-            page.route("**/page.json", lambda route: route.fulfill(status=404, body="<html>404 Not Found</html>"))
-            page.goto(server.url + "/")
-            page.wait_for_function("document.getElementById('version').textContent != ''", timeout=60_000)
-            assert (page.text_content("#pair"), page.text_content("#version")) == ("", "translator, version 1")
-            page.fill("#source", SENTENCES[0])
-            page.click("#translate")
-            page.wait_for_selector("#results:not([hidden]) tbody tr", timeout=60_000)
-            assert page.text_content("#results tbody tr .translation") == want[0]
-        finally:
-            browser.close()
+        # Beside TF Serving (serving/compose.yaml) nginx has no /page.json: the version
+        # comes from the metadata answer, the language pair is not shown.
+        page = context.new_page()
+        page.route("**/page.json", lambda route: route.fulfill(status=404, body="<html>404 Not Found</html>"))
+        page.goto(server.url + "/")
+        page.wait_for_function("document.getElementById('version').textContent != ''", timeout=60_000)
+        assert (page.text_content("#pair"), page.text_content("#version")) == ("", "translator, version 1")
+        page.fill("#source", SENTENCES[0])
+        page.click("#translate")
+        page.wait_for_selector("#results:not([hidden]) tbody tr", timeout=60_000)
+        assert page.text_content("#results tbody tr .translation") == want[0]

@@ -5,7 +5,6 @@ JavaScript glossary rule checked on the Python module's cases (glossary_cases.js
 """
 
 import json
-import os
 import subprocess
 import sys
 import unicodedata
@@ -15,7 +14,7 @@ import numpy as np
 import pytest
 
 from app.decoding.glossary import _joins, fold
-from tests.serving.test_serve import CHROMIUM, CHROMIUM_ARGS
+from tests.serving.chromium import headless_chromium
 from tests.tiny_run import ROOT
 
 GLOSSARY_CASES = json.loads(
@@ -97,115 +96,101 @@ def test_unmet_constraints_are_named_by_line_and_the_translation_printed(tiny_se
 
 @pytest.mark.slow
 def test_the_pages_glossary_rule_is_the_python_modules(tiny_server):
-    sync_api = pytest.importorskip("playwright.sync_api")
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium; .ci/run does)")
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            page = browser.new_page()
-            page.goto(tiny_server.url + "/")
-            got = page.evaluate(
-                """cases => cases.map(c => {
-                    try {
-                        const glossary = parseGlossary(c.glossary);
-                        return c.error_line ? "accepted" : glossaryConstraints(glossary, c.sentence);
-                    } catch (error) {
-                        return error.line ? `line ${error.line}` : String(error);
-                    }
-                })""",
-                GLOSSARY_CASES,
-            )
-            want = [f"line {case['error_line']}" if "error_line" in case else case["constraints"]
-                    for case in GLOSSARY_CASES]
-            assert dict(zip([case["name"] for case in GLOSSARY_CASES], got)) == dict(
-                zip([case["name"] for case in GLOSSARY_CASES], want))
-            # Its case folding and word characters, on every code point Python knows:
-            # JavaScript has no casefold, and its Unicode tables are the browser's.
-            # One string each way (a call per character would take half a minute), the
-            # characters between separators that neither folding nor NFKC changes.
-            characters = [chr(code) for code in range(2, sys.maxunicode + 1)  # "\x01" separates them
-                          if unicodedata.category(chr(code)) not in ("Cn", "Cs", "Co")]
-            text = "\x01".join(characters)
-            folded, words = page.evaluate(
-                "text => [fold(text).split('\\x01'), Array.from(text.split('\\x01'), c => joins(c) ? 1 : 0)]", text
-            )
-            want = fold(text).split("\x01")
-            assert [c for c, f, g, w in zip(characters, folded, want, words) if f != g or w != _joins(c)] == []
-            assert len(folded) == len(want) == len(characters)
-        finally:
-            browser.close()
+    with headless_chromium() as browser:
+        page = browser.new_page()
+        page.goto(tiny_server.url + "/")
+        got = page.evaluate(
+            """cases => cases.map(c => {
+                try {
+                    const glossary = parseGlossary(c.glossary);
+                    return c.error_line ? "accepted" : glossaryConstraints(glossary, c.sentence);
+                } catch (error) {
+                    return error.line ? `line ${error.line}` : String(error);
+                }
+            })""",
+            GLOSSARY_CASES,
+        )
+        want = [f"line {case['error_line']}" if "error_line" in case else case["constraints"]
+                for case in GLOSSARY_CASES]
+        assert dict(zip([case["name"] for case in GLOSSARY_CASES], got)) == dict(
+            zip([case["name"] for case in GLOSSARY_CASES], want))
+        # Its case folding and word characters, on every code point Python knows:
+        # JavaScript has no casefold, and its Unicode tables are the browser's.
+        # One string each way (a call per character would take half a minute), the
+        # characters between separators that neither folding nor NFKC changes.
+        characters = [chr(code) for code in range(2, sys.maxunicode + 1)  # "\x01" separates them
+                      if unicodedata.category(chr(code)) not in ("Cn", "Cs", "Co")]
+        text = "\x01".join(characters)
+        folded, words = page.evaluate(
+            "text => [fold(text).split('\\x01'), Array.from(text.split('\\x01'), c => joins(c) ? 1 : 0)]", text
+        )
+        want = fold(text).split("\x01")
+        assert [c for c, f, g, w in zip(characters, folded, want, words) if f != g or w != _joins(c)] == []
+        assert len(folded) == len(want) == len(characters)
 
 
 @pytest.mark.slow
 def test_the_page_sends_its_glossary_and_prefix_as_constrained_requests(tiny_server, exported):
-    sync_api = pytest.importorskip("playwright.sync_api")
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium; .ci/run does)")
     decoding = exported[0].decoding
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            page = browser.new_page()
-            bodies = []  # each predict request's JSON body, in order
-            page.on("request", lambda r: bodies.append(r.post_data_json) if r.method == "POST" else None)
-            page.goto(tiny_server.url + "/")
-            page.wait_for_function("document.getElementById('version').textContent != ''", timeout=60_000)
-            assert page.is_hidden("#glossary")  # folded away until asked for
-            page.click("#steering summary")
+    with headless_chromium() as browser:
+        page = browser.new_page()
+        bodies = []  # each predict request's JSON body, in order
+        page.on("request", lambda r: bodies.append(r.post_data_json) if r.method == "POST" else None)
+        page.goto(tiny_server.url + "/")
+        page.wait_for_function("document.getElementById('version').textContent != ''", timeout=60_000)
+        assert page.is_hidden("#glossary")  # folded away until asked for
+        page.click("#steering summary")
 
-            # A glossary: each sentence's constraints, computed in the page, and the prefix
-            # for every sentence; the export's alpha and extra length from /page.json.
-            page.fill("#source", "\n".join(SOURCES[1:]))
-            page.fill("#glossary", GLOSSARY)
-            page.click("#translate")
-            page.wait_for_selector("#results:not([hidden]) tbody tr", timeout=120_000)
-            settings = {"no_repeat_ngram_size": 0, "alpha": decoding.alpha,
-                        "max_extra_length": decoding.max_extra_length}
-            body = {"signature_name": "constrained", "instances": [
-                {"inputs": SOURCES[1], "prefixes": "", "constraints": "Schnee", **settings},
-                {"inputs": SOURCES[2], "prefixes": "", "constraints": "Mountainbike", **settings},
-            ]}
-            assert bodies == [body]
-            status, reply = tiny_server.predict(body)
-            assert status == 200, reply
-            rows = page.query_selector_all("#results tbody tr")
-            texts = [row.query_selector(".translation").text_content() for row in rows]
-            assert texts == [prediction["translations"] for prediction in reply["predictions"]]
-            assert [row.query_selector(".constraints").text_content() for row in rows] == ["Schnee", "Mountainbike"]
-            assert page.query_selector_all("#results .unmet") == []
+        # A glossary: each sentence's constraints, computed in the page, and the prefix
+        # for every sentence; the export's alpha and extra length from /page.json.
+        page.fill("#source", "\n".join(SOURCES[1:]))
+        page.fill("#glossary", GLOSSARY)
+        page.click("#translate")
+        page.wait_for_selector("#results:not([hidden]) tbody tr", timeout=120_000)
+        settings = {"no_repeat_ngram_size": 0, "alpha": decoding.alpha,
+                    "max_extra_length": decoding.max_extra_length}
+        body = {"signature_name": "constrained", "instances": [
+            {"inputs": SOURCES[1], "prefixes": "", "constraints": "Schnee", **settings},
+            {"inputs": SOURCES[2], "prefixes": "", "constraints": "Mountainbike", **settings},
+        ]}
+        assert bodies == [body]
+        status, reply = tiny_server.predict(body)
+        assert status == 200, reply
+        rows = page.query_selector_all("#results tbody tr")
+        texts = [row.query_selector(".translation").text_content() for row in rows]
+        assert texts == [prediction["translations"] for prediction in reply["predictions"]]
+        assert [row.query_selector(".constraints").text_content() for row in rows] == ["Schnee", "Mountainbike"]
+        assert page.query_selector_all("#results .unmet") == []
 
-            # A prefix alone: constrained too, without constraints.
-            bodies.clear()
-            page.fill("#source", SOURCES[0])
-            page.fill("#glossary", "")
-            page.fill("#prefix", PREFIXES[0])
-            page.click("#translate")
-            page.wait_for_function("document.getElementById('status').textContent.includes('translated')",
-                                   timeout=120_000)
-            assert bodies == [{"signature_name": "constrained", "instances": [
-                {"inputs": SOURCES[0], "prefixes": PREFIXES[0], "constraints": "", "no_repeat_ngram_size": 0,
-                 "alpha": decoding.alpha, "max_extra_length": decoding.max_extra_length},
-            ]}]
+        # A prefix alone: constrained too, without constraints.
+        bodies.clear()
+        page.fill("#source", SOURCES[0])
+        page.fill("#glossary", "")
+        page.fill("#prefix", PREFIXES[0])
+        page.click("#translate")
+        page.wait_for_function("document.getElementById('status').textContent.includes('translated')",
+                               timeout=120_000)
+        assert bodies == [{"signature_name": "constrained", "instances": [
+            {"inputs": SOURCES[0], "prefixes": PREFIXES[0], "constraints": "", "no_repeat_ngram_size": 0,
+             "alpha": decoding.alpha, "max_extra_length": decoding.max_extra_length},
+        ]}]
 
-            # A constraint the length limit cannot hold: shown as not met.
-            long_phrase = " ".join(["Hund"] * 20)
-            page.fill("#prefix", "")
-            page.fill("#glossary", f"man\t{long_phrase}\nA\tFahrrad {long_phrase}\nrides\tSchnee {long_phrase}")
-            page.click("#translate")
-            page.wait_for_selector("#results .unmet", timeout=120_000)
-            assert page.text_content("#results .unmet").startswith("not met")
-            assert page.text_content("#status").endswith("1 sentence's constraints could not all be met.")
+        # A constraint the length limit cannot hold: shown as not met.
+        long_phrase = " ".join(["Hund"] * 20)
+        page.fill("#prefix", "")
+        page.fill("#glossary", f"man\t{long_phrase}\nA\tFahrrad {long_phrase}\nrides\tSchnee {long_phrase}")
+        page.click("#translate")
+        page.wait_for_selector("#results .unmet", timeout=120_000)
+        assert page.text_content("#results .unmet").startswith("not met")
+        assert page.text_content("#status").endswith("1 sentence's constraints could not all be met.")
 
-            # A malformed glossary is refused, naming its line, before any request.
-            bodies.clear()
-            page.fill("#glossary", "bike\tFahrrad\nbikes")
-            page.click("#translate")
-            page.wait_for_selector("#status.error")
-            assert page.text_content("#status") == (
-                'Error: glossary, line 2: "bikes" is not two non-empty columns separated by one tab '
-                "(source term <TAB> target term)"
-            )
-            assert bodies == []
-        finally:
-            browser.close()
+        # A malformed glossary is refused, naming its line, before any request.
+        bodies.clear()
+        page.fill("#glossary", "bike\tFahrrad\nbikes")
+        page.click("#translate")
+        page.wait_for_selector("#status.error")
+        assert page.text_content("#status") == (
+            'Error: glossary, line 2: "bikes" is not two non-empty columns separated by one tab '
+            "(source term <TAB> target term)"
+        )
+        assert bodies == []
