@@ -67,14 +67,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.p
 
 from benchmarks import machine  # noqa: E402
 from app.cli.flag_types import positive_int  # noqa: E402
+from data.corpora import MULTI30K_SCORED_SPLITS, multi30k_path, read_multi30k_lines  # noqa: E402
 from data.words import parse_pharaoh, word_spans, words  # noqa: E402
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir)
-MULTI30K = os.path.join(ROOT, "data", "multi30k")
-SPLIT_FILES = {"train": "train", "validation": "val", "test_2016_flickr": "test_2016_flickr"}
 # The proxy is trained on these; AER is measured on the last two.
 PROXY_SPLITS = ("train", "validation", "test_2016_flickr")
-SCORED_SPLITS = ("validation", "test_2016_flickr")
+SCORED_SPLITS = MULTI30K_SCORED_SPLITS
 TEST = "test_2016_flickr"
 SOURCE_LANG, TARGET_LANG = "en", "de"
 LANGUAGE_NAMES = {"en": "English", "de": "German", "fr": "French"}
@@ -127,27 +125,16 @@ def parse_args(argv=None):
 # The corpus and the proxy.
 
 
-def split_path(split, lang):
-    return os.path.join(MULTI30K, f"{SPLIT_FILES[split]}.{lang}.gz")
-
-
-def read_split(split, lang, count=None):
-    """The lines of the bundled Multi30k split in `lang`, the first `count` if given."""
-    path = split_path(split, lang)
-    if not os.path.exists(path):
-        raise SystemExit(f"no {path}: the bundled Multi30k has no {split} in {lang}")
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f][:count]
-
-
 def corpus_hash(splits=PROXY_SPLITS, langs=(SOURCE_LANG, TARGET_LANG)):
     """sha256 of the text of the proxy's corpus: each file's name and decompressed bytes."""
     digest = hashlib.sha256()
     for split in splits:
         for lang in langs:
-            with gzip.open(split_path(split, lang), "rb") as f:
+            path = multi30k_path(split, lang)
+            with gzip.open(path, "rb") as f:
                 data = f.read()
-            digest.update(f"{SPLIT_FILES[split]}.{lang}\0{len(data)}\0".encode() + data)
+            name = os.path.basename(path).removesuffix(".gz")  # e.g. val.en
+            digest.update(f"{name}\0{len(data)}\0".encode() + data)
     return digest.hexdigest()
 
 
@@ -170,7 +157,9 @@ def default_proxy_cache(key):
 
 def corpus_splits():
     """`{split: (sources, references)}`: every pair of the proxy's splits."""
-    return {split: (read_split(split, SOURCE_LANG), read_split(split, TARGET_LANG)) for split in PROXY_SPLITS}
+    return {
+        split: tuple(read_multi30k_lines(split, lang) for lang in (SOURCE_LANG, TARGET_LANG)) for split in PROXY_SPLITS
+    }
 
 
 def made_proxy(cache, key, splits, log=print):
@@ -564,7 +553,7 @@ def main(argv=None):
         except ExportNotFound as error:
             raise SystemExit(f"--saved-model: {error}") from None
     sides = {
-        split: (read_split(split, SOURCE_LANG, args.sentences), read_split(split, TARGET_LANG, args.sentences))
+        split: tuple(read_multi30k_lines(split, lang, args.sentences) for lang in (SOURCE_LANG, TARGET_LANG))
         for split in SCORED_SPLITS
     }
     import tensorflow as tf

@@ -31,7 +31,6 @@ that a shared machine's drift from minute to minute falls on all of them alike.
 """
 
 import argparse
-import gzip
 import os
 import random
 import statistics
@@ -42,9 +41,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.p
 
 from benchmarks import machine  # noqa: E402
 from app.cli.flag_types import positive_int  # noqa: E402
+from data.corpora import MULTI30K_SCORED_SPLITS, read_multi30k_lines  # noqa: E402
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir)
-SPLIT_FILES = {"validation": "val", "test_2016_flickr": "test_2016_flickr"}
 # Constraint phrases are one to this many words of the reference.
 LONGEST_PHRASE_WORDS = 3
 # Words of the reference that form the prefix.
@@ -61,7 +59,7 @@ def parse_args(argv=None):
         help="another export whose serving_default is measured beside it (repeatable; default: none)",
     )
     parser.add_argument(
-        "--split", default="test_2016_flickr", choices=sorted(SPLIT_FILES),
+        "--split", default="test_2016_flickr", choices=MULTI30K_SCORED_SPLITS,
         help="the bundled Multi30k split (default test_2016_flickr)",
     )
     parser.add_argument("--sentences", type=positive_int, help="the first N sentences only (default: all)")
@@ -78,19 +76,6 @@ def parse_args(argv=None):
         if "=" not in entry or not entry.split("=", 1)[0] or not entry.split("=", 1)[1]:
             parser.error(f"--also {entry!r}: give NAME=PATH")
     return args
-
-
-def read_split(split, source_lang, target_lang, count=None):
-    """`(sources, references)` of the bundled Multi30k split, the first `count` if given."""
-    stem = os.path.join(ROOT, "data", "multi30k", SPLIT_FILES[split])
-    sides = []
-    for lang in (source_lang, target_lang):
-        path = f"{stem}.{lang}.gz"
-        if not os.path.exists(path):
-            raise SystemExit(f"no {path}: the bundled Multi30k has no {split} in {lang}")
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            sides.append([line.rstrip("\n") for line in f][:count])
-    return sides[0], sides[1]
 
 
 def _words(text):
@@ -139,7 +124,9 @@ def main(argv=None):
     decoding = exported_decoding(path)
     alpha = decoding.alpha if decoding.alpha is not None else 0.6
     target_lang = info.get("target_lang", "de")
-    sources, references = read_split(args.split, info.get("source_lang", "en"), target_lang, args.sentences)
+    sources, references = (
+        read_multi30k_lines(args.split, lang, args.sentences) for lang in (info.get("source_lang", "en"), target_lang)
+    )
     loaded = {}
 
     def signatures_of(version):

@@ -40,7 +40,6 @@ the references.
 
 import argparse
 import dataclasses
-import gzip
 import json
 import os
 import shutil
@@ -54,13 +53,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.p
 
 from benchmarks import machine  # noqa: E402
 from app.cli.flag_types import float_at_least, int_list, positive_int  # noqa: E402
+from data.corpora import MULTI30K_SCORED_SPLITS, read_multi30k_lines  # noqa: E402
+from data.errors import DataError  # noqa: E402
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir)
 # savedmodel-one-search: the export with `--parallel-searches 1`, every call's sentences in one
 # beam search, as exports were before the searches were split.
 ENGINES = ("savedmodel", "savedmodel-one-search", "ctranslate2-float32", "ctranslate2-int8")
-# Multi30k's split names, as data/multi30k/ names its files.
-SPLIT_FILES = {"validation": "val", "test_2016_flickr": "test_2016_flickr"}
 MAX_EXTRA_LENGTH = 50
 
 
@@ -76,12 +74,10 @@ def read_sentences(args, source_lang, target_lang):
             if len(references) != len(sources):
                 raise SystemExit(f"--reference has {len(references)} lines, --file {len(sources)}")
     else:
-        stem = os.path.join(ROOT, "data", "multi30k", SPLIT_FILES[args.split])
-        paths = [f"{stem}.{source_lang}.gz", f"{stem}.{target_lang}.gz"]
-        for path in paths:
-            if not os.path.exists(path):
-                raise SystemExit(f"no {path}: --split reads the bundled Multi30k; give --file for other data")
-        sources, references = ([line.rstrip("\n") for line in gzip.open(p, "rt", encoding="utf-8")] for p in paths)
+        try:
+            sources, references = (read_multi30k_lines(args.split, lang) for lang in (source_lang, target_lang))
+        except DataError as error:
+            raise SystemExit(f"--split reads the bundled Multi30k ({error}); give --file for other data") from None
     if args.sentences:
         sources = sources[: args.sentences]
         references = references[: args.sentences] if references else None
@@ -320,7 +316,7 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model-dir", default=os.path.join("runs", "tiny-multi30k-en-de"), help="the training run")
     parser.add_argument(
-        "--split", choices=tuple(SPLIT_FILES), default="test_2016_flickr",
+        "--split", choices=MULTI30K_SCORED_SPLITS, default="test_2016_flickr",
         help="the bundled Multi30k split to translate (default test_2016_flickr)",
     )
     parser.add_argument("--file", help="translate this file's lines instead of a split")

@@ -28,6 +28,7 @@ import concurrent.futures
 import dataclasses
 import functools
 import hashlib
+import itertools
 import os
 import socket
 import urllib.parse
@@ -42,6 +43,8 @@ MULTI30K_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "multi30
 MULTI30K_LANGUAGES = ("en", "de", "fr")
 # Our split name -> the file stem in data/multi30k/.
 MULTI30K_SPLITS = {"train": "train", "validation": "val", "test": "test_2016_flickr"}
+# What benchmarks score on, by the names they take (`multi30k_path` reads both).
+MULTI30K_SCORED_SPLITS = ("validation", "test_2016_flickr")
 
 _TFDS_SPLITS = ("train", "validation", "test")
 _HELD_OUT_FRACTION = 0.01
@@ -319,6 +322,25 @@ def _read_multi30k(source_lang, target_lang):
         raw[split] = functools.partial(iter_parallel_lines, *pair)
         paths += pair
     return raw, _file_fingerprint(paths)
+
+
+def multi30k_path(split: str, lang: str) -> str:
+    """The bundled file of Multi30k's `split` in `lang`: `split` is one of our split names
+    (train, validation, test) or a file stem (val, test_2016_flickr), as benchmarks name
+    them."""
+    stem = MULTI30K_SPLITS.get(split, split)
+    if stem not in MULTI30K_SPLITS.values():
+        names = sorted(set(MULTI30K_SPLITS) | set(MULTI30K_SPLITS.values()))
+        raise DataError(f"multi30k has no split {split!r}; it has {', '.join(names)}")
+    if lang not in MULTI30K_LANGUAGES:
+        raise DataError(f"multi30k has no language {lang!r}; it has {', '.join(MULTI30K_LANGUAGES)}")
+    return os.path.join(MULTI30K_DIR, f"{stem}.{lang}.gz")
+
+
+def read_multi30k_lines(split: str, lang: str, count: Optional[int] = None) -> List[str]:
+    """The lines of the bundled Multi30k `split` in `lang` (see `multi30k_path`), the first
+    `count` where given: what the benchmarks translate and score against."""
+    return list(itertools.islice(iter_lines(multi30k_path(split, lang)), count))
 
 
 def _read_files(dataset):

@@ -13,7 +13,7 @@ import tensorflow as tf
 from app.commands.client import read_lines as client_read_lines
 from app.cli.flags import add_data_arguments, data_config_from_args
 from data.config import DataConfig
-from data.corpora import load_corpus, open_corpus
+from data.corpora import load_corpus, multi30k_path, open_corpus, read_multi30k_lines
 from data.dataset import prepare_data
 from data.errors import DataError
 from data import text_files
@@ -46,6 +46,27 @@ def test_multi30k_en_de_and_reverse_directions():
 def test_multi30k_unknown_language_is_named():
     with pytest.raises(DataError, match="'cs'"):
         load_corpus("multi30k", "en", "cs")
+
+
+def test_benchmarks_read_multi30k_splits_by_our_names_or_by_file_stems():
+    corpus = load_corpus("multi30k", "en", "de")
+    assert read_multi30k_lines("test_2016_flickr", "de") == corpus.splits["test"].target
+    assert read_multi30k_lines("validation", "en", 3) == corpus.splits["validation"].source[:3]
+    assert multi30k_path("val", "fr") == multi30k_path("validation", "fr")
+    assert multi30k_path("val", "fr").endswith("val.fr.gz")
+
+
+@pytest.mark.parametrize(
+    "split, lang, message",
+    [
+        ("test2016", "de", "multi30k has no split 'test2016'; it has test, test_2016_flickr, train, val, validation"),
+        ("train", "cs", "multi30k has no language 'cs'; it has en, de, fr"),
+    ],
+)
+def test_a_multi30k_split_or_language_it_lacks_is_named(split, lang, message):
+    with pytest.raises(DataError) as refused:
+        read_multi30k_lines(split, lang)
+    assert str(refused.value) == message
 
 
 @pytest.mark.parametrize("language", ["", "../de", "de/x", " de", "1de", "de\n"])
