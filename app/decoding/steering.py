@@ -12,7 +12,7 @@ written: prefix tokens count with their own log-probs, as fairseq scores them.
   next prefix token. Beam search needs nothing more: it starts with beam 0 alone live, so
   each forced step keeps one real hypothesis, and the first free step starts afresh from
   the prefix. The caller grows the length limit by the prefix length (`model_search`).
-- **No repeated n-gram** (`repeated_ngram_tokens`): token x is banned where the last
+- **No repeated n-gram** (`repeated_ngram_hits`): token x is banned where the last
   n - 1 tokens and x form an n-gram the hypothesis already holds. The n-grams run over the
   output tokens, prefix included, never the start token. Forced prefix tokens are exempt
   (forcing wins), and the end token is never banned, so a hypothesis can always end. The
@@ -142,58 +142,59 @@ def advance_ngram_runs(runs, ids, tokens):
     return tf.where(tf.equal(before_ids, tokens[:, :, None]), before_runs + 1, 0)
 
 
-def repeated_ngram_tokens(runs, ids, step, sizes, vocab_size):
-    """bool `[A, K, V]`: the tokens that would repeat an n-gram of size n = `sizes[a]` if
-    hypothesis (a, k) wrote them at `step + 1`.
+def repeated_ngram_hits(runs, ids, step, sizes):
+    """int32 `[N, 3]`: `(a, k, x)` for each earlier n-gram of hypothesis (a, k) that token
+    x would repeat at `step + 1`, n = `sizes[a]` (a token may be named more than once).
 
     Token `ids[p]` is banned where the n-gram ending at p has the last n - 1 tokens as its
     first n - 1, that is where `runs[p] >= n - 1`, for the n-grams ending at 1 <= p <=
     `step`: n = 1 bans every token written, an n longer than the hypothesis bans none, n
-    = 0 nothing. The hits are summed into the banned tokens' slots with one
-    `unsorted_segment_sum` over A K (L + 1) positions.
+    = 0 nothing. A few hits a step: they are applied where they fall (`steered_tokens`),
+    as fairseq's n-gram blocking writes -inf into the banned slots only, rather than
+    counted into a dense `[A, K, V]` tensor.
 
     Args:
         runs: int32 `[A, K, L + 1]` (`advance_ngram_runs`).
         ids: int32 `[A, K, L + 1]`, the tokens up to position `step`, then 0.
         step: int32 scalar, the newest position.
         sizes: int32 `[A]`, each sentence's n; 0 = no ban.
-        vocab_size: V, a Python int.
     """
-    num_sentences, width, buffer_length = tf.unstack(tf.shape(ids))
-    positions = tf.range(buffer_length)  # [L + 1]
+    positions = tf.range(tf.shape(ids)[2])  # [L + 1]
     sizes = sizes[:, None, None]  # [A, 1, 1]
     in_output = (positions >= 1) & (positions <= step)  # [L + 1]: earlier n-grams end here
-    hits = (sizes > 0) & in_output & (runs >= sizes - 1)  # [A, K, L + 1]
-    hypotheses = num_sentences * width
-    # Hypothesis h's token x is slot h V + x of the flat [A K V] result.
-    slots = tf.range(hypotheses)[:, None] * vocab_size + tf.reshape(ids, [hypotheses, buffer_length])  # [A K, L + 1]
-    counts = tf.math.unsorted_segment_sum(
-        tf.reshape(tf.cast(hits, tf.int32), [-1]), tf.reshape(slots, [-1]), hypotheses * vocab_size
-    )  # [A K V]
-    return tf.reshape(counts, [num_sentences, width, vocab_size]) > 0
+    where = tf.cast(tf.where((sizes > 0) & in_output & (runs >= sizes - 1)), tf.int32)  # [N, 3]: a, k, p
+    return tf.concat([where[:, :2], tf.gather_nd(ids, where)[:, None]], axis=1)  # [N, 3]: a, k, x
+
+
+def repeated_ngram_tokens(runs, ids, step, sizes, vocab_size):
+    """bool `[A, K, V]`: the tokens that would repeat an n-gram of size n = `sizes[a]` if
+    hypothesis (a, k) wrote them at `step + 1` (`repeated_ngram_hits`, as a mask).
+    `vocab_size` is V, a Python int."""
+    hits = repeated_ngram_hits(runs, ids, step, sizes)  # [N, 3]
+    shape = tf.concat([tf.shape(ids)[:2], [vocab_size]], axis=0)  # [3]: A, K, V
+    return tf.scatter_nd(hits, tf.ones_like(hits[:, 0]), shape) > 0
 
 
 def steered_tokens(allowed, steering, runs, ids, step, *, end_id):
     """bool `[A, K, V]`: the tokens each hypothesis may write at `step + 1` under its
     sentence's `steering`: `allowed` (bool `[A, V]`) with the prefix forced
-    (`forced_prefix`) and the repeated n-grams banned (`repeated_ngram_tokens`, from
+    (`forced_prefix`) and the repeated n-grams banned (`repeated_ngram_hits`, from
     `runs` and `ids`, int32 `[A, K, L + 1]`). A forced token and the end token are never
     banned: forcing wins, and a hypothesis can always end (the end token is in no live
     hypothesis anyway, so no ban could name it). Where no sentence left bans n-grams
-    (`uses_ngram_bans`), the bans are not computed: their count over every hypothesis's
-    vocabulary is most of what steering costs a step."""
+    (`uses_ngram_bans`), the bans are not looked for at all."""
     allowed, forcing = forced_prefix(allowed, steering, step)  # [A, V], [A]
     vocab_size = allowed.shape[1]
-    every_hypothesis = tf.concat([tf.shape(ids)[:2], [vocab_size]], axis=0)  # [3]: A, K, V
+    every_hypothesis = tf.broadcast_to(
+        allowed[:, None, :], tf.concat([tf.shape(ids)[:2], [vocab_size]], axis=0)
+    )  # [A, K, V]
 
     def with_bans():
-        banned = repeated_ngram_tokens(runs, ids, step, steering.no_repeat_ngram_size, vocab_size)  # [A, K, V]
-        exempt = forcing[:, None] | tf.equal(tf.range(vocab_size), end_id)[None, :]  # [A, V]
-        return allowed[:, None, :] & (exempt[:, None, :] | ~banned)
+        hits = repeated_ngram_hits(runs, ids, step, steering.no_repeat_ngram_size)  # [N, 3]
+        hits = tf.boolean_mask(hits, ~tf.gather(forcing, hits[:, 0]) & (hits[:, 2] != end_id))
+        return tf.tensor_scatter_nd_update(every_hypothesis, hits, tf.zeros_like(hits[:, 0], tf.bool))
 
-    return tf.cond(
-        uses_ngram_bans(steering), with_bans, lambda: tf.broadcast_to(allowed[:, None, :], every_hypothesis)
-    )  # [A, K, V]
+    return tf.cond(uses_ngram_bans(steering), with_bans, lambda: every_hypothesis)  # [A, K, V]
 
 
 def uses_ngram_bans(steering):
