@@ -171,8 +171,14 @@ def repeated_ngram_tokens(runs, ids, step, sizes, vocab_size):
     hypothesis (a, k) wrote them at `step + 1` (`repeated_ngram_hits`, as a mask).
     `vocab_size` is V, a Python int."""
     hits = repeated_ngram_hits(runs, ids, step, sizes)  # [N, 3]
-    shape = tf.concat([tf.shape(ids)[:2], [vocab_size]], axis=0)  # [3]: A, K, V
-    return tf.scatter_nd(hits, tf.ones_like(hits[:, 0]), shape) > 0
+    return hit_mask(hits, tf.concat([tf.shape(ids)[:2], [vocab_size]], axis=0))
+
+
+def hit_mask(hits, shape):
+    """bool `[A, K, V]` of `shape`, true at the `hits` (int32 `[N, 3]`) only."""
+    # uint8, not bool: ScatterNd has no GPU kernel for bool, and its int32 kernel keeps
+    # the tensors in host memory. A byte per slot, as the bool mask.
+    return tf.scatter_nd(hits, tf.ones_like(hits[:, 0], tf.uint8), shape) > 0
 
 
 def steered_tokens(allowed, steering, runs, ids, step, *, end_id):
@@ -184,15 +190,13 @@ def steered_tokens(allowed, steering, runs, ids, step, *, end_id):
     hypothesis anyway, so no ban could name it). Where no sentence left bans n-grams
     (`uses_ngram_bans`), the bans are not looked for at all."""
     allowed, forcing = forced_prefix(allowed, steering, step)  # [A, V], [A]
-    vocab_size = allowed.shape[1]
-    every_hypothesis = tf.broadcast_to(
-        allowed[:, None, :], tf.concat([tf.shape(ids)[:2], [vocab_size]], axis=0)
-    )  # [A, K, V]
+    shape = tf.concat([tf.shape(ids)[:2], [allowed.shape[1]]], axis=0)  # [3]: A, K, V
+    every_hypothesis = tf.broadcast_to(allowed[:, None, :], shape)  # [A, K, V]
 
     def with_bans():
         hits = repeated_ngram_hits(runs, ids, step, steering.no_repeat_ngram_size)  # [N, 3]
         hits = tf.boolean_mask(hits, ~tf.gather(forcing, hits[:, 0]) & (hits[:, 2] != end_id))
-        return tf.tensor_scatter_nd_update(every_hypothesis, hits, tf.zeros_like(hits[:, 0], tf.bool))
+        return allowed[:, None, :] & ~hit_mask(hits, shape)  # [A, K, V]
 
     return tf.cond(uses_ngram_bans(steering), with_bans, lambda: every_hypothesis)  # [A, K, V]
 

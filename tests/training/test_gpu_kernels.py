@@ -107,13 +107,17 @@ def _gpu_kernels(op):
 
 
 def _kernel_takes(kernel, node):
-    """Whether every type constraint of `kernel` admits `node`'s attribute values."""
+    """Whether every constraint of `kernel` admits `node`'s attribute values: dtypes, and
+    strings (GatherNd's kernels name the `bad_indices_policy` values they take)."""
     for constraint in kernel.constraint:
         value = _attr(node, constraint.name)
         allowed = constraint.allowed_values.list.type
         if value is None:
             return False
-        if value.HasField("list"):
+        if constraint.allowed_values.list.s:
+            if value.s not in constraint.allowed_values.list.s:
+                return False
+        elif value.HasField("list"):
             if not all(dtype in allowed for dtype in value.list.type):
                 return False
         elif value.type not in allowed:
@@ -167,6 +171,15 @@ def test_the_check_finds_a_bfloat16_scatter_inside_a_loop_inside_a_nested_functi
     assert list(bfloat16) == ["TensorScatterUpdate(T=bfloat16, Tindices=int32)"]
     assert bfloat16["TensorScatterUpdate(T=bfloat16, Tindices=int32)"][0].startswith("while_body")
     assert found_for(tf.float32) == {}
+
+
+def test_the_check_reads_the_string_constraints_of_a_kernel():
+    # GatherNd's GPU kernels constrain the string `bad_indices_policy` as well as the dtypes.
+    @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.int32), tf.TensorSpec([None, 3], tf.int32)])
+    def gathered(ids, where):
+        return tf.gather_nd(ids, where[:, :2])
+
+    assert ops_without_gpu_kernel(gathered.get_concrete_function().graph.as_graph_def()) == {}
 
 
 def test_the_check_reports_an_op_on_strings_and_the_allowlist_takes_only_what_it_names():
