@@ -448,16 +448,25 @@ class Translator(tf.Module):
         return {"translations": self.tokenizer.detokenize(ids), "scores": scores, "constraints_met": met}
 
     def signatures(self):
+        """`{signature name: tf.function}`, each with its input signature, untraced.
+
+        `tf.saved_model.save` traces them itself: a concrete function traced before the
+        save is traced again inside it (the save's context is part of the trace's cache
+        key), and each trace of the beam-search signatures costs seconds."""
         return {
-            "serving_default": self.serve.get_concrete_function(),
-            "nbest": self.serve_nbest.get_concrete_function(),
-            "greedy": self.serve_greedy.get_concrete_function(),
-            "translate_with_options": self.serve_with_options.get_concrete_function(),
-            "score": self.serve_score.get_concrete_function(),
-            "sample": self.serve_sample.get_concrete_function(),
-            "constrained": self.serve_constrained.get_concrete_function(),
-            "align": self.serve_align.get_concrete_function(),
+            "serving_default": self.serve,
+            "nbest": self.serve_nbest,
+            "greedy": self.serve_greedy,
+            "translate_with_options": self.serve_with_options,
+            "score": self.serve_score,
+            "sample": self.serve_sample,
+            "constrained": self.serve_constrained,
+            "align": self.serve_align,
         }
+
+    def concrete_signatures(self):
+        """`{signature name: concrete function}`, as the SavedModel holds them."""
+        return {name: function.get_concrete_function() for name, function in self.signatures().items()}
 
 
 def _checkpoint_path(model_dir, checkpoint, kept):
@@ -628,7 +637,10 @@ def export(translator, base=DEFAULT_EXPORT_BASE, version=None, metadata=None, lo
     with new_version(base, version) as (temporary, final):
         log(f"writing the SavedModel to {final}: tracing its signatures, then saving")
         started = time.monotonic()
-        tf.saved_model.save(translator, temporary, signatures=translator.signatures())
+        # Without the layers' custom gradients (fused layer norm, dense): serving never
+        # differentiates, and tracing each one's gradient function took a third of the save.
+        options = tf.saved_model.SaveOptions(experimental_custom_gradients=False)
+        tf.saved_model.save(translator, temporary, signatures=translator.signatures(), options=options)
         with open(os.path.join(temporary, EXPORT_INFO), "w") as f:
             json.dump(metadata or {}, f, indent=2)
         seconds = time.monotonic() - started

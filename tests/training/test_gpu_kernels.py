@@ -275,7 +275,8 @@ def test_every_op_of_the_export_has_a_gpu_kernel_but_the_tokenizers(tmp_path):
     tokenizer = SubwordTokenizer.train(texts, 400, str(tmp_path / "vocab.model"))
     model_config, _ = base_run("float32", tokenizer.vocab_size)
     translator = Translator(build_transformer(model_config), model_config, tokenizer)
-    functions = {**translator.signatures(), "source_lengths": translator.source_lengths.get_concrete_function()}
+    functions = translator.concrete_signatures()
+    functions["source_lengths"] = translator.source_lengths.get_concrete_function()
     # Beam search's loop is in the library: the walk reaches into it.
     beam_search = functions["serving_default"].graph.as_graph_def().library.function
     assert any(f.signature.name.startswith("while_body") for f in beam_search)
