@@ -197,6 +197,15 @@ def test_an_interrupted_export_leaves_no_version_behind(tmp_path, monkeypatch):
     assert os.listdir(tmp_path / "translator") == []
 
 
+def test_the_save_traces_each_signature_once(exported, tmp_path):
+    # A concrete function traced before tf.saved_model.save is traced again inside it (the
+    # save's context is part of the cache key): the export hands over the tf.functions.
+    assert all(isinstance(f, tf.types.experimental.GenericFunction) for f in exported[0].signatures().values())
+    translator = StandInTranslator()
+    export(translator, str(tmp_path / "translator"))
+    assert translator.serve.experimental_get_tracing_count() == 1
+
+
 @pytest.mark.slow
 def test_checkpoint_averaging_needs_enough_checkpoints(model_dir):
     _, weights = load_translator(model_dir, average_last=3)
