@@ -191,14 +191,16 @@ def steered_tokens(allowed, steering, runs, ids, step, *, end_id):
     (`uses_ngram_bans`), the bans are not looked for at all."""
     allowed, forcing = forced_prefix(allowed, steering, step)  # [A, V], [A]
     shape = tf.concat([tf.shape(ids)[:2], [allowed.shape[1]]], axis=0)  # [3]: A, K, V
-    every_hypothesis = tf.broadcast_to(allowed[:, None, :], shape)  # [A, K, V]
 
     def with_bans():
         hits = repeated_ngram_hits(runs, ids, step, steering.no_repeat_ngram_size)  # [N, 3]
         hits = tf.boolean_mask(hits, ~tf.gather(forcing, hits[:, 0]) & (hits[:, 2] != end_id))
         return allowed[:, None, :] & ~hit_mask(hits, shape)  # [A, K, V]
 
-    return tf.cond(uses_ngram_bans(steering), with_bans, lambda: every_hypothesis)  # [A, K, V]
+    # The broadcast in its own branch: outside the cond it would run even where bans apply.
+    return tf.cond(
+        uses_ngram_bans(steering), with_bans, lambda: tf.broadcast_to(allowed[:, None, :], shape)
+    )  # [A, K, V]
 
 
 def uses_ngram_bans(steering):
