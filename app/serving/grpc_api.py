@@ -21,13 +21,12 @@ import asyncio
 import logging
 
 import grpc
-import numpy as np
 from google.protobuf import json_format
 
 from app.serving.model_config import ModelConfigError, parse_model_config
 from app.serving.protos import apis, error_codes_pb2
 from app.serving.rest_api import DEFAULT_SIGNATURE, Limits, ServingError
-from app.serving.tensor_proto import declared_dtype, declared_shape, dtype_name, to_array, to_tensor_proto
+from app.serving.tensor_proto import request_arrays, to_tensor_proto
 
 log = logging.getLogger("app.serve")
 
@@ -80,7 +79,7 @@ class PredictionService(apis.prediction_service_pb2_grpc.PredictionServiceServic
         if signature_name not in loaded.inputs:
             raise ServingError(f'Serving signature key "{signature_name}" not found.', code="FAILED_PRECONDITION")
         input_specs = loaded.inputs[signature_name]
-        inputs = self._inputs(request, spec.name, input_specs)
+        inputs = request_arrays(request.inputs, spec.name, input_specs, self.limits)
         output_names = self._output_names(request, loaded.outputs[signature_name])
         rows = max((len(array) for array in inputs.values() if array.ndim), default=1)
         outputs = await self.core.batcher.run(
@@ -93,50 +92,6 @@ class PredictionService(apis.prediction_service_pb2_grpc.PredictionServiceServic
         for name in output_names:
             response.outputs[name].CopyFrom(to_tensor_proto(outputs[name]))
         return response
-
-    def _inputs(self, request, model_name, input_specs):
-        """The request's tensors as arrays, checked against the signature and the limits."""
-        extra = sorted(set(request.inputs) - set(input_specs))
-        missing = sorted(set(input_specs) - set(request.inputs))
-        if extra or missing:
-            raise ServingError(
-                f"Request inputs do not match required inputs for model `{model_name}`. "
-                f"Send extra: {{{','.join(extra)}}}. Missing but required: {{{','.join(missing)}}}."
-            )
-        inputs = {}
-        for index, (name, spec) in enumerate(sorted(input_specs.items())):
-            inputs[name] = self._input(request.inputs[name], name, index, spec)
-        return inputs
-
-    def _input(self, proto, name, index, spec):
-        """One input tensor as an array: its declared type, shape and size checked against
-        the signature and the limits before any array of that size is made."""
-        where = f'input "{name}"'
-        dtype = declared_dtype(proto, where)
-        if dtype != spec.dtype:
-            raise ServingError(
-                f'Expects arg[{index}] to be {dtype_name(spec.dtype)} but {dtype_name(dtype)} is provided ({where})'
-            )
-        shape = declared_shape(proto, where)
-        fits = spec.shape is None or (len(shape) == len(spec.shape) and all(
-            want is None or want == got for want, got in zip(spec.shape, shape)
-        ))
-        if not fits:
-            want = "[" + ",".join("?" if d is None else str(d) for d in spec.shape) + "]"
-            raise ServingError(f'input "{name}" has shape {list(shape)}, expected {want}')
-        if shape:
-            self.limits.check_rows(shape[0])
-        array = to_array(proto, where, max_values=self.limits.max_values(spec.shape))
-        if array.dtype == np.object_:
-            # Characters, as REST counts them: of the bytes' UTF-8 reading (a byte that is not
-            # UTF-8 counts as one).
-            # A filled tensor repeats one object: each distinct value is measured once, and
-            # only one of more bytes than the limit can have more characters.
-            distinct = {id(value): value for value in array.ravel()}.values()
-            longest = max((len(value.decode("utf-8", "replace")) for value in distinct
-                           if len(value) > self.limits.max_text_length), default=0)
-            self.limits.check_text(longest, f'in input "{name}"')
-        return array
 
     @staticmethod
     def _output_names(request, output_specs):

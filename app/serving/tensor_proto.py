@@ -144,3 +144,56 @@ def to_tensor_proto(array):
     else:
         getattr(proto, field).extend(flat.tolist())
     return proto
+
+
+def request_arrays(tensors, model_name, input_specs, limits=None):
+    """A Predict request's tensors (`request.inputs`: name -> TensorProto) as arrays, checked
+    against the signature's `input_specs` (name -> spec with dtype and shape) as TF Serving
+    checks them: the same names, each of its declared type and shape. With `limits` (the
+    server's `Limits`), rows, values and text lengths are bounded before any array of that
+    size is made; without, only the types and shapes are checked (a warm-up file's requests,
+    the operator's own)."""
+    extra = sorted(set(tensors) - set(input_specs))
+    missing = sorted(set(input_specs) - set(tensors))
+    if extra or missing:
+        raise ServingError(
+            f"Request inputs do not match required inputs for model `{model_name}`. "
+            f"Send extra: {{{','.join(extra)}}}. Missing but required: {{{','.join(missing)}}}."
+        )
+    return {
+        name: _request_array(tensors[name], name, index, spec, limits)
+        for index, (name, spec) in enumerate(sorted(input_specs.items()))
+    }
+
+
+def _request_array(proto, name, index, spec, limits):
+    """One input tensor as an array: its declared type, shape and size checked against the
+    signature and `limits` before any array of that size is made."""
+    where = f'input "{name}"'
+    dtype = declared_dtype(proto, where)
+    if dtype != spec.dtype:
+        raise ServingError(
+            f'Expects arg[{index}] to be {dtype_name(spec.dtype)} but {dtype_name(dtype)} is provided ({where})'
+        )
+    shape = declared_shape(proto, where)
+    fits = spec.shape is None or (len(shape) == len(spec.shape) and all(
+        want is None or want == got for want, got in zip(spec.shape, shape)
+    ))
+    if not fits:
+        want = "[" + ",".join("?" if d is None else str(d) for d in spec.shape) + "]"
+        raise ServingError(f'input "{name}" has shape {list(shape)}, expected {want}')
+    if limits is None:
+        return to_array(proto, where)
+    if shape:
+        limits.check_rows(shape[0])
+    array = to_array(proto, where, max_values=limits.max_values(spec.shape))
+    if array.dtype == np.object_:
+        # Characters, as REST counts them: of the bytes' UTF-8 reading (a byte that is not
+        # UTF-8 counts as one).
+        # A filled tensor repeats one object: each distinct value is measured once, and
+        # only one of more bytes than the limit can have more characters.
+        distinct = {id(value): value for value in array.ravel()}.values()
+        longest = max((len(value.decode("utf-8", "replace")) for value in distinct
+                       if len(value) > limits.max_text_length), default=0)
+        limits.check_text(longest, f'in input "{name}"')
+    return array
