@@ -11,6 +11,7 @@ at the root, or `transformer-export` once installed.
     python export.py --model-dir DIR --format ctranslate2        # saved_models/translator/ctranslate2/<next>/
     python export.py --model-dir DIR --alignment-head=-1:0       # align reads the last layer's head 0
     python export.py --model-dir DIR --format ctranslate2 --alignment-head=-1:0   # CTranslate2's attention: the same
+    python export.py --model-dir DIR --warmup-signatures serving_default,align   # warm up these two only
 
 With neither --checkpoint nor --average-last, the run's settings.json says which weights:
 tiny averages its newest 10 checkpoints, base and big their newest 5 and 20, as the paper
@@ -96,7 +97,25 @@ def parse_args(argv=None):
         "counts from the end, written --alignment-head=-1:0 (default: the head the run was trained to align with "
         "--guided-alignment, else the second-to-last layer's mean, layer 0's in a one-layer model)",
     )
+    parser.add_argument(
+        "--warmup-signatures",
+        type=warmup_signature_names,
+        metavar="NAMES",
+        help="comma-separated signatures that the SavedModel's warm-up requests (assets.extra/"
+        "tf_serving_warmup_requests) call as TF Serving or app.serve loads it, so that no client waits for a "
+        "signature's first call; 'none': no warm-up file (default: every signature)",
+    )
     return parser.parse_args(argv)
+
+
+def warmup_signature_names(text):
+    """--warmup-signatures: "a,b" -> ("a", "b"); "none" -> (): no warm-up file."""
+    if text.strip().lower() == "none":
+        return ()
+    names = tuple(name.strip() for name in text.split(","))
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"expected signature names separated by commas, or none, got {text!r}")
+    return names
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,6 +142,9 @@ class ExportPlan:
     # The head the align signature reads (--alignment-head, as given); None: the default
     # (app/decoding/config.py's `chosen_alignment_head`).
     alignment_head: Optional[AlignmentHead] = None
+    # The signatures the warm-up file's requests call (--warmup-signatures); None: all,
+    # (): no file.
+    warmup_signatures: Optional[tuple] = None
 
 
 def plan_export(args):
@@ -136,6 +158,9 @@ def plan_export(args):
     base = args.model_base_path or export_base(args.model_name)
     if args.format == "ctranslate2" and args.ensemble:
         raise FlagError("--ensemble applies to --format savedmodel only; a CTranslate2 model holds one model")
+    if args.format == "ctranslate2" and args.warmup_signatures is not None:
+        raise FlagError("--warmup-signatures applies to --format savedmodel only; a CTranslate2 model has no "
+                        "warm-up file (app.serve warms it up with one call)")
     if args.format == "ctranslate2" and not args.model_base_path:
         from app.export.ctranslate2 import SUBDIRECTORY
 
@@ -153,6 +178,7 @@ def plan_export(args):
         version=args.version,
         model_name=args.model_name,
         alignment_head=args.alignment_head,
+        warmup_signatures=args.warmup_signatures,
     )
 
 
@@ -189,7 +215,9 @@ def run_export(plan):
     if plan.format == "ctranslate2":
         print(f"writing the CTranslate2 model under {plan.base}")
         return ctranslate2.export_ctranslate2(translator, plan.base, plan.version, metadata), weights
-    return export(translator, plan.base, plan.version, metadata, log=print), weights  # log: what takes time
+    path = export(translator, plan.base, plan.version, metadata, log=print,  # log: what takes time
+                  warmup_signatures=plan.warmup_signatures)
+    return path, weights
 
 
 def main(argv=None):

@@ -61,6 +61,11 @@ Atomic: the export is written to a hidden temporary directory beside the version
 ops are checked against those TensorFlow Serving registers, and only then is it renamed
 to its version number. TF Serving ignores non-numeric directories, so it never sees a
 half-written version; an existing version is never overwritten.
+
+Warm: `assets.extra/tf_serving_warmup_requests` holds one request per signature
+(app/export/warmup_requests.py), which TF Serving and the local server run as they load
+the version (app/serving/warmup.py), so that no client waits seconds for a signature's
+first call.
 """
 
 import contextlib
@@ -87,9 +92,11 @@ from app.decoding.steering import Steering, padded_prefixes
 from app.decoding.truncation import subwords_kept, truncated_sources
 from app.model_dir import checkpoints
 from app.export.export_info import EXPORT_INFO  # beside saved_model.pb: export_metadata()
+from app.export.warmup_requests import warmup_requests
 from app.model.config import ModelConfig
 from app.model.transformer import Transformer, build_transformer
 from app.model_dir.settings import load_settings
+from app.serving.warmup import write_warmup_requests
 from data.tokenizer import MODEL_FILENAME, SubwordTokenizer, piece_words, word_counts
 
 # Ops that are registered in stock TensorFlow but call back into Python, which a
@@ -627,13 +634,19 @@ def new_version(base, version=None):
         shutil.rmtree(temporary, ignore_errors=True)
 
 
-def export(translator, base=DEFAULT_EXPORT_BASE, version=None, metadata=None, log=None):
+def export(translator, base=DEFAULT_EXPORT_BASE, version=None, metadata=None, log=None, warmup_signatures=None):
     """Writes `translator` to `base/<version>/` atomically; returns that path.
 
     `log`: called with a line as each slow part starts (tracing and writing the
-    signatures, then checking their ops), or None.
+    signatures, then checking their ops), or None. `warmup_signatures`: the signatures the
+    version's warm-up requests call as a server loads it (app/export/warmup_requests.py;
+    None: every one, (): no warm-up file).
     """
     log = log or (lambda line: None)
+    try:  # before the slow part: a name that is no signature
+        requests = warmup_requests(translator.signatures(), warmup_signatures)
+    except ValueError as error:
+        raise ExportError(str(error)) from None
     with new_version(base, version) as (temporary, final):
         log(f"writing the SavedModel to {final}: tracing its signatures, then saving")
         started = time.monotonic()
@@ -643,6 +656,8 @@ def export(translator, base=DEFAULT_EXPORT_BASE, version=None, metadata=None, lo
         tf.saved_model.save(translator, temporary, signatures=translator.signatures(), options=options)
         with open(os.path.join(temporary, EXPORT_INFO), "w") as f:
             json.dump(metadata or {}, f, indent=2)
+        if requests:
+            write_warmup_requests(temporary, requests)
         seconds = time.monotonic() - started
         log(f"checking that TensorFlow Serving registers every op of the graph (written in {seconds:.1f} s)")
         unsupported = unsupported_serving_ops(temporary)

@@ -67,3 +67,15 @@ def test_the_base_path_given_wins_and_a_ctranslate2_export_goes_beside_the_saved
 def test_a_model_directory_that_is_not_there_is_named():
     with pytest.raises(ValueError, match="^--model-dir nowhere: no such directory$"):
         planned("--model-dir", "nowhere")
+
+
+def test_warmup_signatures_name_the_signatures_warmed_or_none():
+    assert planned().warmup_signatures is None  # every signature
+    assert planned("--warmup-signatures", "serving_default, align").warmup_signatures == ("serving_default", "align")
+    assert planned("--warmup-signatures", "none").warmup_signatures == ()
+    with pytest.raises(SystemExit):
+        export.parse_args(["--warmup-signatures", "serving_default,,align"])
+    from app.cli.flag_types import FlagError
+
+    with pytest.raises(FlagError, match="--warmup-signatures applies to --format savedmodel only"):
+        planned("--format", "ctranslate2", "--warmup-signatures", "serving_default")
