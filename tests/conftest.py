@@ -85,6 +85,10 @@ def exported(model_dir, tmp_path_factory):
     The export is shared by every test of the run and none writes into `base`: tests that
     serve a base of their own copy `path`. The translator is this process's own, with the
     exported weights (the best checkpoint).
+
+    Its warm-up requests call `serving_default` only: a worker loads this export in many
+    tests, and the other seven signatures' first calls took 2-6 s each there, which a test
+    that calls one pays when it calls it. tests/serving/test_warmup.py warms every one.
     """
     import tensorflow as tf
 
@@ -94,7 +98,7 @@ def exported(model_dir, tmp_path_factory):
 
     def export_and_translate(directory):
         base = str(directory / "translator")
-        path = export(translator, base)
+        path = export(translator, base, warmup_signatures=["serving_default"])
         expected = translator.serve(tf.constant(SENTENCES))
         return base, path, {k: v.numpy() for k, v in expected.items()}
 

@@ -132,6 +132,10 @@ class ServePlan:
     enable_batching: bool
     batching: BatchingParameters
     threads: CpuThreads
+    # How often each request of a version's warm-up file runs as it loads (app/serving/
+    # warmup.py): --num_request_iterations_for_warmup, at least 1; 0: --enable_model_warmup
+    # is false.
+    warmup_iterations: int = 1
 
 
 def plan_serving(args):
@@ -184,6 +188,7 @@ def plan_serving(args):
         enable_batching=args.enable_batching,
         batching=batching,
         threads=CpuThreads(args.tensorflow_intra_op_parallelism, args.tensorflow_inter_op_parallelism),
+        warmup_iterations=max(1, args.num_request_iterations_for_warmup) if args.enable_model_warmup else 0,
     )
 
 
@@ -273,6 +278,21 @@ def _add_model_flags(parser):
         ),
         parser.add_argument(
             "--max_num_load_retries", type=int, default=5, help="retries of a version that fails to load (default 5)"
+        ),
+        parser.add_argument(
+            "--enable_model_warmup",
+            type=_bool,
+            nargs="?",
+            const=True,
+            default=True,
+            help="run the requests of a version's assets.extra/tf_serving_warmup_requests as it loads, which "
+            "export.py writes; a version whose warm-up fails does not load (default true, as TF Serving)",
+        ),
+        parser.add_argument(
+            "--num_request_iterations_for_warmup",
+            type=int,
+            default=0,
+            help="how often each warm-up request runs (default 0: once, as TF Serving)",
         ),
         parser.add_argument(
             "--load_timeout_seconds",
@@ -423,7 +443,7 @@ def _check(parser, args):
         ("num_versions", 1), ("max_num_load_retries", 0), ("load_retry_interval_micros", 0), ("max_instances", 1),
         ("max_text_length", 1), ("tensorflow_intra_op_parallelism", 0),
         ("grpc_max_threads", 1), ("tensorflow_inter_op_parallelism", 0), ("load_timeout_seconds", 0),
-        ("reclaim_unloaded_memory_mb", 0),
+        ("reclaim_unloaded_memory_mb", 0), ("num_request_iterations_for_warmup", 0),
     )
     for flag, least in least_values:
         if getattr(args, flag) is not None and getattr(args, flag) < least:
@@ -446,6 +466,7 @@ async def serve(plan):
         ModelSet(functools.partial(make_manager, plan), plan.allow_labels_for_unavailable),
         batcher, plan.models, plan.poll_wait_seconds, plan.model_config_file, plan.config_poll_seconds,
         start_worker=functools.partial(WorkerProcess, threads=plan.threads, max_calls=batcher.threads,
+                                       warmup_iterations=plan.warmup_iterations,
                                        timeout=plan.load_timeout_seconds),
         load_timeout_seconds=plan.load_timeout_seconds, reclaim_bytes=plan.reclaim_bytes,
     )

@@ -589,9 +589,12 @@ class CTranslate2Version:
             "no_repeat_ngram_sizes": [int(size) for size in np.asarray(inputs["no_repeat_ngram_size"]).ravel()],
         }
 
-    def warm_up(self):
-        """One call per signature, so the first request is not the slow one."""
-        self.run("serving_default", {"inputs": np.array([b""], dtype=object)})
+    def warm_up(self, iterations=1):
+        """`serving_default` called `iterations` times on one empty input, so that the first
+        request is not the one that sets up the translator (a CTranslate2 model carries no
+        warm-up file)."""
+        for _ in range(iterations):
+            self.run("serving_default", {"inputs": np.array([b""], dtype=object)})
 
 
 def _check_request(name, values):

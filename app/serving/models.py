@@ -26,7 +26,7 @@ import numpy as np
 from app.export.locate import DEFAULT_EXPORT_BASE
 from app.export.locate import versions
 from app.serving.model_config import VersionPolicy
-from app.serving.rest_api import ServingError, TensorSpec, signature_def_json
+from app.serving.rest_api import DEFAULT_SIGNATURE, ServingError, TensorSpec, signature_def_json
 
 log = logging.getLogger("app.serve")
 
@@ -128,19 +128,35 @@ class LoadedVersion:
         self._session = None
         _give_back_freed_memory()
 
-    def warm_up(self):
-        """One call per signature (one row: "" and 1s), so the first request is not the slow one."""
-        for name, specs in self.inputs.items():
-            row = {
-                key: np.array([b"" if spec.dtype == np.object_ else 1], dtype=spec.dtype).reshape(
-                    (1,) + tuple(d or 1 for d in spec.shape[1:])
-                )
-                for key, spec in specs.items()
-            }
+    def warm_up(self, iterations=1):
+        """Runs the requests of the SavedModel's warm-up file, each `iterations` times, so
+        that no client's request is the one that builds a signature's executor (warmup.py
+        says the rules, TF Serving's). No file: nothing to run, as in TF Serving.
+
+        Raises:
+            WarmupError: the file cannot be read, or one of its requests failed (the
+                version must not load, as in TF Serving).
+        """
+        from app.serving.tensor_proto import request_arrays
+        from app.serving.warmup import WarmupError, read_warmup_requests, warmup_path
+
+        requests = read_warmup_requests(self.path)
+        if requests is None:
+            log.info("version %s: no warm-up file at %s", self.version, warmup_path(self.path))
+            return
+        started = time.monotonic()
+        for number, request in enumerate(requests, start=1):
+            signature_name = request.model_spec.signature_name or DEFAULT_SIGNATURE
             try:
-                self.run(name, row)
-            except Exception as error:  # a warm-up call the model rejects still warms it
-                log.info("warm-up of %s version %s: %s", name, self.version, error)
+                inputs = request_arrays(request.inputs, self.path, self.input_specs(signature_name))
+                for _ in range(iterations):
+                    self.run(signature_name, inputs)
+            except ServingError as error:
+                raise WarmupError(
+                    f"{warmup_path(self.path)}: warm-up request {number} ({signature_name}) failed: {error.message}"
+                ) from None
+        log.info("version %s: warmed up by %d requests in %.1f s", self.version, len(requests),
+                 time.monotonic() - started)
 
 
 def is_ctranslate2(path):

@@ -91,7 +91,7 @@ class WorkerProcess:
         RemoteError: the child ended before it said how its loads went.
     """
 
-    def __init__(self, entries, threads=CpuThreads(), max_calls=1, timeout=None):
+    def __init__(self, entries, threads=CpuThreads(), max_calls=1, timeout=None, warmup_iterations=1):
         entries = [(name, int(version), str(path)) for name, version, path in entries]
         # A fresh interpreter, not multiprocessing's spawn, which would run the caller's
         # __main__ again in the child; the pipe is a socket pair passed by descriptor.
@@ -99,6 +99,7 @@ class WorkerProcess:
         command = [
             sys.executable, "-m", __name__, str(child_end.fileno()),
             AUTO if threads.intra_op is None else str(threads.intra_op), str(threads.inter_op), str(max_calls),
+            str(warmup_iterations),
         ]
         self._process = subprocess.Popen(command, pass_fds=[child_end.fileno()], env=_child_environment())
         child_end.close()  # the child's copy is the only one left: its exit reads as EOF here
@@ -404,7 +405,7 @@ def _child_environment():
     return environment
 
 
-def _child_main(connection, threads, max_calls):
+def _child_main(connection, threads, max_calls, warmup_iterations):
     """The child: load and warm up each version, say how each went, then answer calls until
     told to stop or the server is gone."""
     # Ctrl-C in a terminal reaches the whole process group; the server decides when this ends.
@@ -424,7 +425,7 @@ def _child_main(connection, threads, max_calls):
         for name, version, path in entries:
             before = resident_bytes()
             try:
-                loaded[(name, version)] = _load(version, path, threads, max_calls)
+                loaded[(name, version)] = _load(version, path, threads, max_calls, warmup_iterations)
                 description = loaded[(name, version)]
                 results.append((True, {"inputs": description.inputs, "outputs": description.outputs,
                                        "signature_def": description.signature_def,
@@ -515,8 +516,9 @@ def _set_threads(entries, threads, max_calls):
     log.info("worker: %s", describe_cpu_threads())
 
 
-def _load(version, path, threads, max_calls):
-    """One version, loaded and warmed up."""
+def _load(version, path, threads, max_calls, warmup_iterations):
+    """One version, loaded and warmed up: each of its warm-up requests run
+    `warmup_iterations` times (0: none, `--enable_model_warmup=false`)."""
     from app.runtime.decoding_threads import cpu_cores
     from app.serving.models import is_ctranslate2, load_version
 
@@ -526,7 +528,8 @@ def _load(version, path, threads, max_calls):
         loaded = load_version(version, path, intra_threads=intra_op)
     else:
         loaded = load_version(version, path)
-    loaded.warm_up()
+    if warmup_iterations:
+        loaded.warm_up(warmup_iterations)
     return loaded
 
 
@@ -542,9 +545,10 @@ def _parallel_searches(path):
 
 
 if __name__ == "__main__":
-    descriptor, intra_op, inter_op, max_calls = sys.argv[1:]
+    descriptor, intra_op, inter_op, max_calls, warmup_iterations = sys.argv[1:]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     _child_main(
         multiprocessing.connection.Connection(int(descriptor)),
         CpuThreads(None if intra_op == AUTO else int(intra_op), int(inter_op)), int(max_calls),
+        int(warmup_iterations),
     )

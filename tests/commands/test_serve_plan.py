@@ -132,3 +132,14 @@ def test_a_model_config_file_names_the_models_and_one_that_cannot_be_served_exit
         error = capsys.readouterr().err.splitlines()[-1]
         line = 1 if text.startswith("model_config_list { config") else 2
         assert error.endswith(f"error: --model_config_file: {config}:{line}: {message}")
+
+
+def test_warmup_runs_each_request_once_as_tf_serving_unless_told_otherwise(capsys):
+    assert planned().warmup_iterations == 1
+    assert planned("--num_request_iterations_for_warmup", "3").warmup_iterations == 3
+    assert planned("--num_request_iterations_for_warmup", "0").warmup_iterations == 1  # TF Serving: used if > 0
+    assert planned("--enable_model_warmup", "false", "--num_request_iterations_for_warmup", "3").warmup_iterations == 0
+    assert planned("--enable_model_warmup").warmup_iterations == 1
+    with pytest.raises(SystemExit):
+        planned("--num_request_iterations_for_warmup", "-1")
+    assert "--num_request_iterations_for_warmup must be at least 0, got -1" in capsys.readouterr().err
