@@ -25,6 +25,9 @@ SUBWORD_MODELS = ("bpe", "unigram")
 # `DataConfig.alignments`'s value that aligns train with eflomal (data/eflomal_alignments.py)
 # instead of reading a file: a file of that name is given as ./eflomal.
 EFLOMAL = "eflomal"
+# `--guided-alignment`'s value for no guided alignment, where a size's recipe would train
+# with it: a file of that name is given as ./none.
+NO_ALIGNMENTS = "none"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -332,6 +332,16 @@ def multi30k_path(split: str, lang: str) -> str:
     return os.path.join(MULTI30K_DIR, f"{stem}.{lang}.gz")
 
 
+def bundled_alignments(dataset: str, source_lang: str, target_lang: str) -> Optional[str]:
+    """The bundled gold word alignments of train for a dataset and direction, or None: one
+    Pharaoh line per raw train line, as `--guided-alignment FILE` takes them. Multi30k
+    en-de has eflomal's (data/multi30k/README.md says how they were made), which the
+    default recipe trains with (app/training/recipes.py)."""
+    if dataset == "multi30k" and (source_lang, target_lang) == ("en", "de"):
+        return os.path.join(MULTI30K_DIR, "train.en-de.align.gz")
+    return None
+
+
 def read_multi30k_lines(split: str, lang: str, count: Optional[int] = None) -> List[str]:
     """The lines of the bundled Multi30k `split` in `lang` (see `multi30k_path`), the first
     `count` where given: what the benchmarks translate and score against."""

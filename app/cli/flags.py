@@ -20,7 +20,7 @@ from app.model.config import (
 )
 from app.cli.flag_types import float_at_least, int_at_least, positive_int
 from app.runtime.threads import CpuThreads
-from data.config import DEFAULT_MAX_LENGTH, DEFAULT_VOCAB_SIZE, EFLOMAL, SUBWORD_MODELS, DataConfig
+from data.config import DEFAULT_MAX_LENGTH, DEFAULT_VOCAB_SIZE, EFLOMAL, NO_ALIGNMENTS, SUBWORD_MODELS, DataConfig
 
 _fraction = float_at_least(0)
 # Flag name -> ModelConfig field, for the Table 3 knobs a user may override.
@@ -224,11 +224,12 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--guided-alignment",
-        metavar=f"FILE|{EFLOMAL}",
+        metavar=f"FILE|{EFLOMAL}|{NO_ALIGNMENTS}",
         help="guided alignment training (Garg et al., 2019): gold word alignments of train, a file of one Pharaoh "
         "line ('0-0 1-2': source word i, target word j, from 0; words split at white space) per train line, or "
         f"'{EFLOMAL}' to align train with eflomal when the data is prepared (pip install -r "
-        "requirements-alignment.txt); stored with the prepared pairs (default: none, no guided alignment)",
+        f"requirements-alignment.txt), or '{NO_ALIGNMENTS}'; stored with the prepared pairs (default, per size: "
+        "tiny trains Multi30k en-de with its bundled alignments, data/multi30k/README.md; none otherwise)",
     )
 
 
@@ -247,6 +248,8 @@ def data_config_from_args(args: argparse.Namespace) -> DataConfig:
         lowercase=args.lowercase,
         alignments=getattr(args, "guided_alignment", None),
     )
+    if isinstance(values["alignments"], str) and values["alignments"].strip().lower() == NO_ALIGNMENTS:
+        values["alignments"] = None
     return DataConfig(**{field: value for field, value in values.items() if value is not None})
 
 

@@ -64,19 +64,23 @@ def parse_args(argv=None):
 def plan_prepare(args):
     """The `PreparePlan` of parsed flags `args` (left as they are): without --vocab-size,
     the vocabulary train.py --size asks for on a new run of the language pair; without
+    --guided-alignment, the gold alignments it trains with (its recipe's); without
     --model-dir, the directory train.py takes for the size and data.
 
     Raises:
         DataError: an impossible data flag, named.
     """
     from app.cli.flags import data_config_from_args
-    from app.commands.train_plan import default_model_dir
+    from app.commands.train_plan import default_guided_alignment, default_model_dir
     from app.training.recipes import recipe_for
 
     config = data_config_from_args(args)
     if args.vocab_size is None:
         vocab_size = recipe_for(args.size).vocab_size_for(config.source_lang, config.target_lang)
         config = dataclasses.replace(config, vocab_size=vocab_size)
+    if args.guided_alignment is None:
+        alignments = default_guided_alignment(args.size, config.dataset, config.source_lang, config.target_lang)
+        config = dataclasses.replace(config, alignments=alignments)
     model_dir = args.model_dir or default_model_dir(args.size, config.dataset, config.source_lang, config.target_lang)
     return PreparePlan(data_config=config, model_dir=model_dir, workers=args.workers)
 

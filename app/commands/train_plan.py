@@ -34,7 +34,8 @@ from app.training.precision import AUTO, BFLOAT16_MIN_SPEEDUP, PRECISIONS, resol
 from app.training.devices import STRATEGIES, DeviceConfig
 from app.training.guidance import COST_TYPES, DEFAULT_HEAD, DEFAULT_WEIGHT
 from app.training.recipes import RECIPES, recipe_for
-from data.config import DataConfig
+from data.config import NO_ALIGNMENTS, DataConfig
+from data.corpora import bundled_alignments
 
 non_negative_int = int_at_least(0)
 non_negative_float = float_at_least(0)
@@ -292,6 +293,7 @@ def plan_run(args, devices, init_from=None, init_checkpoint=None, dry_run=False)
         raise ValueError(f"--init-checkpoint {init_checkpoint} names the weights of --init-from: give both")
     flags = resolved_flags(args, init)
     flags = _with(flags, vocab_size=resolved_vocab_size(flags, flags.model_dir))
+    flags = _with(flags, guided_alignment=resolved_guided_alignment(flags, flags.model_dir))
     data_config = data_config_from_args(flags)
     model_config = init.model_config if init else model_config_from_args(flags, vocab_size=flags.vocab_size)
     train_config = train_config_from_args(flags, init, model_config)
@@ -528,6 +530,33 @@ def resolved_vocab_size(flags, model_dir):
     if os.path.exists(os.path.join(model_dir, "settings.json")):
         return load_settings(model_dir)[1].vocab_size
     return recipe_for(flags.size).vocab_size_for(flags.source_lang, flags.target_lang)
+
+
+def resolved_guided_alignment(flags, model_dir):
+    """--guided-alignment: as given, "none" meaning none; if not given, that of the run
+    `model_dir` holds (a run resumes as it began), else the size's recipe's: the corpus's
+    bundled gold alignments where the recipe trains with them
+    (`data.corpora.bundled_alignments`: Multi30k en-de), else none.
+
+    Raises:
+        ValueError: naming the file, if `model_dir` holds a settings.json that cannot be read.
+    """
+    given = getattr(flags, "guided_alignment", None)
+    if given is not None:
+        return None if given.strip().lower() == NO_ALIGNMENTS else given
+    if os.path.exists(os.path.join(model_dir, "settings.json")):
+        return load_settings(model_dir)[1].alignments
+    return default_guided_alignment(flags.size, flags.dataset or DataConfig.dataset, flags.source_lang,
+                                    flags.target_lang)
+
+
+def default_guided_alignment(size, dataset, source_lang, target_lang):
+    """The gold alignments a new run of `size` on the data trains with where
+    --guided-alignment is not given: the corpus's bundled ones where the size's recipe
+    trains with them, else None (app.prepare prepares for the same)."""
+    if recipe_for(size).guided_alignment:
+        return bundled_alignments(dataset, source_lang, target_lang)
+    return None
 
 
 def _or_default(value, default):

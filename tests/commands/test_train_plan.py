@@ -19,6 +19,7 @@ from app.training.init_from import nearest_size, read_init_run
 from app.training.run_plan import RunPlan
 from app.training.schedule import resolve_warmup_steps
 from data.config import DataConfig
+from data.corpora import bundled_alignments
 
 
 def planned(*flags):
@@ -61,7 +62,8 @@ def test_the_default_model_dir_and_the_run_flags(tmp_path, monkeypatch):
     plan, _ = planned("--dry-run", "--no-bleu", "--precision", "float32", "--batch-tokens", "1000")
     assert plan.model_dir == os.path.join("runs", "tiny-multi30k-en-de")
     assert (plan.dry_run, plan.bleu, plan.auto_precision, plan.size) == (True, False, False, "tiny")
-    assert plan.data_config == DataConfig(vocab_size=8000, batch_tokens=1000)
+    bundled = bundled_alignments("multi30k", "en", "de")  # the tiny recipe's guided alignment
+    assert plan.data_config == DataConfig(vocab_size=8000, batch_tokens=1000, alignments=bundled)
     assert plan.model_config == ModelConfig.from_size("tiny", vocab_size=8000)
 
 
@@ -89,6 +91,7 @@ def test_init_from_takes_the_init_runs_model_vocabulary_size_and_label_smoothing
     assert plan.model_config == init.model_config
     assert plan.data_config == DataConfig(
         vocab_size=init.data_config.vocab_size, batch_tokens=2048, max_length=48,
+        alignments=bundled_alignments("multi30k", "en", "de"),  # a new run on Multi30k en-de: the recipe's
     )
     warmup = resolve_warmup_steps(None, 10)
     scratch, _ = planned("--train-steps", "10", "--model-dir", str(tmp_path / "other"), "--precision", "float32")
@@ -96,6 +99,8 @@ def test_init_from_takes_the_init_runs_model_vocabulary_size_and_label_smoothing
         scratch.train_config,
         learning_rate_scale=init.learning_rate_scale(warmup),
         label_smoothing=init.label_smoothing,
+        # The guided head, the last layer's first, of the init run's model.
+        guided_alignment_head=f"{init.model_config.num_layers - 1}:0",
     )
     given, _ = planned(
         "--init-from", model_dir, "--model-dir", new_dir, "--train-steps", "10", "--precision", "float32",
@@ -289,3 +294,52 @@ def test_the_three_dropouts_are_separate_flags_on_top_of_the_size():
     def dropouts(*flags):
         config = model_config_from_args(resolved(*flags), vocab_size=8000)
         return config.dropout, config.attention_dropout, config.inner_dropout
+
+
+# Guided alignment: the tiny recipe's default where the corpus ships gold alignments.
+
+
+def test_the_default_run_is_guided_by_the_alignments_multi30k_en_de_ships(tmp_path):
+    from data.corpora import MULTI30K_DIR
+
+    bundled = os.path.join(MULTI30K_DIR, "train.en-de.align.gz")
+    plan, _ = planned("--model-dir", str(tmp_path / "run"))
+    assert plan.data_config.alignments == bundled
+    assert plan.train_config.guided and plan.train_config.guided_alignment_head == "3:0"
+    # The other direction, another pair, another size and another corpus ship none.
+    for flags in (["--source-lang", "de", "--target-lang", "en"], ["--target-lang", "fr"], ["--size", "small"],
+                  ["--dataset", "files:a.en,a.de"]):
+        plan, _ = planned("--model-dir", str(tmp_path / "other"), *flags)
+        assert plan.data_config.alignments is None, flags
+        assert not plan.train_config.guided, flags
+
+
+def test_guided_alignment_none_turns_the_default_off_and_its_tuning_flags_are_then_refused(tmp_path):
+    from app.cli.flag_types import FlagError
+
+    plan, _ = planned("--model-dir", str(tmp_path / "run"), "--guided-alignment", "none")
+    assert plan.data_config.alignments is None and not plan.train_config.guided
+    plan, _ = planned("--model-dir", str(tmp_path / "run"), "--guided-alignment-weight", "0.1")
+    assert plan.train_config.guided_alignment_weight == 0.1  # the recipe's alignments: tuning is allowed
+    with pytest.raises(FlagError, match="--guided-alignment-weight tunes guided alignment training"):
+        planned("--model-dir", str(tmp_path / "run"), "--guided-alignment", "none", "--guided-alignment-weight", "0.1")
+
+
+def test_a_run_resumes_with_the_alignments_it_began_with(tmp_path):
+    from app.model_dir.settings import save_settings
+
+    model_dir = str(tmp_path / "run")
+    os.makedirs(model_dir)
+    before, _ = planned("--model-dir", model_dir, "--guided-alignment", "none")
+    save_settings(model_dir, before.model_config, before.data_config, before.train_config)
+    again, _ = planned("--model-dir", model_dir)
+    assert again.data_config.alignments is None and not again.train_config.guided
+
+
+def test_prepare_prepares_the_alignments_train_would_train_with():
+    from app.commands.prepare import parse_args, plan_prepare
+    from data.corpora import bundled_alignments
+
+    assert plan_prepare(parse_args([])).data_config.alignments == bundled_alignments("multi30k", "en", "de")
+    assert plan_prepare(parse_args(["--guided-alignment", "none"])).data_config.alignments is None
+    assert plan_prepare(parse_args(["--size", "base"])).data_config.alignments is None

@@ -202,7 +202,7 @@ def test_bpe_dropout_segmentations_keep_the_links(tmp_path):
 def test_the_flag_names_the_file_in_the_data_configuration():
     plan = plan_prepare(parse_args(["--guided-alignment", "train.al"]))
     assert plan.data_config.alignments == "train.al"
-    assert plan_prepare(parse_args([])).data_config.alignments is None
+    assert plan_prepare(parse_args(["--guided-alignment", "none"])).data_config.alignments is None
     assert plan_prepare(parse_args(["--guided-alignment", "eflomal"])).data_config.alignments == "eflomal"
 
 
@@ -225,3 +225,19 @@ def test_eflomal_aligns_train_once_and_the_preparation_reuses_it(tmp_path):
     logged.clear()
     prepare_shards(config, str(tmp_path / "model"), workers=1, log=logged.append)
     assert not any("eflomal" in line or "again" in line for line in logged)
+
+
+def test_the_bundled_multi30k_alignments_hold_one_line_of_links_within_each_train_pair():
+    from data.corpora import bundled_alignments, multi30k_path
+    from data.text_files import iter_lines, iter_parallel_lines
+    from data.words import parse_pharaoh, words
+
+    lines = list(iter_lines(bundled_alignments("multi30k", "en", "de")))
+    pairs = list(iter_parallel_lines(multi30k_path("train", "en"), multi30k_path("train", "de")))
+    assert len(lines) == len(pairs) == 29000
+    linked_words = 0
+    for line, (source, target) in zip(lines, pairs):
+        links = parse_pharaoh(line, len(words(source)), len(words(target)))  # ValueError outside the words
+        linked_words += len({j for _, j in links})
+    # grow-diag-final-and links nearly every word of a caption: most target words have a link.
+    assert linked_words > 0.9 * sum(len(words(target)) for _, target in pairs)
