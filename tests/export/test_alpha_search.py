@@ -323,8 +323,7 @@ def test_an_export_without_alpha_decodes_by_default_with_the_one_chosen_on_valid
     # their graphs hold, and the other four took about 15 s of CPU to trace and save
     # (tests/export/test_export.py checks that an export writes all six).
     monkeypatch.setattr(Translator, "signatures", lambda self: {
-        "serving_default": self.serve.get_concrete_function(),
-        "translate_with_options": self.serve_with_options.get_concrete_function(),
+        "serving_default": self.serve, "translate_with_options": self.serve_with_options,
     })
     loads = []
     for name in ("average_checkpoints", "restore_weights"):

@@ -18,11 +18,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.serving.grpc_api import PredictionService
 from app.serving.model_config import ServedModel
 from app.serving.protos import apis, tensor_pb2, types_pb2
 from app.serving.rest_api import Limits, ServingError, parse_json_body, parse_predict_request
-from app.serving.tensor_proto import to_array, to_tensor_proto
+from app.serving.tensor_proto import request_arrays, to_array, to_tensor_proto
 from tests.serving.fake_models import FLOATS, STRINGS, serving
 
 LIMITS = Limits(max_instances=64, max_text_length=1000)
@@ -68,7 +67,7 @@ def predict_request(**inputs):
 
 
 def read_grpc_inputs(request):
-    return PredictionService(core=None, limits=LIMITS)._inputs(request, "en-de", SPECS)
+    return request_arrays(request.inputs, "en-de", SPECS, LIMITS)
 
 
 @pytest.mark.parametrize("rows", [65, 30_000_000, 10**12, 2**63 - 1])

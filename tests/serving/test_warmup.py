@@ -158,6 +158,7 @@ def test_more_records_than_tf_serving_reads_or_a_file_that_is_not_tfrecord_fail_
         read_warmup_requests(stand_in_version)
 
 
+@pytest.mark.slow
 def test_a_version_whose_warm_up_fails_does_not_load_in_its_worker_unless_warm_up_is_off(stand_in_version):
     write_records(stand_in_version, [predict_log("nbest")])
     entries = [("translator", 1, stand_in_version)]

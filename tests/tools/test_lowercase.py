@@ -129,7 +129,7 @@ def test_an_export_of_a_lowercase_run_reads_any_case(tmp_path, monkeypatch):
     # The signature read here is the only one written: each signature tokenizes its inputs
     # with the same lowercasing tokenizer, and the other five took 20 s of CPU to trace,
     # save and load (tests/export/ checks that an export writes all six).
-    monkeypatch.setattr(Translator, "signatures", lambda self: {"serving_default": self.serve.get_concrete_function()})
+    monkeypatch.setattr(Translator, "signatures", lambda self: {"serving_default": self.serve})
     (tmp_path / "run").mkdir()
     model_dir = train_tiny_run(tmp_path / "run", lowercase=True)
     trained = load_trained(model_dir)
