@@ -233,6 +233,14 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def given_alignments(flag):
+    """--guided-alignment's value as `DataConfig.alignments` takes it: None for NO_ALIGNMENTS
+    ("none") or no value, else the value (a file, or EFLOMAL)."""
+    if flag is None or flag.strip().lower() == NO_ALIGNMENTS:
+        return None
+    return flag
+
+
 def data_config_from_args(args: argparse.Namespace) -> DataConfig:
     """The `DataConfig` for parsed flags, a flag that is None (not given) taking
     `DataConfig`'s default; raises `DataError` on impossible values."""
@@ -246,10 +254,8 @@ def data_config_from_args(args: argparse.Namespace) -> DataConfig:
         max_length=args.max_length,
         bpe_dropout=args.bpe_dropout,
         lowercase=args.lowercase,
-        alignments=getattr(args, "guided_alignment", None),
+        alignments=given_alignments(getattr(args, "guided_alignment", None)),
     )
-    if isinstance(values["alignments"], str) and values["alignments"].strip().lower() == NO_ALIGNMENTS:
-        values["alignments"] = None
     return DataConfig(**{field: value for field, value in values.items() if value is not None})
 
 

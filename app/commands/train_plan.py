@@ -27,14 +27,14 @@ import re
 from app.cli.flag_types import FlagError, float_at_least, int_at_least, positive_int
 from app.cli.flags import add_data_arguments, add_model_arguments, add_thread_arguments, alignment_head
 from app.cli.flags import cpu_threads_from_args
-from app.cli.flags import data_config_from_args, model_config_from_args
+from app.cli.flags import data_config_from_args, given_alignments, model_config_from_args
 from app.model.config import DEFAULT_SIZE, ModelConfig, split_table3_row
 from app.model_dir.settings import load_settings
 from app.training.precision import AUTO, BFLOAT16_MIN_SPEEDUP, PRECISIONS, resolve_precision
 from app.training.devices import STRATEGIES, DeviceConfig
 from app.training.guidance import COST_TYPES, DEFAULT_HEAD, DEFAULT_WEIGHT
 from app.training.recipes import RECIPES, recipe_for
-from data.config import NO_ALIGNMENTS, DataConfig
+from data.config import DataConfig
 from data.corpora import bundled_alignments
 
 non_negative_int = int_at_least(0)
@@ -543,7 +543,7 @@ def resolved_guided_alignment(flags, model_dir):
     """
     given = getattr(flags, "guided_alignment", None)
     if given is not None:
-        return None if given.strip().lower() == NO_ALIGNMENTS else given
+        return given_alignments(given)
     if os.path.exists(os.path.join(model_dir, "settings.json")):
         return load_settings(model_dir)[1].alignments
     return default_guided_alignment(flags.size, flags.dataset or DataConfig.dataset, flags.source_lang,
