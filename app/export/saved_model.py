@@ -643,8 +643,9 @@ def export(translator, base=DEFAULT_EXPORT_BASE, version=None, metadata=None, lo
     None: every one, (): no warm-up file).
     """
     log = log or (lambda line: None)
+    signatures = translator.signatures()
     try:  # before the slow part: a name that is no signature
-        requests = warmup_requests(translator.signatures(), warmup_signatures)
+        requests = warmup_requests(signatures, warmup_signatures)
     except ValueError as error:
         raise ExportError(str(error)) from None
     with new_version(base, version) as (temporary, final):
@@ -653,7 +654,7 @@ def export(translator, base=DEFAULT_EXPORT_BASE, version=None, metadata=None, lo
         # Without the layers' custom gradients (fused layer norm, dense): serving never
         # differentiates, and tracing each one's gradient function took a third of the save.
         options = tf.saved_model.SaveOptions(experimental_custom_gradients=False)
-        tf.saved_model.save(translator, temporary, signatures=translator.signatures(), options=options)
+        tf.saved_model.save(translator, temporary, signatures=signatures, options=options)
         with open(os.path.join(temporary, EXPORT_INFO), "w") as f:
             json.dump(metadata or {}, f, indent=2)
         if requests:

@@ -40,7 +40,7 @@ _VALUES = {
 def warmup_requests(signatures, names=None):
     """`[(signature name, {input name: np.ndarray [1]})]` for the signatures `names` of
     `signatures` (`{name: tf.function with an input signature}`, as `Translator.signatures()`
-    gives them, or concrete functions), in the order of `signatures`; None: all of them.
+    gives them), in the order of `signatures`; None: all of them.
 
     Raises:
         ValueError: a name that is not a signature, or an input of no known value.
@@ -60,11 +60,8 @@ def warmup_requests(signatures, names=None):
 
 
 def _named_inputs(function):
-    """`[(input name, TensorSpec)]` of a tf.function with an input signature or of a concrete
-    function: a spec's name, else its argument's, as `tf.saved_model.save` names the input."""
-    if not hasattr(function, "python_function"):  # a concrete function
-        args, kwargs = function.structured_input_signature
-        return [(spec.name, spec) for spec in args] + sorted(kwargs.items())
+    """`[(input name, TensorSpec)]` of a tf.function with an input signature: a spec's name,
+    else its argument's, as `tf.saved_model.save` names the input."""
     arguments = list(inspect.signature(function.python_function).parameters)
     return [(spec.name or argument, spec) for spec, argument in zip(function.input_signature, arguments)]
 

@@ -5,8 +5,9 @@
 
 TensorFlow builds a signature's executor on its first call: seconds for a beam search (4
 to 13 s for each of the default model's signatures, 57 s for all eight, on a 2-core CPU),
-paid by the first request after a load unless something calls the signature first. TF Serving calls it first with the
-requests the SavedModel carries in `assets.extra/tf_serving_warmup_requests`
+paid by the first request after a load unless something calls the signature first. TF
+Serving calls it first with the requests the SavedModel carries in
+`assets.extra/tf_serving_warmup_requests`
 (tensorflow_serving/servables/tensorflow/saved_model_warmup_util.cc):
 
 - a TFRecord file of `PredictionLog` protos, at most 1,000 of them;
@@ -16,8 +17,8 @@ requests the SavedModel carries in `assets.extra/tf_serving_warmup_requests`
   passed over;
 - no file: no warm-up, and the load goes on.
 
-export.py writes such a file (`app.export.saved_model.warmup_requests` says which
-requests); the local server reads any SavedModel's by these rules (`LoadedVersion.warm_up`),
+export.py writes such a file (`app.export.warmup_requests` says which requests); the
+local server reads any SavedModel's by these rules (`LoadedVersion.warm_up`),
 so TF Serving and it warm the same versions the same way.
 
 TensorFlow is imported by the functions that read and write, never at import: the server
